@@ -1,0 +1,348 @@
+"""The event model: what the watcher publishes and the stream worker applies.
+
+Events are frozen dataclasses serialised as JSON objects (orjson) with a ``schema`` number and a
+``type`` name. Field names on the wire are camelCase, as in the Kubernetes API they come from.
+Times are UTC and serialised as RFC 3339 with a ``Z`` suffix. ``statusVersion`` is the Pod's
+``metadata.resourceVersion`` (comparable as an integer since Kubernetes 1.35, KEP-5504); it is
+written as a decimal string because real values exceed 2**53 and JSON numbers are doubles for many
+consumers.
+
+Schema history:
+
+- 1: ``DeviceHealthObserved``, ``PodDevicesReleased``.
+
+Decoding never guesses: a payload that is not valid JSON, has an unknown ``schema`` or ``type``, or
+lacks a required field raises :class:`EventDecodeError`, whose message the worker puts on the
+dead-letter record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Final, TypeAlias
+
+import orjson
+
+SCHEMA_VERSION: Final = 1
+"""Current event schema number, written in every event's ``schema`` field."""
+
+MESSAGE_MAX_LENGTH: Final = 1024
+"""core/v1 ``ResourceHealthMessageMaxLength``: longer messages are cut to this many characters."""
+
+
+class Health(StrEnum):
+    """Device health as the API defines it (core/v1 ``ResourceHealthStatus``, KEP-4680).
+
+    The values are case-sensitive; anything else is recorded as ``Unknown`` with the raw value kept
+    in ``DeviceHealthObserved.raw_health``.
+    """
+
+    HEALTHY = "Healthy"
+    UNHEALTHY = "Unhealthy"
+    UNKNOWN = "Unknown"
+
+
+class DeviceSource(StrEnum):
+    """Who allocated the device: a device plugin (``name`` is an extended resource name) or DRA
+    (``name`` is ``claim:<podClaimName>[/<request>]``)."""
+
+    DEVICE_PLUGIN = "device-plugin"
+    DRA = "dra"
+
+
+class ContainerKind(StrEnum):
+    """Which Pod status list a container came from: ``containerStatuses`` (regular) or
+    ``initContainerStatuses`` (init, including native sidecars)."""
+
+    REGULAR = "regular"
+    INIT = "init"
+
+
+class ReleaseReason(StrEnum):
+    """Why a Pod's devices were released."""
+
+    DELETED = "deleted"  # DELETED watch event, or the Pod vanished between two LISTs
+    TERMINATED = "terminated"  # status.phase became Succeeded or Failed
+
+
+class EventDecodeError(ValueError):
+    """A payload could not be decoded into an event; the message says why."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ContainerRef:
+    """One container of the Pod that reports the device."""
+
+    name: str
+    kind: ContainerKind = ContainerKind.REGULAR
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRef:
+    """DRA claim behind an ``allocatedResourcesStatus`` entry named ``claim:<podClaimName>[/<request>]``.
+
+    ``resource_claim_name`` is the ResourceClaim object's name, from
+    ``pod.status.resourceClaimStatuses[]`` (``None`` when the Pod status does not list it).
+    """
+
+    pod_claim_name: str
+    request: str | None = None
+    resource_claim_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceHealthObserved:
+    """Health of one allocated device as one Pod's status reports it.
+
+    One event per (Pod, resourceID): when several containers of the Pod report the same device
+    (shared DRA claims, sidecars; KEP-4680 allows it) they are listed together in ``containers``
+    rather than sent as several events.
+
+    Dedup key: ``(node, resource_id, status_version)``. ``status_version`` is ``None`` when the Pod's
+    resourceVersion was missing or not an integer; such an observation is *unordered*: it may create
+    a device's first state but never overwrites state that came from an ordered observation.
+    """
+
+    node: str
+    namespace: str
+    pod_name: str
+    pod_uid: str
+    containers: tuple[ContainerRef, ...]
+    resource_name: str
+    resource_id: str
+    health: Health
+    source: DeviceSource
+    status_version: int | None
+    observed_at: datetime
+    message: str | None = None
+    raw_health: str | None = None
+    claim: ClaimRef | None = None
+    flags: tuple[str, ...] = ()
+    type: str = field(default="DeviceHealthObserved", init=False)
+
+    @property
+    def device_key(self) -> tuple[str, str]:
+        """``(node, resourceID)``: the key of the device in the directory."""
+        return (self.node, self.resource_id)
+
+
+@dataclass(frozen=True, slots=True)
+class PodDevicesReleased:
+    """A Pod no longer holds its devices: it was deleted or reached a terminal phase.
+
+    Releases remove the Pod's allocations from the directory; they never change a device's health.
+    ``resource_ids`` lists the devices the watcher last saw the Pod report (possibly empty);
+    the projection releases every allocation of ``pod_uid`` on ``node`` whatever the list says.
+    """
+
+    node: str
+    namespace: str
+    pod_name: str
+    pod_uid: str
+    reason: ReleaseReason
+    status_version: int | None
+    observed_at: datetime
+    resource_ids: tuple[str, ...] = ()
+    type: str = field(default="PodDevicesReleased", init=False)
+
+
+Event: TypeAlias = DeviceHealthObserved | PodDevicesReleased
+
+
+# --- time and resourceVersion helpers ---------------------------------------------------------
+
+
+def format_time(value: datetime) -> str:
+    """RFC 3339 in UTC with a ``Z`` suffix and at most microsecond precision.
+
+    Raises ``ValueError`` for a naive datetime (no tzinfo): every time in the model is aware.
+    """
+    if value.tzinfo is None:
+        raise ValueError("naive datetime: times in devicestate events must be timezone-aware")
+    text = value.astimezone(UTC).isoformat()
+    return text.replace("+00:00", "Z")
+
+
+def parse_time(text: str) -> datetime:
+    """Parse an RFC 3339 time (``Z`` or an offset) into an aware UTC datetime.
+
+    Raises ``ValueError`` when the text is not such a time or has no offset.
+    """
+    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        raise ValueError(f"time without offset: {text!r}")
+    return value.astimezone(UTC)
+
+
+def parse_resource_version(raw: object) -> int | None:
+    """Parse a Kubernetes ``metadata.resourceVersion`` into an integer, or ``None``.
+
+    Follows KEP-5504 (``k8s.io/apimachinery/pkg/util/resourceversion``): a comparable
+    resourceVersion is a decimal string of digits without leading zeros and not ``"0"``. Anything
+    else (missing, empty, ``"v2-abc"``, ``"007"``) is not comparable and gives ``None``. Python ints
+    are arbitrary-precision, so values above 2**63 are kept exactly.
+    """
+    if not isinstance(raw, str) or not raw.isascii() or not raw.isdigit():
+        return None
+    if raw[0] == "0":
+        return None
+    return int(raw)
+
+
+# --- encoding -------------------------------------------------------------------------------
+
+
+def _event_to_dict(event: Event) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "schema": SCHEMA_VERSION,
+        "type": event.type,
+        "node": event.node,
+        "namespace": event.namespace,
+        "podName": event.pod_name,
+        "podUID": event.pod_uid,
+        "statusVersion": None if event.status_version is None else str(event.status_version),
+        "observedAt": format_time(event.observed_at),
+    }
+    if isinstance(event, DeviceHealthObserved):
+        base.update(
+            containers=[{"name": c.name, "kind": c.kind.value} for c in event.containers],
+            resourceName=event.resource_name,
+            resourceID=event.resource_id,
+            health=event.health.value,
+            rawHealth=event.raw_health,
+            message=event.message,
+            source=event.source.value,
+            claim=None
+            if event.claim is None
+            else {
+                "podClaimName": event.claim.pod_claim_name,
+                "request": event.claim.request,
+                "resourceClaimName": event.claim.resource_claim_name,
+            },
+            flags=list(event.flags),
+        )
+    else:
+        base.update(reason=event.reason.value, resourceIDs=list(event.resource_ids))
+    return base
+
+
+def encode_event(event: Event) -> bytes:
+    """Serialise an event to its JSON wire form (UTF-8 bytes, keys sorted for stable bytes)."""
+    return orjson.dumps(_event_to_dict(event), option=orjson.OPT_SORT_KEYS)
+
+
+def _require(obj: dict[str, Any], name: str, kind: type | tuple[type, ...] = str) -> Any:
+    if name not in obj:
+        raise EventDecodeError(f"missing field {name!r}")
+    value = obj[name]
+    if not isinstance(value, kind):
+        raise EventDecodeError(f"field {name!r} has type {type(value).__name__}")
+    return value
+
+
+def _optional_str(obj: dict[str, Any], name: str) -> str | None:
+    value = obj.get(name)
+    if value is not None and not isinstance(value, str):
+        raise EventDecodeError(f"field {name!r} must be a string or null")
+    return value
+
+
+def _decode_version(obj: dict[str, Any]) -> int | None:
+    raw = obj.get("statusVersion")
+    if raw is None:
+        return None
+    version = parse_resource_version(raw)
+    if version is None:
+        raise EventDecodeError(f"statusVersion {raw!r} is not a positive decimal integer string")
+    return version
+
+
+def _decode_enum(enum: type[StrEnum], obj: dict[str, Any], name: str) -> Any:
+    raw = _require(obj, name)
+    try:
+        return enum(raw)
+    except ValueError:
+        raise EventDecodeError(f"field {name!r} has unknown value {raw!r}") from None
+
+
+def decode_event(payload: bytes) -> Event:
+    """Parse the JSON wire form back into an event.
+
+    Raises :class:`EventDecodeError` with a readable reason for anything that is not a valid
+    schema-1 event; the caller dead-letters the payload with that reason.
+    """
+    try:
+        obj = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise EventDecodeError(f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise EventDecodeError("not a JSON object")
+    schema = obj.get("schema")
+    if schema != SCHEMA_VERSION:
+        raise EventDecodeError(f"unsupported schema {schema!r} (this build reads {SCHEMA_VERSION})")
+    kind = obj.get("type")
+    try:
+        observed_at = parse_time(_require(obj, "observedAt"))
+    except ValueError as exc:
+        raise EventDecodeError(f"field 'observedAt': {exc}") from None
+    node = _require(obj, "node")
+    if not node:
+        raise EventDecodeError("field 'node' is empty")
+    common = dict(
+        node=node,
+        namespace=_require(obj, "namespace"),
+        pod_name=_require(obj, "podName"),
+        pod_uid=_require(obj, "podUID"),
+        status_version=_decode_version(obj),
+        observed_at=observed_at,
+    )
+    if kind == "DeviceHealthObserved":
+        resource_id = _require(obj, "resourceID")
+        if not resource_id:
+            raise EventDecodeError("field 'resourceID' is empty")
+        containers = []
+        for item in _require(obj, "containers", list):
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                raise EventDecodeError("field 'containers' holds an entry without a name")
+            containers.append(ContainerRef(item["name"], _decode_enum(ContainerKind, item, "kind")))
+        claim_obj = obj.get("claim")
+        claim = None
+        if claim_obj is not None:
+            if not isinstance(claim_obj, dict):
+                raise EventDecodeError("field 'claim' must be an object or null")
+            claim = ClaimRef(
+                pod_claim_name=_require(claim_obj, "podClaimName"),
+                request=_optional_str(claim_obj, "request"),
+                resource_claim_name=_optional_str(claim_obj, "resourceClaimName"),
+            )
+        flags = obj.get("flags") or []
+        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+            raise EventDecodeError("field 'flags' must be a list of strings")
+        return DeviceHealthObserved(
+            containers=tuple(containers),
+            resource_name=_require(obj, "resourceName"),
+            resource_id=resource_id,
+            health=_decode_enum(Health, obj, "health"),
+            source=_decode_enum(DeviceSource, obj, "source"),
+            message=_optional_str(obj, "message"),
+            raw_health=_optional_str(obj, "rawHealth"),
+            claim=claim,
+            flags=tuple(flags),
+            **common,
+        )
+    if kind == "PodDevicesReleased":
+        ids = obj.get("resourceIDs") or []
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise EventDecodeError("field 'resourceIDs' must be a list of strings")
+        return PodDevicesReleased(
+            reason=_decode_enum(ReleaseReason, obj, "reason"), resource_ids=tuple(ids), **common
+        )
+    raise EventDecodeError(f"unknown event type {kind!r}")
+
+
+def now_utc() -> datetime:
+    """The wall clock in UTC. Only adapters (the watcher stamping ``observedAt``) may call it; the
+    domain core takes every time from events."""
+    return datetime.now(UTC)
