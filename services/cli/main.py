@@ -1,0 +1,25 @@
+"""``devicestate``: the one entry point of the service.
+
+Each sub-command lives next to what it runs (``services/<part>/cli.py``); this module only wires
+them together. Heavy imports (faust, aiokafka, SQLAlchemy) happen inside the commands, so
+``devicestate --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from services.stack.cli import app as stack_app
+
+app = typer.Typer(
+    name="devicestate",
+    help="Event-sourced device health for Kubernetes GPU platforms: watch Pod "
+    "allocatedResourcesStatus, dedup through Kafka and Faust into PostgreSQL, serve a device "
+    "directory. Settings come from DEVICESTATE_* environment variables (see README).",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+app.add_typer(stack_app, name="stack")
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,1 @@
+"""Client side of the directory API: the ``devicestate devices`` command."""

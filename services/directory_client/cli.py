@@ -1,0 +1,123 @@
+"""``devicestate devices``: print the device directory like ``kubectl get``.
+
+Reads the directory API (``GET /v1/devices``, following ``nextCursor`` until the end), so it shows
+exactly what platform services see. ``-o json`` prints the API's items as one JSON array.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Literal
+
+import httpx
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+HEALTH_STYLE = {"Healthy": "green", "Unhealthy": "bold white on red", "Unknown": "yellow"}
+
+
+def fetch_devices(
+    api_url: str, filters: dict[str, str], page_size: int = 500
+) -> list[dict[str, Any]]:
+    """All devices matching ``filters`` (query parameters of ``GET /v1/devices``).
+
+    Raises ``httpx.HTTPError`` when the API is unreachable, and ``RuntimeError`` with the API's
+    message on a 4xx/5xx answer.
+    """
+    items: list[dict[str, Any]] = []
+    params: dict[str, str | int] = {**filters, "limit": page_size}
+    with httpx.Client(base_url=api_url, timeout=10.0) as client:
+        while True:
+            response = client.get("/v1/devices", params=params)
+            if response.status_code >= 400:
+                raise RuntimeError(f"{response.status_code} from the API: {response.text}")
+            body = response.json()
+            items.extend(body["items"])
+            cursor = body.get("nextCursor")
+            if not cursor:
+                return items
+            params["cursor"] = cursor
+
+
+def _pods(device: dict[str, Any]) -> str:
+    pods = [f"{a['namespace']}/{a['podName']}" for a in device.get("allocations") or []]
+    return ",".join(pods) if pods else "<none>"
+
+
+def render_table(devices: list[dict[str, Any]], console: Console) -> None:
+    """Print devices as a table, one row per device; Unhealthy rows stand out in red."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in (
+        "NODE",
+        "RESOURCE ID",
+        "RESOURCE",
+        "SOURCE",
+        "HEALTH",
+        "VERSION",
+        "PODS",
+        "LAST TRANSITION",
+        "MESSAGE",
+    ):
+        table.add_column(column, overflow="fold")
+    for d in devices:
+        health = d["health"]
+        raw = f" ({d['rawHealth']})" if d.get("rawHealth") else ""
+        table.add_row(
+            d["node"],
+            d["resourceID"],
+            d["resourceName"],
+            d["source"],
+            f"[{HEALTH_STYLE.get(health, '')}]{health}{raw}[/]",
+            d.get("statusVersion") or "-",
+            _pods(d),
+            d.get("lastTransitionAt") or "-",
+            (d.get("message") or "")[:60],
+            style="red" if health == "Unhealthy" else None,
+        )
+    console.print(table)
+    counts: dict[str, int] = {}
+    for d in devices:
+        counts[d["health"]] = counts.get(d["health"], 0) + 1
+    summary = ", ".join(f"{n} {h}" for h, n in sorted(counts.items()))
+    console.print(f"\n{len(devices)} devices: {summary or 'none'}")
+
+
+def devices(
+    api_url: str = typer.Option(
+        "http://127.0.0.1:8080",
+        "--api-url",
+        envvar="DEVICESTATE_API_URL",
+        help="Base URL of the directory API.",
+    ),
+    node: str | None = typer.Option(None, help="Only devices on this node."),
+    health: str | None = typer.Option(None, help="Only this health: Healthy, Unhealthy, Unknown."),
+    resource_name: str | None = typer.Option(None, "--resource-name", help="e.g. nvidia.com/gpu."),
+    namespace: str | None = typer.Option(None, help="Only devices allocated to Pods here."),
+    source: str | None = typer.Option(None, help="device-plugin or dra."),
+    output: Literal["table", "json"] = typer.Option(
+        "table", "-o", "--output", help="table or json."
+    ),
+) -> None:
+    """Print the device directory (from the directory API)."""
+    filters = {
+        k: v
+        for k, v in {
+            "node": node,
+            "health": health,
+            "resourceName": resource_name,
+            "namespace": namespace,
+            "source": source,
+        }.items()
+        if v is not None
+    }
+    try:
+        items = fetch_devices(api_url, filters)
+    except (httpx.HTTPError, RuntimeError) as exc:
+        typer.echo(f"error: cannot read the directory at {api_url}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if output == "json":
+        sys.stdout.buffer.write(orjson.dumps(items, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        render_table(items, Console())
