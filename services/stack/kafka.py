@@ -15,7 +15,7 @@ import re
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.stack.supervisor import (
@@ -154,8 +154,9 @@ def ensure_jars(layout: StackLayout, report: Reporter) -> Path:
     with file_lock(lib.parent / ".lock", report, "fetching Kafka's jars"):
         if marker.is_file() and lib.is_dir():  # another process finished it meanwhile
             return lib
+        for leftover in lib.parent.glob("lib.partial-*"):  # from an interrupted fetch
+            shutil.rmtree(leftover, ignore_errors=True)
         staging = lib.parent / f"lib.partial-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
         log = lib.parent / "maven.log"
         report(f"kafka: fetching Apache Kafka {layout.kafka_version} jars with Maven into {lib}")
         started = time.monotonic()
@@ -163,6 +164,7 @@ def ensure_jars(layout: StackLayout, report: Reporter) -> Path:
             mvn,
             "-B",
             "-q",
+            "-Dstyle.color=never",
             "-f",
             str(POM),
             f"-Dmaven.repo.local={layout.cache_dir / 'maven-repository'}",
@@ -272,6 +274,8 @@ class Launch:
     record: PidRecord
     process: subprocess.Popen[bytes] | None
     log_offset: int
+    console_offset: int = 0
+    started: float = field(default_factory=time.monotonic)
 
 
 def running(layout: StackLayout, report: Reporter) -> PidRecord | None:
@@ -295,6 +299,7 @@ def launch(layout: StackLayout, report: Reporter) -> Launch:
     format_storage(layout, lib, props, report)
     offset = file_size(server_log(layout))
     console = console_log(layout)
+    console_offset = file_size(console)
     with console.open("ab") as out:
         out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting Kafka ===\n".encode())
         out.flush()
@@ -317,32 +322,34 @@ def launch(layout: StackLayout, report: Reporter) -> Launch:
         f"kafka: started pid {process.pid} ({HOST}:{layout.kafka_port}, controller "
         f"{layout.kafka_controller_port}); log {server_log(layout)}"
     )
-    return Launch(record=record, process=process, log_offset=offset)
+    return Launch(record=record, process=process, log_offset=offset, console_offset=console_offset)
 
 
-async def metadata_answers(bootstrap_servers: str, timeout: float = 5.0) -> bool:
-    """The broker answers a metadata request and names at least one live broker."""
+async def metadata_answers(bootstrap_servers: str, seconds: float = 5.0) -> bool:
+    """The broker answers a metadata request, naming at least one broker, within ``seconds``."""
     from aiokafka.admin import AIOKafkaAdminClient
 
     admin = AIOKafkaAdminClient(
         bootstrap_servers=bootstrap_servers,
-        request_timeout_ms=int(timeout * 1000),
+        request_timeout_ms=int(seconds * 1000),
         client_id="devicestate-stack",
     )
     try:
-        await asyncio.wait_for(admin.start(), timeout)
-        cluster = await asyncio.wait_for(admin.describe_cluster(), timeout)
+        async with asyncio.timeout(seconds):
+            await admin.start()
+            cluster = await admin.describe_cluster()
         return bool(cluster.get("brokers"))
     except Exception:
         return False
     finally:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(admin.close(), timeout)
+            await asyncio.wait_for(admin.close(), seconds)
 
 
 def wait_ready(layout: StackLayout, started: Launch, report: Reporter, timeout: float) -> None:
     """Wait for the log line and a metadata answer; on failure stop what we started and raise."""
-    logs = (server_log(layout), console_log(layout))
+    logs = (console_log(layout), server_log(layout))
+    offsets = {console_log(layout): started.console_offset, server_log(layout): started.log_offset}
     progress = Progress(NAME, report, timeout)
     log_seen = started.log_offset < 0  # a Kafka found running: its log line came earlier
     while True:
@@ -351,14 +358,25 @@ def wait_ready(layout: StackLayout, started: Launch, report: Reporter, timeout: 
             raise StackError(
                 f"kafka: the broker exited with code {started.process.returncode} while starting",
                 logs,
+                offsets,
             )
         if started.process is None and not started.record.alive():
             layout.pid_file(NAME).unlink(missing_ok=True)
-            raise StackError(f"kafka: pid {started.record.pid} exited while starting", logs)
+            raise StackError(
+                f"kafka: pid {started.record.pid} exited while starting", logs, offsets
+            )
         if not log_seen:
             log_seen = file_contains(server_log(layout), READY_LINE, started.log_offset)
         if log_seen and asyncio.run(metadata_answers(layout.kafka_bootstrap_servers, 5.0)):
-            report(f"kafka: ready on {layout.kafka_bootstrap_servers} ({progress.elapsed:.1f} s)")
+            if started.process is None:
+                report(
+                    f"kafka: already running (pid {started.record.pid}) on {layout.kafka_bootstrap_servers}"
+                )
+            else:
+                took = time.monotonic() - started.started
+                report(
+                    f"kafka: ready on {layout.kafka_bootstrap_servers} ({took:.1f} s after launch)"
+                )
             return
         if progress.expired:
             if started.process is not None:
@@ -367,7 +385,9 @@ def wait_ready(layout: StackLayout, started: Launch, report: Reporter, timeout: 
                 layout.pid_file(NAME).unlink(missing_ok=True)
             waiting_for = "a metadata answer" if log_seen else f'"{READY_LINE}" in the log'
             raise StackError(
-                f"kafka: not ready after {timeout:.0f} s (still waiting for {waiting_for})", logs
+                f"kafka: not ready after {timeout:.0f} s (still waiting for {waiting_for})",
+                logs,
+                offsets,
             )
         progress.tick("waiting for the broker log line" if not log_seen else "waiting for metadata")
         time.sleep(0.5)

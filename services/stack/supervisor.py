@@ -43,18 +43,36 @@ _MAX_SOCKET_DIR_LEN = 80
 
 
 class StackError(RuntimeError):
-    """A failure to show as it is: a message and, where there is one, the log to look at."""
+    """A failure to show as it is: a message and, where there are any, the logs to look at.
 
-    def __init__(self, message: str, log_files: tuple[Path, ...] = ()) -> None:
+    ``offsets`` gives, per log file, where the attempt that failed began writing, so that the
+    tail shows this attempt only.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        log_files: tuple[Path, ...] = (),
+        offsets: Mapping[Path, int] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.log_files = log_files
+        self.offsets = dict(offsets or {})
 
-    def details(self, lines: int = 40) -> str:
+    def details(self, lines: int = 30) -> str:
         parts = [self.message]
         for log in self.log_files:
-            text = tail(log, lines)
-            if text:
+            offset = self.offsets.get(log, 0)
+            errors = [
+                line
+                for line in tail(log, 100_000, offset).splitlines()
+                if " ERROR " in line or " FATAL " in line
+            ]
+            if errors:
+                parts.append(f"--- first ERROR lines of {log} ---\n" + "\n".join(errors[:10]))
+            text = tail(log, lines, offset)
+            if text.strip():
                 parts.append(f"--- last lines of {log} ---\n{text}")
         return "\n".join(parts)
 
@@ -160,9 +178,7 @@ class StackLayout:
 
     @property
     def database_url(self) -> str:
-        return (
-            f"postgresql+asyncpg://{DB_USER}:{DB_PASSWORD}@{HOST}:{self.postgres_port}/{DB_NAME}"
-        )
+        return f"postgresql+asyncpg://{DB_USER}:{DB_PASSWORD}@{HOST}:{self.postgres_port}/{DB_NAME}"
 
     def connection_env(self) -> dict[str, str]:
         """The project's settings (``services.config.Settings``) that point at this stack."""
@@ -310,13 +326,15 @@ def port_listening(port: int, host: str = HOST, timeout: float = 0.5) -> bool:
         return False
 
 
-def tail(path: Path, lines: int = 40) -> str:
-    """The last ``lines`` lines of a text file ("" if it is missing)."""
+def tail(path: Path, lines: int = 40, offset: int = 0) -> str:
+    """The last ``lines`` lines of a text file after byte ``offset`` ("" if it is missing)."""
     try:
         with path.open("rb") as handle:
             handle.seek(0, os.SEEK_END)
             size = handle.tell()
-            handle.seek(max(0, size - 64 * 1024))
+            if not 0 <= offset <= size:  # unknown, or rotated or truncated since
+                offset = 0
+            handle.seek(max(offset, size - 1024 * 1024))
             data = handle.read()
     except OSError:
         return ""

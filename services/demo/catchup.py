@@ -1,0 +1,62 @@
+"""How far the worker's consumer group is behind the end of the topic."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+
+async def consumer_lag(bootstrap_servers: str, topic: str, group: str) -> dict[int, int]:
+    """Per partition of ``topic``: end offset minus the group's committed offset (0 = caught up).
+
+    A partition the group has not committed yet counts its whole length.
+    """
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    await consumer.start()
+    await admin.start()
+    try:
+        partitions = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        ends = await consumer.end_offsets(tps)
+        committed = await admin.list_consumer_group_offsets(group, partitions=tps)
+        lag = {}
+        for tp in tps:
+            meta = committed.get(tp)
+            done = meta.offset if meta is not None and meta.offset >= 0 else 0
+            lag[tp.partition] = max(ends[tp] - done, 0)
+        return lag
+    finally:
+        await admin.close()
+        await consumer.stop()
+
+
+async def wait_caught_up(
+    bootstrap_servers: str,
+    topic: str,
+    group: str,
+    timeout_seconds: float,
+    on_progress: Callable[[int], None] | None = None,
+    still_alive: Callable[[], None] | None = None,
+) -> None:
+    """Wait until the group has committed every record of ``topic``.
+
+    Calls ``on_progress(total_lag)`` on each poll and ``still_alive()`` (which should raise if the
+    worker died). Raises ``TimeoutError`` after ``timeout_seconds``.
+    """
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        if still_alive is not None:
+            still_alive()
+        total = sum((await consumer_lag(bootstrap_servers, topic, group)).values())
+        if on_progress is not None:
+            on_progress(total)
+        if total == 0:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"worker still {total} records behind after {timeout_seconds:.0f} s")
+        await asyncio.sleep(1.0)
