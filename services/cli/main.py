@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import typer
 
+from services.demo.run import demo
+from services.directory_client.cli import devices
 from services.stack.cli import app as stack_app
+from services.watcher.cli import watch
 
 app = typer.Typer(
     name="devicestate",
@@ -20,6 +23,9 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.add_typer(stack_app, name="stack")
+app.command("watch")(watch)
+app.command("devices")(devices)
+app.command("demo")(demo)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

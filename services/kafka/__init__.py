@@ -1,0 +1,1 @@
+"""Kafka adapters: topic administration (``topics``) and the watcher's producer (``producer``)."""

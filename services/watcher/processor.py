@@ -1,0 +1,112 @@
+"""What the watcher does with each Pod it sees, without doing any I/O.
+
+:class:`WatchProcessor` reads a Pod (:func:`~services.domain.pod_status.read_pod`), asks the
+:class:`~services.domain.pod_tracker.PodTracker` what changed and says what to publish and what to
+dead-letter. The file and Kubernetes sources and the run loop (``run.py``) do the I/O around it;
+the golden tests drive it directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+import orjson
+
+from services.domain.events import Event, parse_resource_version
+from services.domain.pod_status import DEAD_LETTER_CODES, PodReading, Problem, read_pod
+from services.domain.pod_tracker import PodTracker, WatchKind
+
+STAGE_WATCH_LINE: Final = "watch-line"
+"""Dead-letter stage of a line that is not a readable watch event."""
+
+STAGE_POD_STATUS: Final = "pod-status"
+"""Dead-letter stage of a Pod whose device health could not be keyed or was contradictory."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Original bytes to park on the dead-letter topic, with why (``reason``), where in the
+    pipeline (``stage``) and where they came from (``source``, e.g. ``file:path:line``)."""
+
+    original: bytes
+    reason: str
+    stage: str
+    source: str
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What to do after one Pod event or one LIST: publish ``events`` in order, dead-letter
+    ``dead_letters``, and count ``problems``."""
+
+    events: list[Event] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+
+
+def _dead_letter(reading: PodReading, original: bytes, source: str) -> DeadLetter | None:
+    reasons = [
+        f"{p.code.value}: {p.message}" for p in reading.problems if p.code in DEAD_LETTER_CODES
+    ]
+    if not reasons:
+        return None
+    return DeadLetter(
+        original=original,
+        reason=f"Pod {reading.ref}: " + "; ".join(reasons),
+        stage=STAGE_POD_STATUS,
+        source=source,
+    )
+
+
+class WatchProcessor:
+    """Pod events in, actions out. Holds the tracker (the only state)."""
+
+    def __init__(self, tracker: PodTracker | None = None) -> None:
+        self.tracker = tracker if tracker is not None else PodTracker()
+
+    def pod_event(
+        self,
+        kind: WatchKind,
+        pod: Mapping[str, Any],
+        original: bytes,
+        source: str,
+        observed_at: datetime,
+    ) -> Outcome:
+        """One ADDED/MODIFIED/DELETED. ``original`` is the line as read (dead-lettered when the
+        Pod is rejected); ``observed_at`` is the watcher time (UTC) stamped on the events."""
+        reading = read_pod(pod, observed_at)
+        outcome = Outcome(events=self.tracker.apply(kind, reading))
+        if kind is not WatchKind.DELETED:
+            # A DELETED object is not read for health, so its problems are not news either.
+            outcome.problems.extend(reading.problems)
+            letter = _dead_letter(reading, original, source)
+            if letter is not None:
+                outcome.dead_letters.append(letter)
+        return outcome
+
+    def relisted(
+        self,
+        pods: Iterable[Mapping[str, Any]],
+        list_version: str | None,
+        source: str,
+        observed_at: datetime,
+    ) -> Outcome:
+        """A complete LIST (``list_version``: its ``metadata.resourceVersion``): re-emit every
+        listed Pod's devices and release the tracked Pods that are gone."""
+        outcome = Outcome()
+        readings = []
+        for pod in pods:
+            reading = read_pod(pod, observed_at)
+            readings.append(reading)
+            outcome.problems.extend(reading.problems)
+            if reading.rejected:
+                letter = _dead_letter(reading, orjson.dumps(pod), source)
+                if letter is not None:
+                    outcome.dead_letters.append(letter)
+        outcome.events = self.tracker.reconcile(
+            readings, parse_resource_version(list_version), observed_at
+        )
+        return outcome
