@@ -56,5 +56,5 @@ def configure_logging(settings: Settings) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     # aiokafka and faust are chatty at INFO about every rebalance step.
-    for noisy in ("aiokafka", "kafka", "faust.transport", "mode"):
+    for noisy in ("aiokafka", "kafka", "faust.transport", "mode", "alembic", "httpx"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))

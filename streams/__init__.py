@@ -1,0 +1,1 @@
+"""The Faust stream worker: dedup device-health events from Kafka into the PostgreSQL projection."""

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import typer
 
+from services.api.cli import api
 from services.demo.run import demo
 from services.directory_client.cli import devices
+from services.replay.cli import replay
 from services.stack.cli import app as stack_app
 from services.watcher.cli import watch
+from streams.cli import worker
 
 app = typer.Typer(
     name="devicestate",
@@ -24,6 +27,9 @@ app = typer.Typer(
 )
 app.add_typer(stack_app, name="stack")
 app.command("watch")(watch)
+app.command("worker")(worker)
+app.command("replay")(replay)
+app.command("api")(api)
 app.command("devices")(devices)
 app.command("demo")(demo)
 

@@ -20,8 +20,10 @@ async def consumer_lag(bootstrap_servers: str, topic: str, group: str) -> dict[i
     await consumer.start()
     await admin.start()
     try:
-        partitions = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        [described] = await admin.describe_topics([topic])
+        if described.get("error_code") or not described.get("partitions"):
+            raise RuntimeError(f"topic {topic!r} cannot be described: {described}")
+        tps = sorted(TopicPartition(topic, p["partition"]) for p in described["partitions"])
         ends = await consumer.end_offsets(tps)
         committed = await admin.list_consumer_group_offsets(group, partitions=tps)
         lag = {}

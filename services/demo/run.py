@@ -16,12 +16,11 @@ import time
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from services.config import Settings
 from services.demo.catchup import wait_caught_up
 from services.demo.processes import Child, start_child, wait_http_ok
-from services.directory_client.cli import fetch_devices, render_table
+from services.directory_client.cli import fetch_devices, make_console, render_table
 from services.logs import configure_logging
 
 BUNDLED_STREAM = Path(__file__).resolve().parents[1] / "examples" / "demo-stream.jsonl"
@@ -47,7 +46,7 @@ def demo(
     """Run the whole pipeline end to end on a recorded watch stream and print the directory."""
     settings = Settings()
     configure_logging(settings)
-    console = Console()
+    console = make_console()
     started = time.monotonic()
     console.rule("1/5 local stack (Kafka, PostgreSQL)")
     _stack("up")
@@ -94,7 +93,7 @@ def demo(
             if d["health"] == "Unhealthy":
                 console.print(
                     f"[bold red]UNHEALTHY[/] {d['node']}/{d['resourceID']}: "
-                    f"{d.get('message') or 'no message'}"
+                    f"{(d.get('message') or 'no message')[:100]}"
                 )
         console.print(f"\ndemo done in {time.monotonic() - started:.1f} s; API: {api_url}/docs")
         if keep_running:

@@ -46,42 +46,49 @@ def _pods(device: dict[str, Any]) -> str:
     return ",".join(pods) if pods else "<none>"
 
 
-def render_table(devices: list[dict[str, Any]], console: Console) -> None:
-    """Print devices as a table, one row per device; Unhealthy rows stand out in red."""
+def render_table(devices: list[dict[str, Any]], console: Console, wide: bool = False) -> None:
+    """Print devices as a table, one row per device; Unhealthy rows stand out in red.
+
+    ``wide`` adds the source, flags and message columns (like ``kubectl get -o wide``).
+    """
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in (
-        "NODE",
-        "RESOURCE ID",
-        "RESOURCE",
-        "SOURCE",
-        "HEALTH",
-        "VERSION",
-        "PODS",
-        "LAST TRANSITION",
-        "MESSAGE",
-    ):
-        table.add_column(column, overflow="fold")
+    columns = ["NODE", "RESOURCE ID", "RESOURCE", "HEALTH", "VERSION", "PODS", "LAST TRANSITION"]
+    if wide:
+        columns += ["SOURCE", "FLAGS", "MESSAGE"]
+    for column in columns:
+        table.add_column(column, no_wrap=column != "MESSAGE")
     for d in devices:
         health = d["health"]
         raw = f" ({d['rawHealth']})" if d.get("rawHealth") else ""
-        table.add_row(
+        row = [
             d["node"],
             d["resourceID"],
             d["resourceName"],
-            d["source"],
             f"[{HEALTH_STYLE.get(health, '')}]{health}{raw}[/]",
-            d.get("statusVersion") or "-",
+            d.get("statusVersion") or "<unordered>",
             _pods(d),
             d.get("lastTransitionAt") or "-",
-            (d.get("message") or "")[:60],
-            style="red" if health == "Unhealthy" else None,
-        )
+        ]
+        if wide:
+            row += [
+                d["source"],
+                ",".join(d.get("flags") or []) or "-",
+                (d.get("message") or "")[:80],
+            ]
+        table.add_row(*row, style="red" if health == "Unhealthy" else None)
     console.print(table)
     counts: dict[str, int] = {}
     for d in devices:
         counts[d["health"]] = counts.get(d["health"], 0) + 1
     summary = ", ".join(f"{n} {h}" for h, n in sorted(counts.items()))
     console.print(f"\n{len(devices)} devices: {summary or 'none'}")
+
+
+def make_console() -> Console:
+    """A console for tables: as wide as the terminal, or 200 columns when output is not a tty
+    (pipes and CI logs), so rows are not folded."""
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
 
 
 def devices(
@@ -120,4 +127,4 @@ def devices(
     if output == "json":
         sys.stdout.buffer.write(orjson.dumps(items, option=orjson.OPT_INDENT_2) + b"\n")
     else:
-        render_table(items, Console())
+        render_table(items, make_console(), wide=output == "wide")

@@ -1,0 +1,1 @@
+"""Alembic revisions of the projection schema (Alembic skips this file)."""

@@ -1,0 +1,49 @@
+"""``devicestate api``: serve the directory API with uvicorn until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from services.config import Settings
+
+GRACEFUL_SHUTDOWN_SECONDS = 10
+"""How long requests in flight may finish after SIGTERM/SIGINT before connections are closed."""
+
+
+def api(
+    host: Annotated[
+        str | None,
+        typer.Option("--host", help="Address to bind (default: DEVICESTATE_API_HOST)."),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option("--port", help="Port to bind (default: DEVICESTATE_API_PORT)."),
+    ] = None,
+) -> None:
+    """Serve the device directory API (REST; OpenAPI at /openapi.json, docs at /docs).
+
+    Reads the projection in DEVICESTATE_DATABASE_SCHEMA of DEVICESTATE_DATABASE_URL. On SIGTERM or
+    SIGINT it stops accepting connections, lets requests in flight finish, then closes the pool.
+    """
+    import uvicorn
+
+    from services.api.app import create_app
+    from services.logs import configure_logging
+
+    settings = Settings()
+    overrides = {k: v for k, v in {"api_host": host, "api_port": port}.items() if v is not None}
+    if overrides:
+        settings = settings.model_copy(update=overrides)
+    configure_logging(settings)
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.api_host,
+        port=settings.api_port,
+        log_config=None,  # keep the structured logging configured above
+        log_level=settings.log_level.lower(),
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        proxy_headers=False,
+    )
+    uvicorn.Server(config).run()

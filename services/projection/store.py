@@ -1,0 +1,713 @@
+"""The PostgreSQL projection of the device directory: batch writer and read helpers.
+
+:meth:`ProjectionStore.apply_batch` is the only writer. In one transaction it locks the rows the
+batch touches, runs the pure :func:`services.domain.directory.apply_event` over the batch in log
+order in memory (so any batch split gives the same rows as one-by-one processing), then writes the
+changed devices, their history rows and the partition progress with one set-based statement each
+(``INSERT ... SELECT FROM jsonb_to_recordset(...)``, see the SQL section). Redelivered observations
+are duplicates or stale in the fold, and history rows are keyed by log position (``ON CONFLICT DO
+NOTHING``), so at-least-once delivery never writes history twice. An ``ON CONFLICT`` version guard
+backs up the row locks: a write the guard refuses raises :class:`ProjectionConflictError`. Row values come from events only, never from the wall clock, so a replay of the same
+log gives identical ``devices`` and ``device_history`` rows.
+
+Times are aware ``datetime`` objects in UTC. Status versions are ``int`` (``NUMERIC(39,0)``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+from sqlalchemy import Executable, func, select, text, tuple_
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from services.domain.directory import (
+    Allocation,
+    Change,
+    DeviceKey,
+    DeviceRecord,
+    Outcome,
+    apply_event,
+)
+from services.domain.events import (
+    ClaimRef,
+    ContainerKind,
+    ContainerRef,
+    DeviceHealthObserved,
+    DeviceSource,
+    Event,
+    Health,
+)
+from services.domain.log import LoggedEvent, LogPosition
+from services.projection.tables import (
+    device_history,
+    devices,
+    in_schema,
+    partition_progress,
+    quoted_schema,
+)
+
+# --- results and read models ----------------------------------------------------------------
+
+
+class ProjectionConflictError(RuntimeError):
+    """The SQL version guard refused a write the in-memory fold planned: another writer changed
+    the same devices concurrently. The transaction was rolled back; retrying the batch is safe."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    """What one :meth:`ProjectionStore.apply_batch` did.
+
+    ``applied``/``duplicates``/``stale`` count observations by outcome; ``released`` counts
+    allocations removed (one per device a release touched); ``transitions`` counts applied
+    observations that changed (or first set) a device's health; ``devices_written`` counts device
+    rows inserted or updated (several changes to one device in a batch write it once).
+    """
+
+    applied: int = 0
+    duplicates: int = 0
+    stale: int = 0
+    released: int = 0
+    transitions: int = 0
+    devices_written: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceFilters:
+    """Filters of :meth:`ProjectionStore.list_devices`; ``None`` means any. ``namespace`` and
+    ``pod_uid`` match devices with an allocation of a Pod in that namespace / with that UID."""
+
+    node: str | None = None
+    health: Health | None = None
+    resource_name: str | None = None
+    source: DeviceSource | None = None
+    namespace: str | None = None
+    pod_uid: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePage:
+    """One page of devices sorted by ``(node, resource_id)``; ``next_after`` is the key to pass as
+    ``after`` for the next page (``None``: this is the last page)."""
+
+    items: list[DeviceRecord]
+    next_after: DeviceKey | None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One ``device_history`` row: a change one event made to one device (see
+    :data:`services.projection.tables.device_history`)."""
+
+    position: LogPosition
+    node: str
+    resource_id: str
+    kind: str
+    health: Health
+    status_version: int | None
+    observed_at: datetime
+    transition: bool
+    pod_uid: str
+    namespace: str
+    pod_name: str
+    message: str | None
+    raw_health: str | None
+
+
+def _zero_health() -> dict[Health, int]:
+    return dict.fromkeys(Health, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCounts:
+    """Device counts of one node, by health (every :class:`Health` present, zeros included)."""
+
+    node: str
+    devices: int
+    by_health: dict[Health, int] = field(default_factory=_zero_health)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSummary:
+    """A node's counts and its devices sorted by resource ID."""
+
+    counts: NodeCounts
+    devices: list[DeviceRecord]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetCounts:
+    """Device counts of the whole fleet by health and by source (zeros included)."""
+
+    devices: int
+    nodes: int
+    by_health: dict[Health, int]
+    by_source: dict[DeviceSource, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionProgress:
+    """Progress of the projection on one Kafka partition.
+
+    ``offset`` is the last applied offset (``None``: none yet); ``highwater`` the partition's end
+    offset the worker last saw (the offset of the next record); ``last_event_at`` the newest
+    ``observedAt`` applied (event time, UTC); ``updated_at`` the wall-clock time of the last write.
+    """
+
+    topic: str
+    partition: int
+    offset: int | None
+    highwater: int | None
+    last_event_at: datetime | None
+    updated_at: datetime
+
+    @property
+    def lag(self) -> int | None:
+        """Records not yet applied: ``highwater - offset - 1`` (never negative); ``None`` when the
+        highwater is unknown."""
+        if self.highwater is None:
+            return None
+        applied_through = -1 if self.offset is None else self.offset
+        return max(0, self.highwater - applied_through - 1)
+
+
+# --- row <-> record conversion --------------------------------------------------------------
+
+
+_HEALTH: dict[str, Health] = {h.value: h for h in Health}
+_SOURCE: dict[str, DeviceSource] = {s.value: s for s in DeviceSource}
+_KIND: dict[str, ContainerKind] = {k.value: k for k in ContainerKind}
+
+
+def _version_text(version: int | None) -> str | None:
+    return None if version is None else str(version)
+
+
+def allocation_to_json(allocation: Allocation) -> dict[str, Any]:
+    """The JSON object of one allocation in ``devices.allocations`` (camelCase, statusVersion as a
+    decimal string)."""
+    claim = allocation.claim
+    return {
+        "podUID": allocation.pod_uid,
+        "namespace": allocation.namespace,
+        "podName": allocation.pod_name,
+        "containers": [{"name": c.name, "kind": c.kind.value} for c in allocation.containers],
+        "claim": None
+        if claim is None
+        else {
+            "podClaimName": claim.pod_claim_name,
+            "request": claim.request,
+            "resourceClaimName": claim.resource_claim_name,
+        },
+        "statusVersion": _version_text(allocation.status_version),
+    }
+
+
+def _allocation_from_json(obj: dict[str, Any]) -> Allocation:
+    claim = obj.get("claim")
+    version = obj.get("statusVersion")
+    return Allocation(
+        pod_uid=obj["podUID"],
+        namespace=obj["namespace"],
+        pod_name=obj["podName"],
+        containers=tuple(ContainerRef(c["name"], _KIND[c["kind"]]) for c in obj["containers"]),
+        claim=None
+        if claim is None
+        else ClaimRef(claim["podClaimName"], claim.get("request"), claim.get("resourceClaimName")),
+        status_version=None if version is None else int(version),
+    )
+
+
+def record_from_row(row: Sequence[Any]) -> DeviceRecord:
+    """A :class:`DeviceRecord` from a ``devices`` row in column order (``allocations`` as JSON text
+    or already parsed). Raises ``KeyError`` for a health, source or container kind value the model
+    lacks (the projection only ever writes model values)."""
+    (
+        node,
+        resource_id,
+        resource_name,
+        source,
+        health,
+        raw_health,
+        message,
+        status_version,
+        _ordered,
+        last_observed_at,
+        last_transition_at,
+        allocations,
+        flags,
+    ) = row
+    if isinstance(allocations, str):
+        allocations = orjson.loads(allocations)
+    return DeviceRecord(
+        node=node,
+        resource_id=resource_id,
+        resource_name=resource_name,
+        source=_SOURCE[source],
+        health=_HEALTH[health],
+        raw_health=raw_health,
+        message=message,
+        status_version=None if status_version is None else int(status_version),
+        last_observed_at=last_observed_at,
+        last_transition_at=last_transition_at,
+        allocations=tuple(_allocation_from_json(a) for a in allocations),
+        flags=tuple(flags),
+    )
+
+
+def _history_from_row(row: Any) -> HistoryEntry:
+    m = row._mapping
+    return HistoryEntry(
+        position=LogPosition(m["topic"], m["partition"], m["offset"]),
+        node=m["node"],
+        resource_id=m["resource_id"],
+        kind=m["kind"],
+        health=_HEALTH[m["health"]],
+        status_version=None if m["status_version"] is None else int(m["status_version"]),
+        observed_at=m["observed_at"],
+        transition=m["transition"],
+        pod_uid=m["pod_uid"],
+        namespace=m["namespace"],
+        pod_name=m["pod_name"],
+        message=m["message"],
+        raw_health=m["raw_health"],
+    )
+
+
+# --- the in-memory part of a batch ----------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _BatchPlan:
+    """The fold of one batch over the locked rows: what to write."""
+
+    written: dict[DeviceKey, DeviceRecord] = field(default_factory=dict)
+    observed: set[DeviceKey] = field(default_factory=set)  # keys with an APPLIED change
+    history: list[tuple[LogPosition, Change, Event]] = field(default_factory=list)
+    counts: dict[Outcome, int] = field(default_factory=lambda: dict.fromkeys(Outcome, 0))
+    transitions: int = 0
+
+
+def _plan_batch(
+    current: Mapping[DeviceKey, DeviceRecord], records: Sequence[LoggedEvent]
+) -> _BatchPlan:
+    """Fold ``records`` in order over ``current`` (the locked rows) with the pure
+    :func:`apply_event`. Releases see only the devices their Pod holds on their node (kept in an
+    index), which is what :func:`apply_event` asks for, without scanning the whole batch state."""
+    state = dict(current)
+    holders: dict[tuple[str, str], set[DeviceKey]] = defaultdict(set)
+    for record in state.values():
+        for allocation in record.allocations:
+            holders[(record.node, allocation.pod_uid)].add(record.key)
+    plan = _BatchPlan()
+    for logged in records:
+        event = logged.event
+        view: Mapping[DeviceKey, DeviceRecord]
+        if isinstance(event, DeviceHealthObserved):
+            view = state
+        else:
+            view = {k: state[k] for k in holders.get((event.node, event.pod_uid), ())}
+        for change in apply_event(view, event):
+            plan.counts[change.outcome] += 1
+            if not change.changed:
+                continue
+            key, new = change.key, change.record
+            old = state.get(key)
+            if old is not None:
+                for allocation in old.allocations:
+                    holders[(old.node, allocation.pod_uid)].discard(key)
+            for allocation in new.allocations:
+                holders[(new.node, allocation.pod_uid)].add(key)
+            state[key] = new
+            plan.written[key] = new
+            if change.outcome is Outcome.APPLIED:
+                plan.observed.add(key)
+                plan.transitions += change.transition
+            plan.history.append((logged.position, change, event))
+    return plan
+
+
+# --- SQL ------------------------------------------------------------------------------------
+#
+# Batch rows travel as ONE jsonb parameter (an array of objects, encoded by orjson) expanded with
+# jsonb_to_recordset: far cheaper on the client than a dozen typed arrays, and nested values
+# (allocations, flags) need no second encoding. Status versions travel as decimal strings (JSON
+# numbers lose precision above 2**53 in many parsers; PostgreSQL reads them into NUMERIC exactly).
+
+_DEVICE_COLUMNS = (
+    "node, resource_id, resource_name, source, health, raw_health, message, status_version, "
+    "ordered, last_observed_at, last_transition_at, allocations, flags"
+)
+_DEVICE_RECORDSET = (
+    "jsonb_to_recordset(CAST(:rows AS jsonb)) AS u(node text, resource_id text, "
+    "resource_name text, source text, health text, raw_health text, message text, "
+    "status_version numeric, last_observed_at timestamptz, last_transition_at timestamptz, "
+    "allocations jsonb, flags text[])"
+)
+_HISTORY_COLUMNS = (
+    'topic, "partition", "offset", node, resource_id, kind, health, status_version, '
+    "observed_at, transition, pod_uid, namespace, pod_name, message, raw_health"
+)
+_HISTORY_RECORDSET = (
+    'jsonb_to_recordset(CAST(:rows AS jsonb)) AS u(topic text, "partition" integer, '
+    '"offset" bigint, node text, resource_id text, kind text, health text, '
+    "status_version numeric, observed_at timestamptz, transition boolean, pod_uid text, "
+    "namespace text, pod_name text, message text, raw_health text)"
+)
+# One lateral index probe per key (or per released Pod), whatever the planner's statistics say
+# about a young table; keys are sorted, so rows are locked in key order.
+_LOCKED_DEVICE = (
+    "SELECT d.node, d.resource_id, d.resource_name, d.source, d.health, d.raw_health, "
+    "d.message, d.status_version, d.ordered, d.last_observed_at, d.last_transition_at, "
+    "d.allocations::text, d.flags FROM {s}.devices AS d WHERE {where} FOR UPDATE"
+)
+
+
+class _Statements:
+    """The write path's SQL for one schema (schema names cannot be bind parameters)."""
+
+    def __init__(self, schema: str) -> None:
+        s = quoted_schema(schema)
+        by_key = _LOCKED_DEVICE.format(s=s, where="d.node = k.node AND d.resource_id = k.id")
+        self.lock_by_key = text(
+            "SELECT x.* FROM unnest(CAST(:nodes AS text[]), CAST(:ids AS text[])) AS k(node, id) "
+            f"CROSS JOIN LATERAL ({by_key}) AS x"
+        )
+        by_pod = _LOCKED_DEVICE.format(
+            s=s,
+            where="d.node = k.node AND d.allocations @> "
+            "jsonb_build_array(jsonb_build_object('podUID', k.pod_uid))",
+        )
+        self.lock_by_pod = text(
+            "SELECT x.* FROM unnest(CAST(:nodes AS text[]), CAST(:pods AS text[])) "
+            f"AS k(node, pod_uid) CROSS JOIN LATERAL ({by_pod}) AS x"
+        )
+        # Version guard: an observation overwrites only an older (or unordered, rank 0) state.
+        self.upsert_observed = text(
+            f"INSERT INTO {s}.devices AS d ({_DEVICE_COLUMNS}) "
+            "SELECT u.node, u.resource_id, u.resource_name, u.source, u.health, u.raw_health, "
+            "u.message, u.status_version, u.status_version IS NOT NULL, u.last_observed_at, "
+            f"u.last_transition_at, u.allocations, u.flags FROM {_DEVICE_RECORDSET} "
+            "ON CONFLICT (node, resource_id) DO UPDATE SET "
+            "resource_name = EXCLUDED.resource_name, source = EXCLUDED.source, "
+            "health = EXCLUDED.health, raw_health = EXCLUDED.raw_health, "
+            "message = EXCLUDED.message, status_version = EXCLUDED.status_version, "
+            "ordered = EXCLUDED.ordered, last_observed_at = EXCLUDED.last_observed_at, "
+            "last_transition_at = EXCLUDED.last_transition_at, "
+            "allocations = EXCLUDED.allocations, flags = EXCLUDED.flags "
+            "WHERE COALESCE(d.status_version, 0) < COALESCE(EXCLUDED.status_version, 0)"
+        )
+        # A release changes allocations only, of the state the fold saw (same status_version).
+        self.update_released = text(
+            f"UPDATE {s}.devices AS d SET allocations = u.allocations FROM {_DEVICE_RECORDSET} "
+            "WHERE d.node = u.node AND d.resource_id = u.resource_id "
+            "AND d.status_version IS NOT DISTINCT FROM u.status_version"
+        )
+        self.insert_history = text(
+            f"INSERT INTO {s}.device_history ({_HISTORY_COLUMNS}) "
+            f"SELECT {_HISTORY_COLUMNS} FROM {_HISTORY_RECORDSET} ON CONFLICT DO NOTHING"
+        )
+        self.upsert_progress = text(
+            f'INSERT INTO {s}.partition_progress AS p (topic, "partition", "offset", highwater, '
+            "last_event_at, updated_at) SELECT u.*, now() FROM unnest("
+            "CAST(:topic AS text[]), CAST(:partition AS integer[]), CAST(:offset AS bigint[]), "
+            "CAST(:highwater AS bigint[]), CAST(:last_event_at AS timestamptz[])) "
+            'AS u(topic, "partition", "offset", highwater, last_event_at) '
+            'ON CONFLICT (topic, "partition") DO UPDATE SET '
+            '"offset" = GREATEST(p."offset", EXCLUDED."offset"), '
+            "highwater = GREATEST(p.highwater, EXCLUDED.highwater), "
+            "last_event_at = GREATEST(p.last_event_at, EXCLUDED.last_event_at), "
+            "updated_at = EXCLUDED.updated_at"
+        )
+
+
+def _json_rows(rows: list[dict[str, Any]]) -> dict[str, str]:
+    return {"rows": orjson.dumps(rows).decode()}
+
+
+def _device_rows(records: Iterable[DeviceRecord]) -> dict[str, str]:
+    return _json_rows(
+        [
+            {
+                "node": r.node,
+                "resource_id": r.resource_id,
+                "resource_name": r.resource_name,
+                "source": r.source.value,
+                "health": r.health.value,
+                "raw_health": r.raw_health,
+                "message": r.message,
+                "status_version": _version_text(r.status_version),
+                "last_observed_at": r.last_observed_at,
+                "last_transition_at": r.last_transition_at,
+                "allocations": [allocation_to_json(a) for a in r.allocations],
+                "flags": r.flags,
+            }
+            for r in records
+        ]
+    )
+
+
+def _history_rows(plan: _BatchPlan) -> dict[str, str]:
+    rows = []
+    for position, change, event in plan.history:
+        observation = event if isinstance(event, DeviceHealthObserved) else None
+        rows.append(
+            {
+                "topic": position.topic,
+                "partition": position.partition,
+                "offset": position.offset,
+                "node": change.key[0],
+                "resource_id": change.key[1],
+                "kind": "released" if observation is None else "observed",
+                "health": change.record.health.value,
+                "status_version": _version_text(event.status_version),
+                "observed_at": event.observed_at,
+                "transition": change.transition,
+                "pod_uid": event.pod_uid,
+                "namespace": event.namespace,
+                "pod_name": event.pod_name,
+                "message": None if observation is None else observation.message,
+                "raw_health": None if observation is None else observation.raw_health,
+            }
+        )
+    return _json_rows(rows)
+
+
+def _progress_params(
+    records: Sequence[LoggedEvent], highwaters: Mapping[tuple[str, int], int]
+) -> dict[str, list[Any]]:
+    offsets: dict[tuple[str, int], int] = {}
+    newest: dict[tuple[str, int], datetime] = {}
+    for logged in records:
+        part = (logged.position.topic, logged.position.partition)
+        offsets[part] = max(offsets.get(part, -1), logged.position.offset)
+        observed_at = logged.event.observed_at
+        if part not in newest or observed_at > newest[part]:
+            newest[part] = observed_at
+    parts = sorted(offsets.keys() | highwaters.keys())
+    return {
+        "topic": [t for t, _ in parts],
+        "partition": [p for _, p in parts],
+        "offset": [offsets.get(part) for part in parts],
+        "highwater": [highwaters.get(part) for part in parts],
+        "last_event_at": [newest.get(part) for part in parts],
+    }
+
+
+# --- the store ------------------------------------------------------------------------------
+
+
+class ProjectionStore:
+    """The device directory in PostgreSQL schema ``schema`` (migrated, see
+    :func:`services.projection.migrate.migrate`), accessed through ``engine`` (asyncpg).
+
+    Raises ``ValueError`` for a schema name that is not a plain identifier.
+    """
+
+    def __init__(self, engine: AsyncEngine, schema: str) -> None:
+        self._engine = engine
+        self._schema = schema
+        self._options = in_schema(schema)
+        self._sql = _Statements(schema)
+
+    @property
+    def schema(self) -> str:
+        return self._schema
+
+    # --- writing ----------------------------------------------------------------------------
+
+    async def apply_batch(
+        self,
+        records: Sequence[LoggedEvent],
+        highwaters: Mapping[tuple[str, int], int] | None = None,
+    ) -> BatchStats:
+        """Apply ``records`` (in log order) in one transaction; return what they did.
+
+        ``highwaters`` maps ``(topic, partition)`` to the end offset the consumer saw (the next
+        record's offset), stored for the lag metric; partitions without records may be given too.
+        The result equals applying the records one by one whatever the batch split. Redelivered
+        observations are DUPLICATE/STALE no-ops and history rows are keyed by log position, so
+        at-least-once delivery never writes a history row twice. Raises :class:`ProjectionConflictError` when a concurrent
+        writer changed the same devices (rolled back; retry), and SQLAlchemy's ``DBAPIError``
+        family for database failures (rolled back).
+        """
+        highwaters = highwaters or {}
+        if not records and not highwaters:
+            return BatchStats()
+        async with self._engine.begin() as conn:
+            current = await self._lock_devices(conn, records)
+            plan = _plan_batch(current, records)
+            written = await self._write_devices(conn, plan)
+            if plan.history:
+                await conn.execute(self._sql.insert_history, _history_rows(plan))
+            await conn.execute(self._sql.upsert_progress, _progress_params(records, highwaters))
+        return BatchStats(
+            applied=plan.counts[Outcome.APPLIED],
+            duplicates=plan.counts[Outcome.DUPLICATE],
+            stale=plan.counts[Outcome.STALE],
+            released=plan.counts[Outcome.RELEASED],
+            transitions=plan.transitions,
+            devices_written=written,
+        )
+
+    async def _lock_devices(
+        self, conn: AsyncConnection, records: Sequence[LoggedEvent]
+    ) -> dict[DeviceKey, DeviceRecord]:
+        """Lock and load the observed devices (by key) and the devices released Pods hold."""
+        keys: set[DeviceKey] = set()
+        pods: set[tuple[str, str]] = set()
+        for logged in records:
+            event = logged.event
+            if isinstance(event, DeviceHealthObserved):
+                keys.add(event.device_key)
+            else:
+                pods.add((event.node, event.pod_uid))
+        current: dict[DeviceKey, DeviceRecord] = {}
+        if keys:
+            ordered = sorted(keys)
+            params = {"nodes": [n for n, _ in ordered], "ids": [i for _, i in ordered]}
+            result = await conn.execute(self._sql.lock_by_key, params)
+            current.update((r.key, r) for r in map(record_from_row, result))
+        if pods:
+            ordered = sorted(pods)
+            params = {"nodes": [n for n, _ in ordered], "pods": [p for _, p in ordered]}
+            result = await conn.execute(self._sql.lock_by_pod, params)
+            current.update((r.key, r) for r in map(record_from_row, result))
+        return current
+
+    async def _write_devices(self, conn: AsyncConnection, plan: _BatchPlan) -> int:
+        observed = [r for k, r in plan.written.items() if k in plan.observed]
+        released = [r for k, r in plan.written.items() if k not in plan.observed]
+        written = 0
+        if observed:
+            result = await conn.execute(self._sql.upsert_observed, _device_rows(observed))
+            written += result.rowcount
+        if released:
+            result = await conn.execute(self._sql.update_released, _device_rows(released))
+            written += result.rowcount
+        if written != len(plan.written):
+            raise ProjectionConflictError(
+                f"version guard refused {len(plan.written) - written} of {len(plan.written)} "
+                "device writes: a concurrent writer changed them; the batch was rolled back"
+            )
+        return written
+
+    # --- reading ----------------------------------------------------------------------------
+
+    async def _fetch(self, stmt: Executable) -> list[Any]:
+        async with self._engine.connect() as conn:
+            result = await conn.execute(stmt, execution_options=self._options)
+            return list(result)
+
+    async def list_devices(
+        self, filters: DeviceFilters | None = None, limit: int = 100, after: DeviceKey | None = None
+    ) -> DevicePage:
+        """Devices matching ``filters``, sorted by ``(node, resource_id)``, at most ``limit``
+        (>= 1), starting after the key ``after`` (keyset pagination). Raises ``ValueError`` for a
+        limit below 1."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        f = filters or DeviceFilters()
+        c = devices.c
+        stmt = select(devices).order_by(c.node, c.resource_id).limit(limit + 1)
+        if f.node is not None:
+            stmt = stmt.where(c.node == f.node)
+        if f.health is not None:
+            stmt = stmt.where(c.health == f.health.value)
+        if f.resource_name is not None:
+            stmt = stmt.where(c.resource_name == f.resource_name)
+        if f.source is not None:
+            stmt = stmt.where(c.source == f.source.value)
+        if f.namespace is not None:
+            stmt = stmt.where(c.allocations.contains([{"namespace": f.namespace}]))
+        if f.pod_uid is not None:
+            stmt = stmt.where(c.allocations.contains([{"podUID": f.pod_uid}]))
+        if after is not None:
+            stmt = stmt.where(tuple_(c.node, c.resource_id) > tuple_(*after))
+        items = [record_from_row(row) for row in await self._fetch(stmt)]
+        if len(items) > limit:
+            return DevicePage(items[:limit], items[limit - 1].key)
+        return DevicePage(items, None)
+
+    async def get_device(self, node: str, resource_id: str) -> DeviceRecord | None:
+        """The device ``(node, resource_id)``, or ``None`` when it is unknown."""
+        c = devices.c
+        stmt = select(devices).where(c.node == node, c.resource_id == resource_id)
+        rows = await self._fetch(stmt)
+        return record_from_row(rows[0]) if rows else None
+
+    async def device_history(
+        self, node: str, resource_id: str, limit: int = 100, before: datetime | None = None
+    ) -> list[HistoryEntry]:
+        """History of one device, newest first (by ``observed_at``, then log position), at most
+        ``limit``; with ``before``, only entries observed strictly earlier. Empty for an unknown
+        device."""
+        c = device_history.c
+        stmt = (
+            select(device_history)
+            .where(c.node == node, c.resource_id == resource_id)
+            .order_by(c.observed_at.desc(), c.topic.desc(), c.partition.desc(), c.offset.desc())
+            .limit(limit)
+        )
+        if before is not None:
+            stmt = stmt.where(c.observed_at < before)
+        return [_history_from_row(row) for row in await self._fetch(stmt)]
+
+    async def node_summary(self, node: str) -> NodeSummary | None:
+        """Counts by health and the devices of ``node``; ``None`` when it has no devices."""
+        c = devices.c
+        stmt = select(devices).where(c.node == node).order_by(c.resource_id)
+        records = [record_from_row(row) for row in await self._fetch(stmt)]
+        if not records:
+            return None
+        counts = NodeCounts(node, len(records))
+        for record in records:
+            counts.by_health[record.health] += 1
+        return NodeSummary(counts, records)
+
+    async def list_nodes(self) -> list[NodeCounts]:
+        """Per-node device counts by health, sorted by node name."""
+        c = devices.c
+        stmt = (
+            select(c.node, c.health, func.count())
+            .group_by(c.node, c.health)
+            .order_by(c.node, c.health)
+        )
+        by_node: dict[str, dict[Health, int]] = defaultdict(_zero_health)
+        for node, health, count in await self._fetch(stmt):
+            by_node[node][_HEALTH[health]] = count
+        return [NodeCounts(node, sum(c.values()), c) for node, c in by_node.items()]
+
+    async def fleet_counts(self) -> FleetCounts:
+        """Device counts over all nodes, by health and by source."""
+        c = devices.c
+        by_health = _zero_health()
+        by_source = dict.fromkeys(DeviceSource, 0)
+        for health, count in await self._fetch(select(c.health, func.count()).group_by(c.health)):
+            by_health[_HEALTH[health]] = count
+        for source, count in await self._fetch(select(c.source, func.count()).group_by(c.source)):
+            by_source[_SOURCE[source]] = count
+        [(nodes,)] = await self._fetch(select(func.count(c.node.distinct())))
+        return FleetCounts(sum(by_health.values()), nodes, by_health, by_source)
+
+    async def partition_progress(self) -> list[PartitionProgress]:
+        """Progress rows sorted by ``(topic, partition)`` (empty before the first batch)."""
+        c = partition_progress.c
+        stmt = select(partition_progress).order_by(c.topic, c.partition)
+        return [
+            PartitionProgress(
+                r.topic, r.partition, r.offset, r.highwater, r.last_event_at, r.updated_at
+            )
+            for r in await self._fetch(stmt)
+        ]
+
+    async def freshness(self) -> datetime | None:
+        """The newest ``last_event_at`` over all partitions (event time, UTC), or ``None``."""
+        [(newest,)] = await self._fetch(select(func.max(partition_progress.c.last_event_at)))
+        result: datetime | None = newest
+        return result

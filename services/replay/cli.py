@@ -1,0 +1,193 @@
+"""``devicestate replay``: rebuild the projection from the event topic and optionally verify it.
+
+Progress goes to stderr; stdout carries the differences found by ``--verify`` and the summary
+line. Exit codes: 0 done (and identical, with ``--verify``); 1 differences found; 2 the replay
+could not run (missing topic, existing schema, bad options).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Annotated
+
+import typer
+
+from services.config import Settings
+
+EXIT_DIFFERENT = 1
+EXIT_ERROR = 2
+
+
+def replay(
+    schema: Annotated[
+        str | None,
+        typer.Option(
+            "--schema",
+            help="Schema to rebuild into; must not exist yet. Default: replay_<n>, the next free "
+            "number.",
+        ),
+    ] = None,
+    in_place: Annotated[
+        bool,
+        typer.Option(
+            "--in-place",
+            help="Truncate the live tables (DEVICESTATE_DATABASE_SCHEMA) and rebuild them. Stop "
+            "the worker first.",
+        ),
+    ] = False,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            help="Database to write to (default DEVICESTATE_DATABASE_URL). --verify compares "
+            "with the live schema in this same database.",
+        ),
+    ] = None,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify",
+            help="After rebuilding into a fresh schema, compare it with the live schema; print "
+            "every difference and exit 1 if there is any. The worker should have caught up.",
+        ),
+    ] = False,
+    keep: Annotated[
+        bool,
+        typer.Option("--keep/--drop", help="Keep or drop the replay schema after --verify."),
+    ] = True,
+    batch_size: Annotated[
+        int, typer.Option(min=1, help="Most events per database transaction.")
+    ] = 5000,
+    progress: Annotated[
+        bool, typer.Option("--progress/--no-progress", help="Show a progress bar on stderr.")
+    ] = True,
+) -> None:
+    """Rebuild the device projection from the beginning of the event topic.
+
+    Reads every partition from its first record up to the end offsets seen at the start (no
+    consumer group, nothing committed), and writes through the worker's own fold and write path.
+    Replaying the same log always gives identical rows.
+    """
+    from services.logs import configure_logging
+
+    settings = Settings()
+    configure_logging(settings)
+    if in_place and (schema is not None or verify):
+        _usage("--in-place rebuilds the live schema: it takes neither --schema nor --verify")
+    code = asyncio.run(
+        _run(
+            settings,
+            schema=schema,
+            in_place=in_place,
+            database_url=database_url or settings.database_url,
+            verify=verify,
+            keep=keep,
+            batch_size=batch_size,
+            show_progress=progress and sys.stderr.isatty(),
+        )
+    )
+    if code:
+        raise typer.Exit(code)
+
+
+def _usage(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(EXIT_ERROR)
+
+
+async def _run(
+    settings: Settings,
+    *,
+    schema: str | None,
+    in_place: bool,
+    database_url: str,
+    verify: bool,
+    keep: bool,
+    batch_size: int,
+    show_progress: bool,
+) -> int:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from services.replay.run import (
+        ReplayError,
+        drop_schema,
+        make_engine,
+        next_replay_schema,
+        replay,
+    )
+    from services.replay.run import verify as diff_live
+
+    engine = make_engine(database_url)
+    console = Console(stderr=True)
+    bar = Progress(
+        TextColumn("[bold]replay[/bold] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]} events/s"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not show_progress,
+    )
+    try:
+        target = settings.database_schema if in_place else schema
+        if target is None:
+            target = await next_replay_schema(engine)
+        task = bar.add_task(target, total=None, rate="-")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+
+        def on_start(total: int) -> None:
+            bar.update(task, total=total)
+
+        def on_progress(done: int, total: int) -> None:
+            elapsed = max(loop.time() - started, 1e-9)
+            bar.update(task, completed=done, rate=f"{done / elapsed:,.0f}")
+
+        try:
+            with bar:
+                summary = await replay(
+                    settings,
+                    engine=engine,
+                    database_url=database_url,
+                    schema=target,
+                    in_place=in_place,
+                    batch_size=batch_size,
+                    progress=on_progress,
+                    on_start=on_start,
+                )
+        except (ReplayError, ValueError) as exc:
+            typer.echo(f"error: {exc}", err=True)
+            return EXIT_ERROR
+        code = 0
+        if verify:
+            differences = await diff_live(engine, settings.database_schema, target)
+            for line in differences:
+                typer.echo(line)
+            if differences:
+                typer.echo(
+                    f"verify: {len(differences)} difference(s) between {settings.database_schema} "
+                    f"and {target}"
+                )
+                code = EXIT_DIFFERENT
+            else:
+                typer.echo(f"verify: {target} is identical to {settings.database_schema}")
+            if not keep:
+                await drop_schema(engine, target)
+        typer.echo(summary.line())
+        return code
+    finally:
+        await engine.dispose()
+
+
+if __name__ == "__main__":  # pragma: no cover - ``python -m services.replay.cli`` (tests)
+    typer.run(replay)

@@ -1,0 +1,313 @@
+"""Rebuild the projection from the event topic's beginning.
+
+:func:`read_log` reads the whole topic as it stands when it starts, with a raw aiokafka consumer (no
+consumer group, nothing committed): every partition is assigned, read from its beginning, and read
+up to the end offsets captured at the start. :func:`replay` decodes the records and writes them with
+:meth:`ProjectionStore.apply_batch` -- the worker's own write path and fold -- into a fresh schema
+or, ``in_place``, into the truncated live tables. Records that do not decode are counted and
+skipped (the worker dead-lettered them already).
+
+Replaying the same log gives the same ``devices`` and ``device_history`` rows whatever the batch
+size: the store's rows come from events only, and each device's events come from one partition (the
+topic is keyed by node), in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from services.config import Settings
+from services.domain.events import decode_event
+from services.domain.log import LoggedEvent, LogPosition
+from services.projection.migrate import migrate
+from services.projection.store import ProjectionStore
+from services.projection.tables import check_schema_name, quoted_schema
+
+REPLAY_SCHEMA_PREFIX: Final = "replay_"
+_REPLAY_SCHEMA: Final = re.compile(r"^replay_(\d+)$")
+
+
+class ReplayError(RuntimeError):
+    """The replay cannot run as asked (missing topic, existing target schema, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogBatch:
+    """Decoded events of one read, with the records that did not decode."""
+
+    records: list[LoggedEvent]
+    undecodable: int
+    read: int
+
+
+@dataclass(slots=True)
+class ReplaySummary:
+    """What a replay did."""
+
+    schema: str
+    total: int = 0
+    """Records in the topic between the beginning and the end offsets captured at the start."""
+    read: int = 0
+    undecodable: int = 0
+    applied: int = 0
+    duplicates: int = 0
+    stale: int = 0
+    released: int = 0
+    transitions: int = 0
+    batches: int = 0
+    elapsed: float = 0.0
+    end_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    @property
+    def events_per_second(self) -> float:
+        return self.read / self.elapsed if self.elapsed > 0 else 0.0
+
+    def line(self) -> str:
+        """The one-line summary the CLI prints."""
+        return (
+            f"replayed {self.read} records into schema {self.schema}: applied {self.applied}, "
+            f"duplicates {self.duplicates}, stale {self.stale}, released {self.released}, "
+            f"undecodable {self.undecodable}; {self.batches} batches in {self.elapsed:.2f} s "
+            f"({self.events_per_second:,.0f} events/s)"
+        )
+
+
+ProgressCallback = Callable[[int, int], None]
+"""``progress(records_read_so_far, total_records)``."""
+
+
+async def read_log(
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    batch_size: int = 5000,
+    end_offsets: dict[tuple[str, int], int] | None = None,
+    on_ready: Callable[[int], None] | None = None,
+) -> AsyncIterator[LogBatch]:
+    """Yield the topic's records from the beginning up to the end offsets captured at the start.
+
+    ``end_offsets`` (if given) is filled with each partition's end offset, and ``on_ready`` called
+    with the number of records to read, before the first batch. Raises :class:`ReplayError` when
+    the topic does not exist.
+    """
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    partitions = await topic_partitions(bootstrap_servers, topic)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap_servers,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=batch_size,
+        max_partition_fetch_bytes=8 * 1024 * 1024,
+        fetch_max_bytes=64 * 1024 * 1024,
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        begin = await consumer.beginning_offsets(tps)
+        end = await consumer.end_offsets(tps)
+        if end_offsets is not None:
+            end_offsets.update({(tp.topic, tp.partition): end[tp] for tp in tps})
+        if on_ready is not None:
+            on_ready(sum(end[tp] - begin[tp] for tp in tps))
+        remaining = {tp for tp in tps if end[tp] > begin[tp]}
+        await consumer.seek_to_beginning(*tps)
+        done = [tp for tp in tps if tp not in remaining]
+        if done:
+            consumer.pause(*done)
+        while remaining:
+            fetched = await consumer.getmany(timeout_ms=1000, max_records=batch_size)
+            records: list[LoggedEvent] = []
+            undecodable = read = 0
+            for tp, messages in fetched.items():
+                stop = end[tp]
+                for message in messages:
+                    if message.offset >= stop:
+                        break
+                    read += 1
+                    try:
+                        if message.value is None:
+                            raise ValueError("record has no value")
+                        event = decode_event(message.value)
+                    except Exception:
+                        undecodable += 1
+                        continue
+                    records.append(
+                        LoggedEvent(LogPosition(tp.topic, tp.partition, message.offset), event)
+                    )
+                if tp in remaining and await consumer.position(tp) >= stop:
+                    remaining.discard(tp)
+                    consumer.pause(tp)
+            if read:
+                yield LogBatch(records, undecodable, read)
+    finally:
+        await consumer.stop()
+
+
+async def topic_partitions(bootstrap_servers: str, topic: str) -> list[int]:
+    """The topic's partition numbers; raises :class:`ReplayError` when it does not exist."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    await admin.start()
+    try:
+        # Listed first: describing a missing topic would create it on a broker that
+        # auto-creates topics.
+        if topic not in await admin.list_topics():
+            raise ReplayError(f"topic {topic!r} does not exist")
+        [description] = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    partitions = sorted(p["partition"] for p in description["partitions"])
+    if description["error_code"] or not partitions:
+        raise ReplayError(f"topic {topic!r} has no readable partitions")
+    return partitions
+
+
+async def next_replay_schema(engine: AsyncEngine) -> str:
+    """``replay_<n>`` with ``n`` one more than the highest existing replay schema (from 1)."""
+    async with engine.connect() as conn:
+        names = (
+            await conn.execute(
+                text("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'replay\\_%'")
+            )
+        ).scalars()
+        numbers = [int(m.group(1)) for n in names if (m := _REPLAY_SCHEMA.match(n))]
+    return f"{REPLAY_SCHEMA_PREFIX}{max(numbers, default=0) + 1}"
+
+
+async def schema_exists(engine: AsyncEngine, schema: str) -> bool:
+    async with engine.connect() as conn:
+        found = await conn.execute(
+            text("SELECT 1 FROM pg_namespace WHERE nspname = :name"), {"name": schema}
+        )
+        return found.first() is not None
+
+
+async def drop_schema(engine: AsyncEngine, schema: str) -> None:
+    """``DROP SCHEMA ... CASCADE``."""
+    async with engine.begin() as conn:
+        await conn.execute(text(f"DROP SCHEMA IF EXISTS {quoted_schema(schema)} CASCADE"))
+
+
+async def truncate_projection(engine: AsyncEngine, schema: str) -> None:
+    """Empty the projection tables of ``schema`` (one statement, one transaction)."""
+    s = quoted_schema(schema)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(f"TRUNCATE {s}.devices, {s}.device_history, {s}.partition_progress")
+        )
+
+
+async def replay(
+    settings: Settings,
+    *,
+    engine: AsyncEngine,
+    database_url: str,
+    schema: str,
+    in_place: bool = False,
+    batch_size: int = 5000,
+    progress: ProgressCallback | None = None,
+    on_start: Callable[[int], None] | None = None,
+) -> ReplaySummary:
+    """Rebuild the projection in ``schema`` from ``settings.topic``.
+
+    Without ``in_place`` the schema must not exist yet (it is created and migrated); with it, the
+    schema is migrated and its tables truncated first (stop the worker meanwhile). ``on_start`` gets
+    the number of records to read once the end offsets are known. Reading the next batch overlaps
+    with writing the current one.
+    """
+    check_schema_name(schema)
+    await topic_partitions(settings.kafka_bootstrap_servers, settings.topic)  # fail early
+    if in_place:
+        await migrate(database_url, schema)
+        await truncate_projection(engine, schema)
+        return await _rebuild(settings, engine, schema, batch_size, progress, on_start)
+    if await schema_exists(engine, schema):
+        raise ReplayError(
+            f"schema {schema!r} already exists; pick another name, drop it, or use --in-place"
+        )
+    await migrate(database_url, schema)
+    try:
+        return await _rebuild(settings, engine, schema, batch_size, progress, on_start)
+    except Exception:
+        await drop_schema(engine, schema)  # a half-built replay schema is of no use
+        raise
+
+
+async def _rebuild(
+    settings: Settings,
+    engine: AsyncEngine,
+    schema: str,
+    batch_size: int,
+    progress: ProgressCallback | None,
+    on_start: Callable[[int], None] | None,
+) -> ReplaySummary:
+    store = ProjectionStore(engine, schema)
+    summary = ReplaySummary(schema=schema)
+    started = time.perf_counter()
+    queue: asyncio.Queue[LogBatch | None] = asyncio.Queue(maxsize=2)
+
+    def ready(total: int) -> None:
+        summary.total = total
+        if on_start is not None:
+            on_start(total)
+
+    async def reader() -> None:
+        try:
+            async for batch in read_log(
+                settings.kafka_bootstrap_servers,
+                settings.topic,
+                batch_size=batch_size,
+                end_offsets=summary.end_offsets,
+                on_ready=ready,
+            ):
+                await queue.put(batch)
+        finally:
+            await queue.put(None)
+
+    reading = asyncio.create_task(reader())
+    try:
+        while (batch := await queue.get()) is not None:
+            summary.read += batch.read
+            summary.undecodable += batch.undecodable
+            if batch.records:
+                stats = await store.apply_batch(batch.records, summary.end_offsets)
+                summary.applied += stats.applied
+                summary.duplicates += stats.duplicates
+                summary.stale += stats.stale
+                summary.released += stats.released
+                summary.transitions += stats.transitions
+            summary.batches += 1
+            if progress is not None:
+                progress(summary.read, summary.total)
+        await reading  # re-raise a reader error
+    finally:
+        if not reading.done():
+            reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)
+    summary.elapsed = time.perf_counter() - started
+    return summary
+
+
+def make_engine(database_url: str) -> AsyncEngine:
+    """An async engine for the replay (a small pool: one writer)."""
+    return create_async_engine(database_url, pool_size=2, pool_pre_ping=True)
+
+
+async def verify(engine: AsyncEngine, live_schema: str, replay_schema: str) -> list[str]:
+    """Differences between the live projection and the replayed one (empty: identical)."""
+    from services.projection.compare import diff_projections
+
+    differences: list[str] = await diff_projections(engine, live_schema, replay_schema)
+    return differences

@@ -1,0 +1,59 @@
+"""``devicestate worker``: run the stream worker (also ``python -m streams.cli``).
+
+Settings come from ``DEVICESTATE_*`` environment variables; the options below override a few of
+them for one run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+
+from services.config import Settings
+
+
+def worker(
+    batch_size: Annotated[
+        int | None,
+        typer.Option(help="Most events per database transaction (DEVICESTATE_WORKER_BATCH_SIZE)."),
+    ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(help="Prometheus port, 0 for none (DEVICESTATE_WORKER_METRICS_PORT)."),
+    ] = None,
+    skip_prepare: Annotated[
+        bool,
+        typer.Option(
+            "--skip-prepare",
+            help="Do not run the database migrations or create the topics before starting.",
+        ),
+    ] = False,
+) -> None:
+    """Consume device-health events from Kafka, drop duplicates, and write the PostgreSQL projection.
+
+    Migrates the projection schema and creates the topics first. Stops cleanly on SIGTERM/SIGINT
+    (a batch being written is finished first); exits 1 when a batch cannot be written.
+    """
+    from services.logs import configure_logging
+    from streams.worker import run_worker
+
+    overrides: dict[str, object] = {}
+    if batch_size is not None:
+        overrides["worker_batch_size"] = batch_size
+    if metrics_port is not None:
+        overrides["worker_metrics_port"] = metrics_port
+    settings = Settings(**overrides)  # type: ignore[arg-type]
+    configure_logging(settings)
+    code = asyncio.run(run_worker(settings, prepare_first=not skip_prepare))
+    if code:
+        raise typer.Exit(code)
+
+
+def main() -> None:
+    typer.run(worker)
+
+
+if __name__ == "__main__":
+    main()

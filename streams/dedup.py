@@ -1,0 +1,507 @@
+"""The dedup agent: device-health events from Kafka into the PostgreSQL projection.
+
+Per batch of records (``stream.take_events``):
+
+1. decode each record; a record that does not decode is sent, with its original bytes, to the
+   dead-letter topic (reason in headers) and the stream goes on;
+2. drop observations the changelog-backed table ``last_applied_version`` already covers (same or
+   older statusVersion rank for the device) -- early, before the database sees them. Releases are
+   never filtered: only the projection knows which allocations they remove;
+3. write what is left with ONE :meth:`ProjectionStore.apply_batch` (one transaction), retrying
+   transient database errors with backoff inside the loop, shielded from cancellation;
+4. only after the commit, raise the table's ranks, so the table never drops an event PostgreSQL
+   did not get.
+
+``take_events`` acknowledges the whole batch in a ``finally`` when the body returns, even if it
+raised. So the body never raises for a transient error, and when a batch cannot be written (a
+non-transient error, or shutdown before the write finished) its acks are *withheld*: the offsets
+are not committed and the batch is read again after a restart. The projection's version guard and
+its history keyed by log position make that re-read harmless (at-least-once into an idempotent
+sink).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+import faust
+import structlog
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    wait_exponential_jitter,
+)
+
+from services.config import Settings
+from services.domain.directory import version_rank
+from services.domain.events import DeviceHealthObserved, decode_event
+from services.domain.log import LoggedEvent, LogPosition
+from services.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
+from streams.metrics import WorkerMetrics
+
+log = structlog.get_logger(__name__)
+
+TABLE_NAME: Final = "last_applied_version"
+"""Faust table: ``f"{node}\\x1f{resourceID}"`` -> highest statusVersion rank committed (decimal)."""
+
+KEY_SEPARATOR: Final = "\x1f"
+"""ASCII unit separator: cannot occur in a node name or a resourceID the watcher emits."""
+
+DEAD_LETTER_STAGE: Final = "decode"
+"""``devicestate-stage`` header of the worker's dead letters."""
+
+SHUTDOWN_GRACE_SECONDS: Final = 20.0
+"""How long a batch write in flight may still run once the worker is asked to stop."""
+
+
+class BatchResult(Protocol):
+    """What :meth:`ProjectionStore.apply_batch` reports (``BatchStats``)."""
+
+    @property
+    def applied(self) -> int: ...
+    @property
+    def duplicates(self) -> int: ...
+    @property
+    def stale(self) -> int: ...
+    @property
+    def released(self) -> int: ...
+
+
+class BatchSink(Protocol):
+    """Where batches go: the PostgreSQL projection, or a fake in unit tests."""
+
+    def apply_batch(
+        self,
+        records: Sequence[LoggedEvent],
+        highwaters: Mapping[tuple[str, int], int] | None = None,
+    ) -> Awaitable[BatchResult]: ...
+
+
+# --- the pure part: which observations the table already covers ------------------------------
+
+
+def table_key(node: str, resource_id: str) -> str:
+    """Key of a device in the dedup table."""
+    return f"{node}{KEY_SEPARATOR}{resource_id}"
+
+
+@dataclass(slots=True)
+class Selection:
+    """Result of :func:`select_new` on one batch."""
+
+    records: list[LoggedEvent] = field(default_factory=list)
+    """Events to write, in input order."""
+    kept: list[int] = field(default_factory=list)
+    """Index in the input of each entry of ``records``."""
+    duplicates: int = 0
+    """Observations dropped with the same rank as the table's (or an earlier one in the batch)."""
+    stale: int = 0
+    """Observations dropped with a lower rank."""
+    ranks: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per table key: (highest rank kept in this batch, input index of the event that carried it)."""
+
+
+def select_new(items: Sequence[LoggedEvent], known: Mapping[str, int]) -> Selection:
+    """Drop observations whose device already has the same or a higher rank.
+
+    ``known`` maps table keys to the rank the projection has committed. The rule is the fold's
+    (:func:`services.domain.directory.apply_observation`): an observation can only change a device
+    whose rank is lower, or a device not known yet; anything else would be a DUPLICATE or STALE
+    no-op there too. Earlier observations of the same batch count as known. Releases always pass.
+    """
+    selection = Selection()
+    seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        event = item.event
+        if isinstance(event, DeviceHealthObserved):
+            key = table_key(event.node, event.resource_id)
+            rank = version_rank(event.status_version)
+            best = seen.get(key, known.get(key))
+            if best is not None and rank <= best:
+                if rank == best:
+                    selection.duplicates += 1
+                else:
+                    selection.stale += 1
+                continue
+            seen[key] = rank
+            selection.ranks[key] = (rank, index)
+        selection.records.append(item)
+        selection.kept.append(index)
+    return selection
+
+
+# --- transient database errors -----------------------------------------------------------------
+
+_TRANSIENT_SQLSTATES: Final = ("08", "40001", "40P01", "53", "57P01", "57P02", "57P03")
+"""Connection exceptions, serialization failure, deadlock, insufficient resources, shutdowns."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for database errors worth retrying: lost or refused connections, timeouts, server
+    restarts, serialization failures, deadlocks, and the projection's concurrent-writer conflict
+    (rolled back, safe to retry). Anything else is a bug or bad data."""
+    from sqlalchemy import exc as sa_exc
+
+    from services.projection.store import ProjectionConflictError
+
+    if isinstance(exc, ProjectionConflictError):
+        return True
+    if isinstance(exc, OSError | asyncio.TimeoutError):
+        return True
+    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    if isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.TimeoutError):
+        return True
+    if isinstance(exc, sa_exc.DisconnectionError):
+        return True
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        sqlstate = getattr(current, "sqlstate", None) or getattr(current, "pgcode", None)
+        if isinstance(sqlstate, str) and sqlstate.startswith(_TRANSIENT_SQLSTATES):
+            return True
+        if type(current).__name__ in {"ConnectionDoesNotExistError", "PostgresConnectionError"}:
+            return True
+        orig = getattr(current, "orig", None)
+        current = orig if isinstance(orig, BaseException) else current.__cause__
+    return False
+
+
+# --- the agent ---------------------------------------------------------------------------------
+
+
+class BatchNotWritten(Exception):
+    """A batch could not be committed; its offsets were not acknowledged."""
+
+
+@dataclass(slots=True)
+class _Batch:
+    events: Sequence[Any]  # faust EventT, in stream order
+    records: list[LoggedEvent] = field(default_factory=list)
+    sources: list[Any] = field(default_factory=list)  # faust event of each record
+    dead: list[Awaitable[Any]] = field(default_factory=list)
+
+
+class DeviceDedup:
+    """Owns the dedup agent, its table, the dead-letter topic and the batch write.
+
+    Built by :func:`streams.app.create_app`; ``on_fatal`` is called once when a batch fails with a
+    non-transient error (the worker then stops; the batch's offsets stay uncommitted).
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        settings: Settings,
+        sink: BatchSink,
+        metrics: WorkerMetrics,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.sink = sink
+        self.metrics = metrics
+        self.on_fatal = on_fatal
+        self.source_topic = app.topic(
+            settings.topic,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.topic_partitions,
+        )
+        self.dead_letter_topic = app.topic(
+            settings.dead_letter_topic, key_serializer="raw", value_serializer="raw"
+        )
+        # Values are decimal strings: resourceVersions may exceed 64 bits (faust's JSON codec
+        # may be orjson, which refuses such ints).
+        self.table = app.Table(
+            TABLE_NAME,
+            default=None,
+            schema=faust.Schema(key_serializer="raw", value_serializer="raw"),
+            partitions=settings.topic_partitions,
+            help="Highest statusVersion rank committed to the projection, per device.",
+        )
+        self.agent = app.agent(self.source_topic, name="devicestate.dedup")(self.process)
+        self.batches = 0
+        self.events_seen = 0
+        self._give_up_at: float | None = None
+        self._halted = False
+
+    def begin_shutdown(self) -> None:
+        """The worker is stopping: a batch still retrying a transient error gets
+        :data:`SHUTDOWN_GRACE_SECONDS` more, then is abandoned unacknowledged (faust waits for
+        in-flight batches before it stops, so an endless retry would block the shutdown)."""
+        if self._give_up_at is None:
+            self._give_up_at = time.monotonic() + SHUTDOWN_GRACE_SECONDS
+
+    def _stop_retrying(self, state: RetryCallState) -> bool:
+        return self._give_up_at is not None and time.monotonic() >= self._give_up_at
+
+    async def process(self, stream: Any) -> None:
+        """The agent body: batches from the topic until the stream stops."""
+        size = self.settings.worker_batch_size
+        within = self.settings.worker_batch_within_seconds
+        async for events in stream.take_events(size, within=within):
+            await self.handle_batch(stream, events)
+
+    # -- one batch ------------------------------------------------------------------------------
+
+    async def handle_batch(self, stream: Any, events: Sequence[Any]) -> None:
+        """Decode, dedup, write and record one batch; never raises for a transient error."""
+        if self._halted:  # an earlier batch failed: the worker is stopping
+            self._withhold_acks(events)
+            return
+        started = time.perf_counter()
+        batch = _Batch(events)
+        self.metrics.consumed.inc(len(events))
+        self.metrics.batch_size.observe(len(events))
+        self.events_seen += len(events)
+        for event in events:
+            self._decode_one(event, batch)
+
+        known = self._known_ranks(stream, batch)
+        selection = select_new(batch.records, known)
+        if selection.duplicates:
+            self.metrics.table_duplicates.labels("duplicate").inc(selection.duplicates)
+        if selection.stale:
+            self.metrics.table_duplicates.labels("stale").inc(selection.stale)
+
+        highwaters = self._highwaters(events)
+        try:
+            if batch.dead:
+                await asyncio.gather(*batch.dead)
+            result, cancelled = await self._write(selection.records, highwaters)
+        except asyncio.CancelledError:
+            self._withhold_acks(events)
+            raise
+        except Exception as exc:  # BatchNotWritten, or the dead-letter producer failed
+            # Withheld offsets stop faust's commits at this batch, so a restart reads it again.
+            # Later batches are not written either (halted): applying them first would order a
+            # device's events differently from the log. Returning rather than parking lets
+            # faust's shutdown, which waits for every event handed to the stream, finish.
+            self._withhold_acks(events)
+            self._halted = True
+            if self._give_up_at is not None:
+                log.warning("batch abandoned at shutdown, not acknowledged", error=repr(exc))
+            else:
+                self._fail(exc)
+            return
+        if result is None:  # shutdown came first and the write was abandoned
+            self._withhold_acks(events)
+            raise asyncio.CancelledError
+        self._remember(stream, selection, batch)
+        self._record(result, events, highwaters, started)
+        if cancelled:
+            raise asyncio.CancelledError
+
+    def _decode_one(self, event: Any, batch: _Batch) -> None:
+        message = event.message
+        position = LogPosition(message.topic, message.partition, message.offset)
+        payload = message.value
+        try:
+            if payload is None:
+                raise ValueError("record has no value (tombstone)")
+            decoded = decode_event(payload)
+        except Exception as exc:  # EventDecodeError, or anything a bad payload provokes
+            reason = str(exc) or type(exc).__name__
+            batch.dead.append(self._dead_letter(message, position, reason))
+            return
+        batch.records.append(LoggedEvent(position, decoded))
+        batch.sources.append(event)
+
+    async def _dead_letter(self, message: Any, position: LogPosition, reason: str) -> Any:
+        log.warning(
+            "event dead-lettered",
+            topic=position.topic,
+            partition=position.partition,
+            offset=position.offset,
+            reason=reason,
+        )
+        self.metrics.dead_lettered.labels(DEAD_LETTER_STAGE).inc()
+        headers = [
+            (HEADER_REASON, reason.encode()),
+            (HEADER_STAGE, DEAD_LETTER_STAGE.encode()),
+            (HEADER_SOURCE, f"{position.topic}/{position.partition}/{position.offset}".encode()),
+        ]
+        fut = await self.dead_letter_topic.send(
+            key=message.key, value=message.value, headers=headers, force=True
+        )
+        return await fut
+
+    def _known_ranks(self, stream: Any, batch: _Batch) -> dict[str, int]:
+        known: dict[str, int] = {}
+        looked_up: set[str] = set()
+        table = self.table
+        for record, source in zip(batch.records, batch.sources, strict=True):
+            event = record.event
+            if not isinstance(event, DeviceHealthObserved):
+                continue
+            key = table_key(event.node, event.resource_id)
+            if key in looked_up:
+                continue
+            looked_up.add(key)
+            with _current_event(stream, source):
+                value = table.get(key)
+            if value is not None:
+                known[key] = int(value)
+        return known
+
+    def _remember(self, stream: Any, selection: Selection, batch: _Batch) -> None:
+        """After the commit: raise the table's ranks (the changelog goes to the source's partition)."""
+        table = self.table
+        for key, (rank, index) in selection.ranks.items():
+            with _current_event(stream, batch.sources[index]):
+                table[key] = str(rank)
+
+    def _highwaters(self, events: Sequence[Any]) -> dict[tuple[str, int], int]:
+        highwaters: dict[tuple[str, int], int] = {}
+        try:
+            consumer = self.app.consumer
+        except Exception:  # no consumer (agent unit tests)
+            return highwaters
+        for tp in {event.message.tp for event in events}:
+            try:
+                value = consumer.highwater(tp)
+            except Exception:
+                continue
+            if isinstance(value, int):
+                highwaters[(tp.topic, tp.partition)] = value
+        return highwaters
+
+    # -- the write --------------------------------------------------------------------------------
+
+    async def _write(
+        self, records: list[LoggedEvent], highwaters: Mapping[tuple[str, int], int]
+    ) -> tuple[BatchResult | None, bool]:
+        """Commit the batch. Returns the store's result (``None``: not committed) and whether the
+        agent was cancelled meanwhile.
+
+        The write runs in its own task, shielded: cancelling the agent (shutdown) waits up to
+        :data:`SHUTDOWN_GRACE_SECONDS` for a write in flight, so a batch is either committed (and
+        acknowledged) or not committed (and not acknowledged), never half-way. Raises
+        :class:`BatchNotWritten` for a non-transient error.
+        """
+        task = asyncio.ensure_future(self._write_with_retry(records, highwaters))
+        try:
+            return await asyncio.shield(task), False
+        except asyncio.CancelledError:
+            if task.cancelled():  # the write itself was cancelled, not the agent
+                raise
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SHUTDOWN_GRACE_SECONDS
+        log.info("stopping: waiting for the batch write in flight", events=len(records))
+        while not task.done():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                log.warning(
+                    "batch write did not finish in time; abandoning it", events=len(records)
+                )
+                task.cancel()
+                remaining = SHUTDOWN_GRACE_SECONDS
+            try:
+                await asyncio.wait({task}, timeout=remaining)
+            except asyncio.CancelledError:
+                continue
+        if task.cancelled():
+            return None, True
+        exc = task.exception()
+        if exc is not None:
+            log.error("batch write failed during shutdown", error=repr(exc))
+            return None, True
+        return task.result(), True
+
+    async def _write_with_retry(
+        self, records: list[LoggedEvent], highwaters: Mapping[tuple[str, int], int]
+    ) -> BatchResult:
+        def before_sleep(state: RetryCallState) -> None:
+            self.metrics.db_retries.inc()
+            outcome = state.outcome
+            exc = outcome.exception() if outcome is not None else None
+            log.warning(
+                "database write failed, retrying",
+                attempt=state.attempt_number,
+                error=repr(exc),
+                events=len(records),
+            )
+
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(is_transient),
+            wait=wait_exponential_jitter(multiplier=0.1, max=10.0, jitter=0.1),
+            stop=self._stop_retrying,
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self.sink.apply_batch(records, highwaters or None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise BatchNotWritten(f"batch of {len(records)} events not written: {exc!r}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+
+    def _withhold_acks(self, events: Sequence[Any]) -> None:
+        """Keep ``take_events``'s ``finally`` from acknowledging events that were not committed.
+
+        A message already marked acked is skipped by faust's ack (``Message.ack``) and is not
+        added to the consumer's committable offsets, so the committed offset stays before it.
+        """
+        for event in events:
+            event.message.acked = True
+
+    def _fail(self, exc: BaseException) -> None:
+        """A batch cannot be written: stop the worker through ``on_fatal``; without it (unit
+        tests) the error is raised, which crashes the agent."""
+        log.error("batch not written; stopping the worker", error=repr(exc))
+        if self.on_fatal is None:
+            raise exc
+        self.on_fatal(exc)
+
+    def _record(
+        self,
+        result: BatchResult,
+        events: Sequence[Any],
+        highwaters: Mapping[tuple[str, int], int],
+        started: float,
+    ) -> None:
+        metrics = self.metrics
+        metrics.applied.labels("observed").inc(result.applied)
+        metrics.applied.labels("released").inc(result.released)
+        if result.duplicates:
+            metrics.db_noops.labels("duplicate").inc(result.duplicates)
+        if result.stale:
+            metrics.db_noops.labels("stale").inc(result.stale)
+        last: dict[tuple[str, int], int] = {}
+        for event in events:
+            message = event.message
+            key = (message.topic, message.partition)
+            last[key] = max(last.get(key, -1), message.offset)
+        metrics.set_lag(highwaters, last)
+        metrics.batch_seconds.observe(time.perf_counter() - started)
+        self.batches += 1
+
+
+@contextmanager
+def _current_event(stream: Any, event: Any) -> Iterator[None]:
+    """Make ``event`` faust's current event while reading or writing its table key.
+
+    The table picks the RocksDB partition and the changelog partition from the current event, so
+    each key lives in (and its changelog entry goes to) the partition of the record it came from.
+    ``take_events`` reads ``stream.current_event`` in its background drainer, so the previous
+    value is restored before anything else runs (this block has no ``await``).
+    """
+    previous = stream.current_event
+    stream._set_current_event(event)
+    try:
+        yield
+    finally:
+        stream._set_current_event(previous)

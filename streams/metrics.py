@@ -1,0 +1,107 @@
+"""Prometheus metrics of the stream worker.
+
+Every :class:`WorkerMetrics` owns its own :class:`~prometheus_client.CollectorRegistry`, so several
+workers built in one process (tests) do not collide on metric names; :meth:`WorkerMetrics.serve`
+exposes that registry over HTTP on ``settings.worker_metrics_port`` (0 keeps it off).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+_BATCH_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class WorkerMetrics:
+    """The worker's counters, histogram and lag gauge (names prefixed ``devicestate_worker_``)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+        r = self.registry
+        self.consumed = Counter(
+            "devicestate_worker_events_consumed",
+            "Records read from the event topic (valid or not).",
+            registry=r,
+        )
+        self.applied = Counter(
+            "devicestate_worker_events_applied",
+            "Events the projection applied: observations (kind=observed) and releases that removed "
+            "an allocation (kind=released, counted per device).",
+            ["kind"],
+            registry=r,
+        )
+        self.table_duplicates = Counter(
+            "devicestate_worker_table_duplicates_dropped",
+            "Observations dropped early by the dedup table (same or older statusVersion).",
+            ["kind"],
+            registry=r,
+        )
+        self.db_noops = Counter(
+            "devicestate_worker_db_noops",
+            "Observations the projection's version guard found duplicate or stale.",
+            ["kind"],
+            registry=r,
+        )
+        self.dead_lettered = Counter(
+            "devicestate_worker_events_dead_lettered",
+            "Records sent to the dead-letter topic.",
+            ["stage"],
+            registry=r,
+        )
+        self.db_retries = Counter(
+            "devicestate_worker_db_retries",
+            "Transient database errors retried while writing a batch.",
+            registry=r,
+        )
+        self.batch_seconds = Histogram(
+            "devicestate_worker_batch_seconds",
+            "Time to handle one batch: decode, dedup, database commit, table update.",
+            buckets=_BATCH_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "devicestate_worker_batch_events",
+            "Records per batch.",
+            buckets=(1, 10, 50, 100, 250, 500, 1000, 2000, 5000, 10000),
+            registry=r,
+        )
+        self.lag = Gauge(
+            "devicestate_worker_consumer_lag",
+            "Records in the partition after the last one the worker committed to the projection.",
+            ["topic", "partition"],
+            registry=r,
+        )
+
+    def set_lag(
+        self, highwaters: Mapping[tuple[str, int], int], done: Mapping[tuple[str, int], int]
+    ) -> None:
+        """Set the lag gauge for each partition in ``done`` (last handled offset per partition)
+        from the matching highwater (offset the next record will get)."""
+        for (topic, partition), offset in done.items():
+            highwater = highwaters.get((topic, partition))
+            if highwater is not None:
+                self.lag.labels(topic, str(partition)).set(max(highwater - offset - 1, 0))
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> int | None:
+        """Serve ``/metrics`` on ``port`` in a daemon thread; ``0`` does nothing. Returns the port."""
+        if port == 0:
+            return None
+        server, thread = start_http_server(port, addr=addr, registry=self.registry)
+        self._server, self._thread = server, thread
+        return int(server.server_port)
+
+    def close(self) -> None:
+        """Stop the HTTP server started by :meth:`serve`, if any."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None

@@ -1,0 +1,176 @@
+"""Run the stream worker from our own event loop: migrate, ensure topics, start Faust, stop cleanly.
+
+:func:`run_worker` is what ``devicestate worker`` runs. It returns the process exit code: 0 after a
+SIGTERM/SIGINT shutdown, 1 when a batch could not be written (non-transient database error) or
+Faust crashed. A batch in flight at shutdown is finished (or abandoned unacknowledged) first; see
+:mod:`streams.dedup`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from typing import Any, Final
+
+import faust
+import structlog
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
+
+from services.config import Settings
+from streams.app import WorkerApp, build_worker_app
+from streams.dedup import is_transient
+from streams.metrics import WorkerMetrics
+
+log = structlog.get_logger(__name__)
+
+STARTUP_WAIT_SECONDS: Final = 120.0
+"""How long to wait for PostgreSQL and Kafka to answer at start-up."""
+
+PROGRESS_LOG_SECONDS: Final = 10.0
+
+
+class _Worker(faust.Worker):  # type: ignore[misc]
+    """faust's Worker with our signal handling (we own the loop and the shutdown)."""
+
+    def __init__(self, *args: Any, on_signal: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._devicestate_on_signal = on_signal
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._devicestate_on_signal, sig)
+
+
+async def _retry_start(what: str, fn: Any, *args: Any) -> None:
+    """Call ``await fn(*args)`` until it succeeds or :data:`STARTUP_WAIT_SECONDS` pass, retrying
+    transient (connection) errors."""
+
+    def before_sleep(state: Any) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        log.info("waiting for dependency", what=what, attempt=state.attempt_number, error=repr(exc))
+
+    retrying = AsyncRetrying(
+        retry=retry_if_exception(_startup_transient),
+        wait=wait_exponential_jitter(multiplier=0.5, max=5.0, jitter=0.5),
+        stop=stop_after_delay(STARTUP_WAIT_SECONDS),
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+    async for attempt in retrying:
+        with attempt:
+            await fn(*args)
+
+
+def _startup_transient(exc: BaseException) -> bool:
+    if is_transient(exc):
+        return True
+    # aiokafka's connection errors are not OSErrors.
+    return type(exc).__name__ in {"KafkaConnectionError", "NodeNotReadyError", "KafkaTimeoutError"}
+
+
+async def prepare(settings: Settings) -> None:
+    """Bring the projection schema up to date and make sure the topics exist."""
+    from services.kafka.topics import ensure_topics
+    from services.projection.migrate import migrate
+
+    await _retry_start("postgresql", migrate, settings.database_url, settings.database_schema)
+    await _retry_start("kafka", ensure_topics, settings)
+
+
+async def run_worker(
+    settings: Settings, *, loglevel: str | None = None, prepare_first: bool = True
+) -> int:
+    """Run until SIGTERM/SIGINT (exit code 0) or a fatal error (1). ``prepare_first`` runs
+    :func:`prepare` (migrations, topics) before starting."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from services.projection.store import ProjectionStore
+
+    started = time.monotonic()
+    if prepare_first:
+        await prepare(settings)
+
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    fatal: list[BaseException] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not stop_requested.is_set():
+            log.info("signal received, stopping", signal=sig.name)
+        stop_requested.set()
+        built.dedup.begin_shutdown()
+
+    def on_fatal(exc: BaseException) -> None:
+        fatal.append(exc)
+        loop.call_soon(stop_requested.set)
+
+    engine = create_async_engine(settings.database_url, pool_pre_ping=True, pool_size=2)
+    metrics = WorkerMetrics()
+    metrics_port = metrics.serve(settings.worker_metrics_port)
+    built = build_worker_app(
+        settings,
+        sink=ProjectionStore(engine, settings.database_schema),
+        metrics=metrics,
+        on_fatal=on_fatal,
+    )
+    worker = _Worker(
+        built.app,
+        on_signal=on_signal,
+        loglevel=loglevel or settings.log_level,
+        override_logging=False,
+        quiet=True,
+        daemon=False,
+        redirect_stdouts=False,
+    )
+    worker.spinner = None  # no terminal spinner: we log
+    log.info(
+        "worker starting",
+        topic=settings.topic,
+        group=settings.consumer_group,
+        schema=settings.database_schema,
+        store=settings.worker_store,
+        batch_size=settings.worker_batch_size,
+        metrics_port=metrics_port,
+    )
+    progress = asyncio.ensure_future(_log_progress(built, stop_requested))
+    try:
+        await worker.start()
+        log.info("worker started", seconds=round(time.monotonic() - started, 2))
+        while not stop_requested.is_set():
+            crash = built.app.crash_reason or worker.crash_reason
+            if crash is not None:
+                fatal.append(crash)
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop_requested.wait(), timeout=1.0)
+    finally:
+        log.info("worker stopping")
+        await worker.stop()
+        progress.cancel()
+        await engine.dispose()
+        metrics.close()
+        log.info(
+            "worker stopped",
+            batches=built.dedup.batches,
+            events=built.dedup.events_seen,
+            error=repr(fatal[0]) if fatal else None,
+        )
+    return 1 if fatal else 0
+
+
+async def _log_progress(built: WorkerApp, stop: asyncio.Event) -> None:
+    last_events, last_time = 0, time.monotonic()
+    while not stop.is_set():
+        await asyncio.sleep(PROGRESS_LOG_SECONDS)
+        events, now = built.dedup.events_seen, time.monotonic()
+        if events != last_events:
+            log.info(
+                "progress",
+                events=events,
+                batches=built.dedup.batches,
+                events_per_second=round((events - last_events) / (now - last_time)),
+            )
+        last_events, last_time = events, now

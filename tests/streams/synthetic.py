@@ -1,0 +1,123 @@
+"""A reproducible, realistic event log for worker and replay tests and the ingest benchmark.
+
+Nodes with 8 devices each, two devices per Pod. Most events are new observations (a cluster-wide
+increasing resourceVersion); the rest are redeliveries of the device's latest observation
+(duplicates), of an older one (stale), and Pod releases (after which the devices get a new Pod).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from services.domain.directory import DeviceKey, DeviceRecord, Outcome, apply_event, fold
+from services.domain.events import (
+    ContainerRef,
+    DeviceHealthObserved,
+    DeviceSource,
+    Event,
+    Health,
+    PodDevicesReleased,
+    ReleaseReason,
+    encode_event,
+)
+
+T0 = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
+DEVICES_PER_NODE = 8
+
+
+@dataclass(frozen=True, slots=True)
+class SyntheticLog:
+    events: list[Event]
+
+    @property
+    def records(self) -> list[tuple[bytes, bytes]]:
+        """``(key, value)`` as the watcher publishes them: keyed by node."""
+        return [(e.node.encode(), encode_event(e)) for e in self.events]
+
+    def expected_devices(self) -> dict[DeviceKey, DeviceRecord]:
+        return dict(fold(list(self.events)))
+
+    def expected_history_rows(self) -> int:
+        """Changes the fold makes (one history row each): applied observations and released
+        allocations."""
+        state: dict[DeviceKey, DeviceRecord] = {}
+        rows = 0
+        for event in self.events:
+            for change in apply_event(state, event):
+                if change.changed:
+                    rows += 1
+                    state[change.key] = change.record
+        return rows
+
+    def outcomes(self) -> dict[Outcome, int]:
+        state: dict[DeviceKey, DeviceRecord] = {}
+        counts = dict.fromkeys(Outcome, 0)
+        for event in self.events:
+            for change in apply_event(state, event):
+                counts[change.outcome] += 1
+                if change.changed:
+                    state[change.key] = change.record
+        return counts
+
+
+def synthetic_log(count: int, *, nodes: int = 40, seed: int = 7) -> SyntheticLog:
+    rng = random.Random(seed)
+    version = 10_000
+    generation: dict[tuple[int, int], int] = {}  # (node, pod slot) -> pod generation
+    sent: dict[tuple[int, int], list[DeviceHealthObserved]] = {}
+    events: list[Event] = []
+
+    def pod(node: int, slot: int) -> tuple[str, str]:
+        gen = generation.get((node, slot), 0)
+        return f"job-{node}-{slot}-{gen}", f"uid-{node}-{slot}-{gen}"
+
+    while len(events) < count:
+        node, device = rng.randrange(nodes), rng.randrange(DEVICES_PER_NODE)
+        history = sent.get((node, device))
+        roll = rng.random()
+        if history and roll < 0.12:
+            events.append(history[-1])  # duplicate delivery
+            continue
+        if history and len(history) > 1 and roll < 0.20:
+            events.append(rng.choice(history[:-1]))  # stale (older) delivery
+            continue
+        version += 1
+        slot = device // 2
+        name, uid = pod(node, slot)
+        if history and roll < 0.25:
+            events.append(
+                PodDevicesReleased(
+                    node=f"gpu-node-{node:03d}",
+                    namespace="ml",
+                    pod_name=name,
+                    pod_uid=uid,
+                    reason=ReleaseReason.DELETED,
+                    status_version=version,
+                    observed_at=T0 + timedelta(milliseconds=version),
+                    resource_ids=(f"GPU-{node:03d}-{2 * slot}", f"GPU-{node:03d}-{2 * slot + 1}"),
+                )
+            )
+            generation[(node, slot)] = generation.get((node, slot), 0) + 1
+            continue
+        health = rng.choices(
+            (Health.HEALTHY, Health.UNHEALTHY, Health.UNKNOWN), weights=(85, 10, 5)
+        )[0]
+        observation = DeviceHealthObserved(
+            node=f"gpu-node-{node:03d}",
+            namespace="ml",
+            pod_name=name,
+            pod_uid=uid,
+            containers=(ContainerRef("trainer"),),
+            resource_name="nvidia.com/gpu",
+            resource_id=f"GPU-{node:03d}-{device}",
+            health=health,
+            source=DeviceSource.DEVICE_PLUGIN,
+            status_version=version,
+            observed_at=T0 + timedelta(milliseconds=version),
+            message="XID 79" if health is Health.UNHEALTHY else None,
+        )
+        sent.setdefault((node, device), []).append(observation)
+        events.append(observation)
+    return SyntheticLog(events)
