@@ -80,6 +80,7 @@ class BatchSink(Protocol):
         self,
         records: Sequence[LoggedEvent],
         highwaters: Mapping[tuple[str, int], int] | None = None,
+        consumed_through: Mapping[tuple[str, int], int] | None = None,
     ) -> Awaitable[BatchResult]: ...
 
 
@@ -273,10 +274,15 @@ class DeviceDedup:
             self.metrics.table_duplicates.labels("stale").inc(selection.stale)
 
         highwaters = self._highwaters(events)
+        # Progress covers every consumed record, also those dropped early or dead-lettered.
+        consumed: dict[tuple[str, int], int] = {}
+        for event in events:
+            part = (event.message.topic, event.message.partition)
+            consumed[part] = max(consumed.get(part, -1), event.message.offset)
         try:
             if batch.dead:
                 await asyncio.gather(*batch.dead)
-            result, cancelled = await self._write(selection.records, highwaters)
+            result, cancelled = await self._write(selection.records, highwaters, consumed)
         except asyncio.CancelledError:
             self._withhold_acks(events)
             raise
@@ -377,7 +383,10 @@ class DeviceDedup:
     # -- the write --------------------------------------------------------------------------------
 
     async def _write(
-        self, records: list[LoggedEvent], highwaters: Mapping[tuple[str, int], int]
+        self,
+        records: list[LoggedEvent],
+        highwaters: Mapping[tuple[str, int], int],
+        consumed: Mapping[tuple[str, int], int],
     ) -> tuple[BatchResult | None, bool]:
         """Commit the batch. Returns the store's result (``None``: not committed) and whether the
         agent was cancelled meanwhile.
@@ -387,7 +396,7 @@ class DeviceDedup:
         acknowledged) or not committed (and not acknowledged), never half-way. Raises
         :class:`BatchNotWritten` for a non-transient error.
         """
-        task = asyncio.ensure_future(self._write_with_retry(records, highwaters))
+        task = asyncio.ensure_future(self._write_with_retry(records, highwaters, consumed))
         try:
             return await asyncio.shield(task), False
         except asyncio.CancelledError:
@@ -417,7 +426,10 @@ class DeviceDedup:
         return task.result(), True
 
     async def _write_with_retry(
-        self, records: list[LoggedEvent], highwaters: Mapping[tuple[str, int], int]
+        self,
+        records: list[LoggedEvent],
+        highwaters: Mapping[tuple[str, int], int],
+        consumed: Mapping[tuple[str, int], int],
     ) -> BatchResult:
         def before_sleep(state: RetryCallState) -> None:
             self.metrics.db_retries.inc()
@@ -440,7 +452,7 @@ class DeviceDedup:
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await self.sink.apply_batch(records, highwaters or None)
+                    return await self.sink.apply_batch(records, highwaters or None, consumed)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

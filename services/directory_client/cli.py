@@ -103,8 +103,8 @@ def devices(
     resource_name: str | None = typer.Option(None, "--resource-name", help="e.g. nvidia.com/gpu."),
     namespace: str | None = typer.Option(None, help="Only devices allocated to Pods here."),
     source: str | None = typer.Option(None, help="device-plugin or dra."),
-    output: Literal["table", "json"] = typer.Option(
-        "table", "-o", "--output", help="table or json."
+    output: Literal["table", "wide", "json"] = typer.Option(
+        "table", "-o", "--output", help="table, wide (adds source, flags, message) or json."
     ),
 ) -> None:
     """Print the device directory (from the directory API)."""

@@ -75,6 +75,8 @@ class BatchStats:
     released: int = 0
     transitions: int = 0
     devices_written: int = 0
+    redelivered: int = 0
+    """Records at or before the partition's recorded offset: already applied, skipped whole."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,6 +414,12 @@ class _Statements:
             f"INSERT INTO {s}.device_history ({_HISTORY_COLUMNS}) "
             f"SELECT {_HISTORY_COLUMNS} FROM {_HISTORY_RECORDSET} ON CONFLICT DO NOTHING"
         )
+        self.lock_progress = text(
+            f'SELECT p.topic, p."partition", p."offset" FROM {s}.partition_progress AS p '
+            "JOIN unnest(CAST(:topic AS text[]), CAST(:partition AS integer[])) "
+            'AS u(topic, "partition") ON p.topic = u.topic AND p."partition" = u."partition" '
+            "FOR UPDATE OF p"
+        )
         self.upsert_progress = text(
             f'INSERT INTO {s}.partition_progress AS p (topic, "partition", "offset", highwater, '
             "last_event_at, updated_at) SELECT u.*, now() FROM unnest("
@@ -479,9 +487,11 @@ def _history_rows(plan: _BatchPlan) -> dict[str, str]:
 
 
 def _progress_params(
-    records: Sequence[LoggedEvent], highwaters: Mapping[tuple[str, int], int]
+    records: Sequence[LoggedEvent],
+    highwaters: Mapping[tuple[str, int], int],
+    consumed_through: Mapping[tuple[str, int], int],
 ) -> dict[str, list[Any]]:
-    offsets: dict[tuple[str, int], int] = {}
+    offsets: dict[tuple[str, int], int] = dict(consumed_through)
     newest: dict[tuple[str, int], datetime] = {}
     for logged in records:
         part = (logged.position.topic, logged.position.partition)
@@ -525,11 +535,20 @@ class ProjectionStore:
         self,
         records: Sequence[LoggedEvent],
         highwaters: Mapping[tuple[str, int], int] | None = None,
+        consumed_through: Mapping[tuple[str, int], int] | None = None,
     ) -> BatchStats:
         """Apply ``records`` (in log order) in one transaction; return what they did.
 
         ``highwaters`` maps ``(topic, partition)`` to the end offset the consumer saw (the next
         record's offset), stored for the lag metric; partitions without records may be given too.
+        ``consumed_through`` maps ``(topic, partition)`` to the last offset the caller consumed,
+        including records it did not pass (dropped early as duplicates, dead-lettered), so the
+        recorded progress covers them.
+
+        Exactly-once in effect: the partition progress is read (and locked) in the same
+        transaction, and records at or before a partition's recorded offset are skipped whole
+        (``redelivered``), so a batch redelivered after a crash between the commit and the Kafka
+        offset commit changes nothing, whatever its events are.
         The result equals applying the records one by one whatever the batch split. Redelivered
         observations are DUPLICATE/STALE no-ops and history rows are keyed by log position, so
         at-least-once delivery never writes a history row twice. Raises :class:`ProjectionConflictError` when a concurrent
@@ -537,15 +556,28 @@ class ProjectionStore:
         family for database failures (rolled back).
         """
         highwaters = highwaters or {}
-        if not records and not highwaters:
+        consumed_through = consumed_through or {}
+        if not records and not highwaters and not consumed_through:
             return BatchStats()
         async with self._engine.begin() as conn:
+            applied_through = await self._lock_progress(conn, records)
+            fresh = [
+                r
+                for r in records
+                if r.position.offset
+                > applied_through.get((r.position.topic, r.position.partition), -1)
+            ]
+            redelivered = len(records) - len(fresh)
+            records = fresh
             current = await self._lock_devices(conn, records)
             plan = _plan_batch(current, records)
             written = await self._write_devices(conn, plan)
             if plan.history:
                 await conn.execute(self._sql.insert_history, _history_rows(plan))
-            await conn.execute(self._sql.upsert_progress, _progress_params(records, highwaters))
+            await conn.execute(
+                self._sql.upsert_progress,
+                _progress_params(records, highwaters, consumed_through),
+            )
         return BatchStats(
             applied=plan.counts[Outcome.APPLIED],
             duplicates=plan.counts[Outcome.DUPLICATE],
@@ -553,7 +585,21 @@ class ProjectionStore:
             released=plan.counts[Outcome.RELEASED],
             transitions=plan.transitions,
             devices_written=written,
+            redelivered=redelivered,
         )
+
+    async def _lock_progress(
+        self, conn: AsyncConnection, records: Sequence[LoggedEvent]
+    ) -> dict[tuple[str, int], int]:
+        """The recorded offset of each partition in ``records``, rows locked until commit."""
+        parts = sorted({(r.position.topic, r.position.partition) for r in records})
+        if not parts:
+            return {}
+        result = await conn.execute(
+            self._sql.lock_progress,
+            {"topic": [t for t, _ in parts], "partition": [p for _, p in parts]},
+        )
+        return {(t, p): o for t, p, o in result if o is not None}
 
     async def _lock_devices(
         self, conn: AsyncConnection, records: Sequence[LoggedEvent]

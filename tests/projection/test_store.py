@@ -182,13 +182,14 @@ async def test_redelivered_batch_writes_history_once(
     assert rows == 3
 
     again = await store.apply_batch(batch)
-    assert again == BatchStats(duplicates=1, stale=1)
+    assert again == BatchStats(redelivered=3)
     assert await history_count(engine, store.schema) == rows
     assert await all_devices(store) == devices
 
-    # Even if the device rows were lost, history is keyed by log position: no second copy.
+    # Even if the device rows and progress were lost, history is keyed by log position.
     async with engine.begin() as conn:
         await conn.execute(text(f"DELETE FROM {quoted_schema(store.schema)}.devices"))
+        await conn.execute(text(f"DELETE FROM {quoted_schema(store.schema)}.partition_progress"))
     rebuilt = await store.apply_batch(batch)
     assert rebuilt.applied == 2 and rebuilt.released == 1
     assert await history_count(engine, store.schema) == rows
@@ -293,3 +294,29 @@ async def test_version_guard_refuses_a_write_that_lost_a_race(
 async def test_list_devices_rejects_a_limit_below_one(store: ProjectionStore) -> None:
     with pytest.raises(ValueError, match="limit"):
         await store.list_devices(limit=0)
+
+
+async def test_records_at_or_before_the_recorded_offset_are_skipped_whole(
+    store: ProjectionStore,
+    observation: ObservationFactory,
+    release: ReleaseFactory,
+    logged: LogFactory,
+) -> None:
+    """A release then an unordered observation of the same Pod: redelivering the batch must not
+    release the allocation the observation re-created (the fold alone cannot tell)."""
+    batch = logged([release(None, at=1), observation(None, at=2)])
+    await store.apply_batch(batch)
+    devices = await all_devices(store)
+    assert [a.pod_uid for d in devices.values() for a in d.allocations]
+    assert (await store.apply_batch(batch)).redelivered == 2
+    assert await all_devices(store) == devices
+
+
+async def test_consumed_through_advances_progress_past_records_not_passed(
+    store: ProjectionStore, observation: ObservationFactory, logged: LogFactory
+) -> None:
+    [record] = logged([observation(1)])
+    part = (record.position.topic, record.position.partition)
+    await store.apply_batch([record], consumed_through={part: record.position.offset + 10})
+    [progress] = await store.partition_progress()
+    assert progress.offset == record.position.offset + 10

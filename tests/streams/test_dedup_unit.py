@@ -150,6 +150,7 @@ class FakeSink:
         self,
         records: Sequence[LoggedEvent],
         highwaters: Mapping[tuple[str, int], int] | None = None,
+        consumed_through: Mapping[tuple[str, int], int] | None = None,
     ) -> BatchStats:
         self.calls += 1
         if self.table is not None:
