@@ -10,6 +10,7 @@ Pods (which end on the dead-letter topic, not in the directory).
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -26,8 +27,19 @@ from services.logs import configure_logging
 BUNDLED_STREAM = Path(__file__).resolve().parents[1] / "examples" / "demo-stream.jsonl"
 
 
-def _stack(command: str) -> None:
-    subprocess.run([sys.executable, "-m", "services.cli.main", "stack", command], check=True)
+def _stack_up() -> None:
+    """``devicestate stack up``; its connection settings (``DEVICESTATE_*=...`` lines on stdout)
+    are adopted unless already set, so the demo follows the stack's ports."""
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "stack", "up"],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    for line in done.stdout.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.startswith("DEVICESTATE_"):
+            os.environ.setdefault(name, value)
 
 
 def demo(
@@ -44,12 +56,12 @@ def demo(
     timeout: float = typer.Option(180.0, help="Seconds to wait for the projection to catch up."),
 ) -> None:
     """Run the whole pipeline end to end on a recorded watch stream and print the directory."""
-    settings = Settings()
-    configure_logging(settings)
     console = make_console()
     started = time.monotonic()
     console.rule("1/5 local stack (Kafka, PostgreSQL)")
-    _stack("up")
+    _stack_up()
+    settings = Settings()
+    configure_logging(settings)
 
     from services.kafka.topics import ensure_topics
     from services.projection.migrate import migrate
