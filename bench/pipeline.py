@@ -1400,6 +1400,23 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
+def code_version() -> dict[str, Any]:
+    """The commit the run measured and whether the working tree had changes (others' work in
+    progress is measured too)."""
+
+    def git(*args: str) -> str:
+        try:
+            done = subprocess.run(
+                ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
+            )
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        return done.stdout.strip()
+
+    changed = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": git("rev-parse", "HEAD"), "modified_files": len(changed.splitlines())}
+
+
 def verdicts(results: dict[str, Any], events: int) -> list[dict[str, Any]]:
     """One row per figure: value, ratio to the baseline, target, PASS/MISS."""
     rows: list[dict[str, Any]] = []
@@ -1637,6 +1654,7 @@ async def main_async(opts: Options) -> int:
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "options": asdict(opts),
         "machine": machine_info(),
+        "code": code_version(),
         "topic": run.topic,
         "results": results,
     }
