@@ -84,6 +84,9 @@ class Settings(BaseSettings):
     # --- API -------------------------------------------------------------------------------
     api_host: str = Field("127.0.0.1", description="Address the directory API binds to.")
     api_port: int = Field(8080, description="Port of the directory API.")
+    api_access_log: bool = Field(
+        False, description="Log every request (costs ~0.1 ms of CPU per request)."
+    )
 
     # --- Logging ---------------------------------------------------------------------------
     log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING, ERROR.")

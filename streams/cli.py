@@ -6,12 +6,12 @@ them for one run.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 import typer
 
 from services.config import Settings
+from services.runtime import run, tune_gc
 
 
 def worker(
@@ -46,7 +46,8 @@ def worker(
         overrides["worker_metrics_port"] = metrics_port
     settings = Settings(**overrides)  # type: ignore[arg-type]
     configure_logging(settings)
-    code = asyncio.run(run_worker(settings, prepare_first=not skip_prepare))
+    tune_gc()
+    code = run(run_worker(settings, prepare_first=not skip_prepare))
     if code:
         raise typer.Exit(code)
 

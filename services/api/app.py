@@ -52,8 +52,14 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # No pre-ping: it costs a round trip per request. A connection broken by a database
+        # restart fails one request with 503 and is then replaced by the pool.
         engine = create_async_engine(
-            settings.database_url, pool_pre_ping=True, json_deserializer=orjson.loads
+            settings.database_url,
+            pool_size=10,
+            max_overflow=20,
+            pool_recycle=1800,
+            json_deserializer=orjson.loads,
         )
         app.state.store = ProjectionStore(engine, settings.database_schema)
         try:

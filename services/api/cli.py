@@ -45,5 +45,6 @@ def api(
         log_level=settings.log_level.lower(),
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         proxy_headers=False,
+        access_log=settings.api_access_log,
     )
     uvicorn.Server(config).run()

@@ -34,8 +34,8 @@ MAX_PAGE = 1000
 """Largest ``limit`` of one page."""
 
 
-def get_store(request: Request) -> ProjectionStore:
-    """The store the app's lifespan created."""
+async def get_store(request: Request) -> ProjectionStore:
+    """The store the app's lifespan created (async: a sync dependency would run in a thread)."""
     store: ProjectionStore = request.app.state.store
     return store
 

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from services.config import Settings
+from services.runtime import run, tune_gc
 
 EXIT_DIFFERENT = 1
 EXIT_ERROR = 2
@@ -75,7 +76,8 @@ def replay(
     configure_logging(settings)
     if in_place and (schema is not None or verify):
         _usage("--in-place rebuilds the live schema: it takes neither --schema nor --verify")
-    code = asyncio.run(
+    tune_gc()
+    code = run(
         _run(
             settings,
             schema=schema,
