@@ -92,7 +92,13 @@ class WorkerMetrics:
         """Serve ``/metrics`` on ``port`` in a daemon thread; ``0`` does nothing. Returns the port."""
         if port == 0:
             return None
-        server, thread = start_http_server(port, addr=addr, registry=self.registry)
+        try:
+            server, thread = start_http_server(port, addr=addr, registry=self.registry)
+        except OSError as exc:
+            raise SystemExit(
+                f"error: cannot serve the worker's metrics on {addr}:{port} ({exc.strerror}); "
+                "set DEVICESTATE_WORKER_METRICS_PORT to a free port, or 0 to turn them off"
+            ) from None
         self._server, self._thread = server, thread
         return int(server.server_port)
 

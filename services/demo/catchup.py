@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 
 
 async def consumer_lag(bootstrap_servers: str, topic: str, group: str) -> dict[int, int]:
@@ -54,7 +55,15 @@ async def wait_caught_up(
     while True:
         if still_alive is not None:
             still_alive()
-        total = sum((await consumer_lag(bootstrap_servers, topic, group)).values())
+        try:
+            total = sum((await consumer_lag(bootstrap_servers, topic, group)).values())
+        except KafkaError as exc:  # e.g. the group coordinator of a brand-new broker is not up
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"consumer lag still unknown after {timeout_seconds:.0f} s: {exc!r}"
+                ) from exc
+            await asyncio.sleep(1.0)
+            continue
         if on_progress is not None:
             on_progress(total)
         if total == 0:

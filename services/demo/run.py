@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from services.config import Settings
 from services.demo.catchup import wait_caught_up
@@ -85,7 +86,7 @@ def demo(
 
         console.rule(f"4/5 watcher publishes {input_path.name}")
         summary = asyncio.run(run_watch(settings, from_file=input_path))
-        console.print(summary)
+        console.print(escape(str(summary)))
         asyncio.run(
             wait_caught_up(
                 settings.kafka_bootstrap_servers,
@@ -104,8 +105,8 @@ def demo(
         for d in devices:
             if d["health"] == "Unhealthy":
                 console.print(
-                    f"[bold red]UNHEALTHY[/] {d['node']}/{d['resourceID']}: "
-                    f"{(d.get('message') or 'no message')[:100]}"
+                    f"[bold red]UNHEALTHY[/] {escape(d['node'])}/{escape(d['resourceID'])}: "
+                    f"{escape((d.get('message') or 'no message')[:100])}"
                 )
         console.print(f"\ndemo done in {time.monotonic() - started:.1f} s; API: {api_url}/docs")
         if keep_running:

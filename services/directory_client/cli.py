@@ -13,6 +13,7 @@ import httpx
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 HEALTH_STYLE = {"Healthy": "green", "Unhealthy": "bold white on red", "Unknown": "yellow"}
@@ -61,19 +62,19 @@ def render_table(devices: list[dict[str, Any]], console: Console, wide: bool = F
         health = d["health"]
         raw = f" ({d['rawHealth']})" if d.get("rawHealth") else ""
         row = [
-            d["node"],
-            d["resourceID"],
-            d["resourceName"],
-            f"[{HEALTH_STYLE.get(health, '')}]{health}{raw}[/]",
-            d.get("statusVersion") or "<unordered>",
-            _pods(d),
+            escape(d["node"]),
+            escape(d["resourceID"]),
+            escape(d["resourceName"]),
+            f"[{HEALTH_STYLE.get(health, '')}]{escape(health + raw)}[/]",
+            escape(d.get("statusVersion") or "<unordered>"),
+            escape(_pods(d)),
             d.get("lastTransitionAt") or "-",
         ]
         if wide:
             row += [
                 d["source"],
-                ",".join(d.get("flags") or []) or "-",
-                (d.get("message") or "")[:80],
+                escape(",".join(d.get("flags") or []) or "-"),
+                escape((d.get("message") or "")[:80]),
             ]
         table.add_row(*row, style="red" if health == "Unhealthy" else None)
     console.print(table)
@@ -92,11 +93,11 @@ def make_console() -> Console:
 
 
 def devices(
-    api_url: str = typer.Option(
-        "http://127.0.0.1:8080",
+    api_url: str | None = typer.Option(
+        None,
         "--api-url",
         envvar="DEVICESTATE_API_URL",
-        help="Base URL of the directory API.",
+        help="Base URL of the directory API (default: http://DEVICESTATE_API_HOST:DEVICESTATE_API_PORT).",
     ),
     node: str | None = typer.Option(None, help="Only devices on this node."),
     health: str | None = typer.Option(None, help="Only this health: Healthy, Unhealthy, Unknown."),
@@ -119,6 +120,16 @@ def devices(
         }.items()
         if v is not None
     }
+    if health is not None and health not in HEALTH_STYLE:
+        typer.echo(
+            f"error: --health must be one of {', '.join(HEALTH_STYLE)} (case-sensitive)", err=True
+        )
+        raise typer.Exit(2)
+    if api_url is None:
+        from services.config import Settings
+
+        settings = Settings()
+        api_url = f"http://{settings.api_host}:{settings.api_port}"
     try:
         items = fetch_devices(api_url, filters)
     except (httpx.HTTPError, RuntimeError) as exc:

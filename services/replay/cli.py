@@ -33,8 +33,16 @@ def replay(
         bool,
         typer.Option(
             "--in-place",
-            help="Truncate the live tables (DEVICESTATE_DATABASE_SCHEMA) and rebuild them. Stop "
-            "the worker first.",
+            help="Truncate the live tables (DEVICESTATE_DATABASE_SCHEMA) and rebuild them. "
+            "Refused while the worker's consumer group has members: stop the worker first.",
+        ),
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="With --in-place: skip the check that no worker is consuming (only when the "
+            "group's members are known to be gone).",
         ),
     ] = False,
     database_url: Annotated[
@@ -76,6 +84,19 @@ def replay(
     configure_logging(settings)
     if in_place and (schema is not None or verify):
         _usage("--in-place rebuilds the live schema: it takes neither --schema nor --verify")
+    if in_place and not force:
+        from services.replay.guard import active_group_members
+
+        members = run(
+            active_group_members(settings.kafka_bootstrap_servers, settings.consumer_group)
+        )
+        if members:
+            _usage(
+                f"consumer group {settings.consumer_group!r} has {len(members)} active member(s) "
+                f"({', '.join(members)}): stop the worker before an in-place replay (a running "
+                "worker would record its offsets in the truncated tables and the replay would "
+                "skip the records before them), or pass --force"
+            )
     tune_gc()
     code = run(
         _run(
