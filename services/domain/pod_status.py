@@ -41,6 +41,7 @@ from services.domain.events import (
     Health,
     parse_resource_version,
 )
+from services.domain.limits import RAW_HEALTH_MAX_LENGTH
 
 CLAIM_PREFIX: Final = "claim:"
 """Prefix of a DRA entry name: ``claim:<podClaimName>[/<request>]`` (KEP-4680)."""
@@ -69,12 +70,18 @@ class ProblemCode(StrEnum):
     CONFLICTING_HEALTH = "conflicting-health"
     MISSING_NODE_NAME = "missing-node-name"
     MISSING_UID = "missing-uid"
+    INVALID_FIELD = "invalid-field"  # a value the projection cannot store (see domain/limits.py)
     # warning only: observations are emitted, unordered
     UNORDERED_RESOURCE_VERSION = "unordered-resource-version"
 
 
 DEAD_LETTER_CODES: Final = frozenset(
-    {ProblemCode.CONFLICTING_HEALTH, ProblemCode.MISSING_NODE_NAME, ProblemCode.MISSING_UID}
+    {
+        ProblemCode.CONFLICTING_HEALTH,
+        ProblemCode.MISSING_NODE_NAME,
+        ProblemCode.MISSING_UID,
+        ProblemCode.INVALID_FIELD,
+    }
 )
 """Problems that lose device information no flag can carry: the watcher dead-letters the Pod's
 original bytes so a person can look at it."""
@@ -187,8 +194,10 @@ def _read_health(raw: object, where: str, problems: list[Problem]) -> tuple[Heal
         return Health(raw), None
     # Case-sensitive on purpose: "unhealthy" is not a value the API allows, so it is no signal.
     text = raw if isinstance(raw, str) else orjson.dumps(raw).decode()
+    # Kept for people, bounded and storable (limits.RAW_HEALTH_MAX_LENGTH, no NUL).
+    text = text[:RAW_HEALTH_MAX_LENGTH].replace("\x00", "\ufffd")
     problems.append(
-        Problem(ProblemCode.UNRECOGNIZED_HEALTH, f"{where}: health {text!r} read as Unknown")
+        Problem(ProblemCode.UNRECOGNIZED_HEALTH, f"{where}: health {text[:64]!r} read as Unknown")
     )
     return Health.UNKNOWN, text
 
@@ -200,6 +209,9 @@ def _read_message(raw: object, where: str, problems: list[Problem]) -> str | Non
     if not isinstance(raw, str):
         problems.append(Problem(ProblemCode.MALFORMED_STATUS, f"{where}: message is not a string"))
         return None
+    if "\x00" in raw:
+        # PostgreSQL text cannot hold NUL; drivers' free text may (the rest is still worth keeping).
+        raw = raw.replace("\x00", "\ufffd")
     if len(raw) <= MESSAGE_MAX_LENGTH:
         return raw
     problems.append(

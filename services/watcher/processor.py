@@ -16,7 +16,14 @@ from typing import Any, Final
 import orjson
 
 from services.domain.events import Event, parse_resource_version
-from services.domain.pod_status import DEAD_LETTER_CODES, PodReading, Problem, read_pod
+from services.domain.limits import field_violations
+from services.domain.pod_status import (
+    DEAD_LETTER_CODES,
+    PodReading,
+    Problem,
+    ProblemCode,
+    read_pod,
+)
 from services.domain.pod_tracker import PodTracker, WatchKind
 
 STAGE_WATCH_LINE: Final = "watch-line"
@@ -61,6 +68,24 @@ def _dead_letter(reading: PodReading, original: bytes, source: str) -> DeadLette
     )
 
 
+def _refuse_unstorable(outcome: Outcome, reading: PodReading, original: bytes, source: str) -> None:
+    """Move events the projection could not store (``limits.field_violations``) from
+    ``outcome.events`` to one dead letter of the Pod's original bytes."""
+    kept, reasons = [], []
+    for event in outcome.events:
+        violations = field_violations(event)
+        if violations:
+            reasons.extend(violations)
+        else:
+            kept.append(event)
+    if not reasons:
+        return
+    reason = f"Pod {reading.ref}: invalid-field: " + "; ".join(dict.fromkeys(reasons))
+    outcome.events = kept
+    outcome.problems.append(Problem(ProblemCode.INVALID_FIELD, reason))
+    outcome.dead_letters.append(DeadLetter(original, reason, STAGE_POD_STATUS, source))
+
+
 class WatchProcessor:
     """Pod events in, actions out. Holds the tracker (the only state)."""
 
@@ -79,6 +104,7 @@ class WatchProcessor:
         Pod is rejected); ``observed_at`` is the watcher time (UTC) stamped on the events."""
         reading = read_pod(pod, observed_at)
         outcome = Outcome(events=self.tracker.apply(kind, reading))
+        _refuse_unstorable(outcome, reading, original, source)
         if kind is not WatchKind.DELETED:
             # A DELETED object is not read for health, so its problems are not news either.
             outcome.problems.extend(reading.problems)
@@ -98,9 +124,11 @@ class WatchProcessor:
         listed Pod's devices and release the tracked Pods that are gone."""
         outcome = Outcome()
         readings = []
+        by_uid: dict[str, tuple[PodReading, Mapping[str, Any]]] = {}
         for pod in pods:
             reading = read_pod(pod, observed_at)
             readings.append(reading)
+            by_uid[reading.uid] = (reading, pod)
             outcome.problems.extend(reading.problems)
             if reading.rejected:
                 letter = _dead_letter(reading, orjson.dumps(pod), source)
@@ -109,4 +137,14 @@ class WatchProcessor:
         outcome.events = self.tracker.reconcile(
             readings, parse_resource_version(list_version), observed_at
         )
+        # Unstorable events (limits.field_violations): one dead letter per Pod, its own bytes.
+        events, outcome.events = outcome.events, []
+        for uid in dict.fromkeys(e.pod_uid for e in events):
+            pod_outcome = Outcome(events=[e for e in events if e.pod_uid == uid])
+            if uid in by_uid:
+                reading, raw = by_uid[uid]
+                _refuse_unstorable(pod_outcome, reading, orjson.dumps(raw), source)
+            outcome.events.extend(pod_outcome.events)
+            outcome.problems.extend(pod_outcome.problems)
+            outcome.dead_letters.extend(pod_outcome.dead_letters)
         return outcome
