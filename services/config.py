@@ -3,7 +3,7 @@
 One :class:`Settings` object is built in each entry point (CLI command) and passed down; no module
 reads the environment on its own. Every field maps to ``DEVICESTATE_<FIELD NAME IN UPPER CASE>``,
 e.g. ``kafka_bootstrap_servers`` <- ``DEVICESTATE_KAFKA_BOOTSTRAP_SERVERS``. The README's
-configuration reference lists them; ``docker-compose.yml`` and ``deploy/`` use the same names.
+configuration reference lists them; ``docker-compose.yml`` uses the same names.
 """
 
 from __future__ import annotations
