@@ -32,6 +32,11 @@ MESSAGE_MAX_LENGTH: Final = 1024
 """core/v1 ``ResourceHealthMessageMaxLength``: longer messages are cut to this many characters."""
 
 
+RESOURCE_VERSION_MAX_DIGITS: Final = 39
+"""Longest resourceVersion read as comparable: uint128 fits, and so does the projection's
+``NUMERIC(39,0)`` column."""
+
+
 class Health(StrEnum):
     """Device health as the API defines it (core/v1 ``ResourceHealthStatus``, KEP-4680).
 
@@ -182,11 +187,12 @@ def parse_resource_version(raw: object) -> int | None:
     Follows KEP-5504 (``k8s.io/apimachinery/pkg/util/resourceversion``): a comparable
     resourceVersion is a decimal string of digits without leading zeros and not ``"0"``. Anything
     else (missing, empty, ``"v2-abc"``, ``"007"``) is not comparable and gives ``None``. Python ints
-    are arbitrary-precision, so values above 2**63 are kept exactly.
+    are arbitrary-precision, so values above 2**63 are kept exactly; more than
+    :data:`RESOURCE_VERSION_MAX_DIGITS` digits (no real server sends that many) is not comparable.
     """
     if not isinstance(raw, str) or not raw.isascii() or not raw.isdigit():
         return None
-    if raw[0] == "0":
+    if raw[0] == "0" or len(raw) > RESOURCE_VERSION_MAX_DIGITS:
         return None
     return int(raw)
 
@@ -287,8 +293,20 @@ def decode_event(payload: bytes) -> Event:
     """Parse the JSON wire form back into an event.
 
     Raises :class:`EventDecodeError` with a readable reason for anything that is not a valid
-    schema-1 event; the caller dead-letters the payload with that reason.
+    schema-1 event, or that the projection could not store (``services/domain/limits.py``: NUL or
+    control characters, oversized identifiers); the caller dead-letters the payload with that
+    reason.
     """
+    from services.domain.limits import field_violations  # limits imports this module
+
+    event = _decode_fields(payload)
+    violations = field_violations(event)
+    if violations:
+        raise EventDecodeError("cannot be stored: " + "; ".join(violations))
+    return event
+
+
+def _decode_fields(payload: bytes) -> Event:
     try:
         obj = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:

@@ -64,3 +64,29 @@ def test_unknown_health_value_on_the_wire_is_rejected() -> None:
     good["health"] = "Degraded"
     with pytest.raises(EventDecodeError, match="unknown value 'Degraded'"):
         decode_event(orjson.dumps(good))
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"message": "XID\u000079"}, "message contains a NUL character"),
+        ({"resourceID": "GPU-a\u001fb"}, "resourceID contains a control character"),
+        ({"node": "gpu-node\u0000"}, "node contains a control character"),
+        ({"resourceID": "G" * 1025}, "resourceID is longer than 1024 bytes"),
+        ({"resourceName": "r" * 2000}, "resourceName is longer than 1024 bytes"),
+        ({"statusVersion": "1" * 40}, "statusVersion has more than 39 digits"),
+    ],
+)
+def test_values_the_projection_cannot_store_are_refused(
+    change: dict[str, str], reason: str
+) -> None:
+    wire = orjson.loads(encode_event(OBS))
+    wire.update(change)
+    with pytest.raises(EventDecodeError, match=reason):
+        decode_event(orjson.dumps(wire))
+
+
+def test_resource_versions_longer_than_39_digits_are_not_comparable() -> None:
+    assert parse_resource_version("9" * 39) == int("9" * 39)
+    assert parse_resource_version("9" * 40) is None
+    assert parse_resource_version("9" * 5000) is None  # beyond int()'s digit limit: no crash
