@@ -348,6 +348,7 @@ def _decode_fields(payload: bytes) -> Event:
         and raw_version.isascii()
         and raw_version.isdigit()
         and raw_version[0] != "0"
+        and len(raw_version) <= RESOURCE_VERSION_MAX_DIGITS
     ):
         status_version = int(raw_version)
     else:

@@ -74,7 +74,8 @@ def test_unknown_health_value_on_the_wire_is_rejected() -> None:
         ({"node": "gpu-node\u0000"}, "node contains a control character"),
         ({"resourceID": "G" * 1025}, "resourceID is longer than 1024 bytes"),
         ({"resourceName": "r" * 2000}, "resourceName is longer than 1024 bytes"),
-        ({"statusVersion": "1" * 40}, "statusVersion has more than 39 digits"),
+        ({"statusVersion": "1" * 40}, "statusVersion .1111"),
+        ({"statusVersion": "1" * 5000}, "is not a positive decimal integer string"),
     ],
 )
 def test_values_the_projection_cannot_store_are_refused(
