@@ -107,8 +107,12 @@ async def test_worker_dedups_dead_letters_and_keeps_flowing(
     records: list[tuple[bytes | None, bytes | None]] = list(log.records)
     truncated = records[5][1][:40]  # type: ignore[index]
     wrong_schema = b'{"schema": 99, "type": "DeviceHealthObserved"}'
+    # Decodes, but PostgreSQL could not store it: once a poison pill that stopped the worker.
+    unstorable = records[7][1].replace(b'"message":null', b'"message":"XID\\u000079"', 1)  # type: ignore[union-attr]
+    assert b"\\u0000" in unstorable
     records.insert(100, (b"gpu-node-001", truncated))
     records.insert(2000, (b"gpu-node-002", wrong_schema))
+    records.insert(2500, (b"gpu-node-003", unstorable))
     await publish(kafka_bootstrap, stream_settings.topic, records)
     outcomes = log.outcomes()
     assert outcomes[outcome_named("duplicate")] > 100 and outcomes[outcome_named("stale")] > 50
@@ -127,18 +131,22 @@ async def test_worker_dedups_dead_letters_and_keeps_flowing(
     assert await history_rows(engine, schema) == expected_rows
     assert await projection_devices(engine, schema) == log.expected_devices()
 
-    letters = await read_topic(kafka_bootstrap, settings.dead_letter_topic, 2)
-    assert sorted(m.value for m in letters) == sorted([truncated, wrong_schema])
+    letters = await read_topic(kafka_bootstrap, settings.dead_letter_topic, 3)
+    assert sorted(m.value for m in letters) == sorted([truncated, wrong_schema, unstorable])
     for letter in letters:
         headers = dict(letter.headers)
         assert headers["devicestate-stage"] == b"decode"
         assert headers["devicestate-source"].startswith(settings.topic.encode() + b"/")
-        expected_reason = b"not JSON" if letter.value == truncated else b"unsupported schema 99"
+        expected_reason = {
+            truncated: b"not JSON",
+            wrong_schema: b"unsupported schema 99",
+            unstorable: b"cannot be stored: message contains a NUL",
+        }[letter.value]
         assert headers["devicestate-reason"].startswith(expected_reason)
 
     metrics = scrape(port)
     assert metrics["devicestate_worker_events_consumed_total"] == len(records)
-    assert metrics['devicestate_worker_events_dead_lettered_total{stage="decode"}'] == 2
+    assert metrics['devicestate_worker_events_dead_lettered_total{stage="decode"}'] == 3
     dropped = metrics['devicestate_worker_table_duplicates_dropped_total{kind="duplicate"}']
     dropped += metrics['devicestate_worker_table_duplicates_dropped_total{kind="stale"}']
     db_noops = metrics.get('devicestate_worker_db_noops_total{kind="duplicate"}', 0.0)
