@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
@@ -35,6 +36,17 @@ from services.projection.store import ProjectionStore
 
 TOPIC = "devicestate.device-health.v1"
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+SHARED_EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "examples"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The golden tests read the shared examples at ``../shared/examples`` (beside the repository,
+    as in CI). Without them those tests would have nothing to compare: stop with a clear error."""
+    if not SHARED_EXAMPLES.is_dir():
+        raise pytest.UsageError(
+            f"{SHARED_EXAMPLES} is missing: the tests need the shared examples beside the "
+            "repository (../shared/examples), as CI provides them"
+        )
 
 # --- PostgreSQL ---------------------------------------------------------------------------
 
