@@ -48,6 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
             "repository (../shared/examples), as CI provides them"
         )
 
+
 # --- PostgreSQL ---------------------------------------------------------------------------
 
 

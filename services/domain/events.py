@@ -18,6 +18,7 @@ dead-letter record.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -297,13 +298,25 @@ def decode_event(payload: bytes) -> Event:
     control characters, oversized identifiers); the caller dead-letters the payload with that
     reason.
     """
-    from services.domain.limits import field_violations  # limits imports this module
-
+    check = _field_violations or _bind_field_violations()
     event = _decode_fields(payload)
-    violations = field_violations(event)
+    violations = check(event)
     if violations:
         raise EventDecodeError("cannot be stored: " + "; ".join(violations))
     return event
+
+
+_field_violations: Callable[[Event], list[str]] | None = None
+"""``services.domain.limits.field_violations``, bound on first use: limits imports this module,
+and an import statement in :func:`decode_event` would cost a module lookup per event."""
+
+
+def _bind_field_violations() -> Callable[[Event], list[str]]:
+    global _field_violations
+    from services.domain.limits import field_violations
+
+    _field_violations = field_violations
+    return field_violations
 
 
 def _decode_fields(payload: bytes) -> Event:

@@ -1,0 +1,119 @@
+"""``replay()`` in-process against the real broker and PostgreSQL: its pipeline (cache instead of
+locked rows, batch n+1 folded while batch n is written, secondary indexes built at the end) writes
+exactly what ``apply_batch`` without a cache writes from the same records, and leaves the schema
+as a migration makes it."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from services.config import Settings
+from services.projection.store import ProjectionStore
+from services.replay import run as replay_run
+from services.replay.run import read_log, replay, schema_exists
+from tests.conftest import SchemaFactory, publish
+from tests.projection.test_cache import rows
+from tests.streams.synthetic import synthetic_log
+
+pytestmark = pytest.mark.integration
+
+
+async def index_definitions(engine: AsyncEngine, schema: str) -> list[tuple[str, str]]:
+    """``(name, definition)`` of the schema's indexes, the schema name replaced by ``S``."""
+    async with engine.connect() as conn:
+        result = await conn.execute(
+            text(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = :s "
+                "ORDER BY indexname"
+            ),
+            {"s": schema},
+        )
+        return [(name, ddl.replace(f"{schema}.", "S.")) for name, ddl in result]
+
+
+@pytest.fixture
+async def topic(stream_settings: Settings, kafka_bootstrap: str) -> Settings:
+    """A topic holding a realistic log (duplicates, stale, releases) and one malformed record."""
+    records: list[tuple[bytes | None, bytes | None]] = list(
+        synthetic_log(1500, nodes=7, seed=5).records
+    )
+    records.insert(200, (b"node-x", b"not json"))
+    await publish(kafka_bootstrap, stream_settings.topic, records)
+    return stream_settings
+
+
+async def reference(engine: AsyncEngine, settings: Settings, schema: str) -> None:
+    """The same records through ``apply_batch`` without a cache (the worker's path)."""
+    store = ProjectionStore(engine, schema)
+    end_offsets: dict[tuple[str, int], int] = {}
+    async for batch in read_log(
+        settings.kafka_bootstrap_servers, settings.topic, batch_size=100, end_offsets=end_offsets
+    ):
+        if batch.records:
+            await store.apply_batch(batch.records, end_offsets)
+
+
+@pytest.mark.parametrize("batch_size", [5000, 37])
+async def test_replay_writes_what_apply_batch_without_a_cache_writes(
+    topic: Settings, engine: AsyncEngine, new_schema: SchemaFactory, batch_size: int
+) -> None:
+    expected = await new_schema()
+    await reference(engine, topic, expected)
+    replayed = f"{expected}_r"
+    try:
+        summary = await replay(
+            topic,
+            engine=engine,
+            database_url=topic.database_url,
+            schema=replayed,
+            batch_size=batch_size,
+        )
+        assert (summary.read, summary.undecodable) == (1501, 1)
+        assert await rows(engine, replayed) == await rows(engine, expected)
+        assert await index_definitions(engine, replayed) == await index_definitions(
+            engine, expected
+        )
+        assert gc.isenabled()
+    finally:
+        await replay_run.drop_schema(engine, replayed)
+
+
+async def test_in_place_replay_keeps_the_indexes_and_writes_the_same_rows(
+    topic: Settings, engine: AsyncEngine, new_schema: SchemaFactory
+) -> None:
+    expected, target = await new_schema(), await new_schema()
+    await reference(engine, topic, expected)
+    await reference(engine, topic, target)  # a live projection to rebuild
+    await replay(
+        topic, engine=engine, database_url=topic.database_url, schema=target, in_place=True
+    )
+    assert await rows(engine, target) == await rows(engine, expected)
+    assert await index_definitions(engine, target) == await index_definitions(engine, expected)
+
+
+async def test_a_failed_write_ends_the_replay_and_drops_its_schema(
+    topic: Settings, engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch, new_schema: SchemaFactory
+) -> None:
+    written = 0
+    original = ProjectionStore.write_prepared
+
+    async def failing(self: ProjectionStore, prepared: Any) -> Any:
+        nonlocal written
+        written += 1
+        if written == 3:
+            raise RuntimeError("database went away")
+        return await original(self, prepared)
+
+    monkeypatch.setattr(ProjectionStore, "write_prepared", failing)
+    schema = f"{await new_schema()}_f"
+    with pytest.raises(RuntimeError, match="database went away"):
+        await replay(
+            topic, engine=engine, database_url=topic.database_url, schema=schema, batch_size=100
+        )
+    assert not await schema_exists(engine, schema)
+    assert gc.isenabled()
