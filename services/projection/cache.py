@@ -13,9 +13,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from services.domain.directory import DeviceKey, DeviceRecord
+from services.domain.directory import Allocation, DeviceKey, DeviceRecord
 from services.domain.events import DeviceHealthObserved
 from services.domain.log import LoggedEvent
+
+
+def same_pods(old: Sequence[Allocation], new: Sequence[Allocation]) -> bool:
+    """Whether two allocation lists name the same Pods in the same order (cheap for the usual
+    single allocation)."""
+    if len(old) != len(new):
+        return False
+    if len(old) == 1:
+        return old[0].pod_uid == new[0].pod_uid
+    return [a.pod_uid for a in old] == [a.pod_uid for a in new]
 
 
 class DeviceCache:
@@ -86,18 +96,18 @@ class DeviceCache:
         holders = self._holders
         for key, new in written.items():
             old = devices.get(key)
-            old_pods = [] if old is None else [a.pod_uid for a in old.allocations]
-            new_pods = [a.pod_uid for a in new.allocations]
-            if old_pods != new_pods:  # most observations keep the device's Pods
+            # Most observations keep the device's Pods, and so its place in the index.
+            if old is None or not same_pods(old.allocations, new.allocations):
                 node = key[0]
-                for pod_uid in old_pods:
-                    held = holders.get((node, pod_uid))
-                    if held is not None:
-                        held.discard(key)
-                        if not held:
-                            del holders[(node, pod_uid)]
-                for pod_uid in new_pods:
-                    holders.setdefault((node, pod_uid), set()).add(key)
+                if old is not None:
+                    for allocation in old.allocations:
+                        held = holders.get((node, allocation.pod_uid))
+                        if held is not None:
+                            held.discard(key)
+                            if not held:
+                                del holders[(node, allocation.pod_uid)]
+                for allocation in new.allocations:
+                    holders.setdefault((node, allocation.pod_uid), set()).add(key)
             devices[key] = new
         for part, offset in (offsets or {}).items():
             recorded = self._offsets.get(part)

@@ -43,7 +43,7 @@ from services.domain.events import (
     Health,
 )
 from services.domain.log import LoggedEvent, LogPosition
-from services.projection.cache import DeviceCache
+from services.projection.cache import DeviceCache, same_pods
 from services.projection.tables import (
     device_history,
     devices,
@@ -342,14 +342,13 @@ def _plan_batch(
                 continue
             key, new = change.key, change.record
             old = state.get(key)
-            old_pods = [] if old is None else [a.pod_uid for a in old.allocations]
-            new_pods = [a.pod_uid for a in new.allocations]
-            if old_pods != new_pods:  # the index only changes when the device's Pods do
-                node = key[0]
-                for pod_uid in old_pods:
-                    holders[(node, pod_uid)].discard(key)
-                for pod_uid in new_pods:
-                    holders[(node, pod_uid)].add(key)
+            if old is None or not same_pods(old.allocations, new.allocations):
+                node = key[0]  # the index only changes when the device's Pods do
+                if old is not None:
+                    for allocation in old.allocations:
+                        holders[(node, allocation.pod_uid)].discard(key)
+                for allocation in new.allocations:
+                    holders[(node, allocation.pod_uid)].add(key)
             state[key] = new
             written[key] = new
             if outcome is applied:

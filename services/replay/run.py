@@ -2,10 +2,12 @@
 
 :func:`read_log` reads the whole topic as it stands when it starts, with a raw aiokafka consumer (no
 consumer group, nothing committed): every partition is assigned, read from its beginning, and read
-up to the end offsets captured at the start. :func:`replay` decodes the records and writes them with
-:meth:`ProjectionStore.apply_batch` -- the worker's own write path and fold -- into a fresh schema
-or, ``in_place``, into the truncated live tables. Records that do not decode are counted and
-skipped (the worker dead-lettered them already).
+up to the end offsets captured at the start. :func:`replay` decodes the records and writes them
+into a fresh schema or, ``in_place``, into the truncated live tables, with the worker's fold and
+statements (:meth:`ProjectionStore.prepare_batch` / :meth:`~ProjectionStore.write_prepared`, the
+two halves of ``apply_batch`` with a :class:`DeviceCache`: the replay owns its target, so it keeps
+the device rows in memory instead of reading them back). Records that do not decode are counted
+and skipped (the worker dead-lettered them already).
 
 Replaying the same log gives the same ``devices`` and ``device_history`` rows whatever the batch
 size: the store's rows come from events only, and each device's events come from one partition (the
@@ -245,8 +247,9 @@ async def replay(
 
     Without ``in_place`` the schema must not exist yet (it is created and migrated); with it, the
     schema is migrated and its tables truncated first (stop the worker meanwhile). ``on_start`` gets
-    the number of records to read once the end offsets are known. Reading the next batch overlaps
-    with writing the current one.
+    the number of records to read once the end offsets are known. Reading and folding the next
+    batches overlap with writing the current one. A new schema gets its secondary indexes (those no
+    constraint needs) once the rows are in, built from the same definitions.
     """
     check_schema_name(schema)
     await topic_partitions(settings.kafka_bootstrap_servers, settings.topic)  # fail early
