@@ -64,6 +64,25 @@ class Settings(BaseSettings):
         "server timeout so half-open connections are noticed.",
     )
     watcher_metrics_port: int = Field(9107, description="Prometheus port of the watcher (0: off).")
+    watch_leases: bool = Field(
+        True,
+        description="Watch Node Leases in lease_namespace and publish coarsened NodeHeartbeat events.",
+    )
+    lease_namespace: str = Field("kube-node-lease", description="Namespace of the Node Leases.")
+    watch_nodes: bool = Field(
+        True,
+        description="Watch Nodes' extended-resource capacity/allocatable (NodeResourcesChanged).",
+    )
+    heartbeat_interval_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="At most one NodeHeartbeat per node per this many seconds (event time).",
+    )
+    tick_interval_seconds: float = Field(
+        15.0,
+        gt=0,
+        description="How often the watcher sends a WatcherTick to every partition (seconds).",
+    )
 
     # --- Stream worker ---------------------------------------------------------------------
     worker_batch_size: int = Field(
@@ -87,6 +106,130 @@ class Settings(BaseSettings):
     api_access_log: bool = Field(
         False, description="Log every request (costs ~0.1 ms of CPU per request)."
     )
+
+    # --- Governance (issue 3): topics ------------------------------------------------------
+    governance_topic: str = Field(
+        "devicestate.governance.v1",
+        description="Single-partition topic: the governor's log (health transitions forwarded by "
+        "the worker, node facts, watermarks, operator commands, recovery reports).",
+    )
+    decisions_topic: str = Field(
+        "devicestate.decisions.v1",
+        description="Output topic: every governance decision, for alerting and other consumers.",
+    )
+    # --- Governance: Unknown tolerance and heartbeats ---------------------------------------
+    unknown_tolerance_seconds: float = Field(
+        300.0, gt=0, description="First tolerance window for an Unknown device (seconds)."
+    )
+    unknown_tolerance_max_seconds: float = Field(
+        3600.0, gt=0, description="Longest tolerance window after backoff (seconds)."
+    )
+    unknown_backoff_factor: float = Field(
+        2.0, ge=1, description="Each new Unknown episode multiplies the window by this."
+    )
+    unknown_backoff_reset_seconds: float = Field(
+        86400.0, gt=0, description="Episodes older than this no longer grow the window (seconds)."
+    )
+    heartbeat_grace_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="A node whose Lease was not renewed for this long (event time) is a "
+        "'node heartbeat lost' incident; its devices read Unknown.",
+    )
+    # --- Governance: quarantine, flapping, escalation ---------------------------------------
+    flap_threshold: int = Field(
+        3, ge=2, description="Unhealthy transitions within flap_window_seconds that mark a flapper."
+    )
+    flap_window_seconds: float = Field(3600.0, gt=0, description="Flapping window (seconds).")
+    node_escalation_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="Share of a node's devices Unhealthy that recommends node-level action.",
+    )
+    node_escalation_min_devices: int = Field(
+        2, ge=1, description="Fewest Unhealthy devices on a node for a node-level recommendation."
+    )
+    # --- Governance: blast-radius limits ----------------------------------------------------
+    restrict_node_burst: int = Field(
+        8, ge=1, description="Token bucket per node: most automatic restrictions at once."
+    )
+    restrict_node_refill_seconds: float = Field(
+        60.0, gt=0, description="Token bucket per node: seconds to earn one more restriction."
+    )
+    restrict_fleet_burst: int = Field(
+        32, ge=1, description="Fleet token bucket: most automatic restrictions at once."
+    )
+    restrict_fleet_refill_seconds: float = Field(
+        5.0, gt=0, description="Fleet token bucket: seconds to earn one more restriction."
+    )
+    breaker_window_seconds: float = Field(
+        300.0, gt=0, description="Circuit breaker: window over which bad signals are counted."
+    )
+    breaker_device_share: float = Field(
+        0.2,
+        gt=0,
+        le=1,
+        description="Circuit breaker opens when more than this share of known devices turned "
+        "Unknown/Unhealthy within the window...",
+    )
+    breaker_min_devices: int = Field(
+        16, ge=1, description="...and at least this many devices did."
+    )
+    breaker_node_share: float = Field(
+        0.2,
+        gt=0,
+        le=1,
+        description="Circuit breaker also opens when more than this share of known nodes had a "
+        "device turn Unknown/Unhealthy (or lost its heartbeat) within the window...",
+    )
+    breaker_min_nodes: int = Field(3, ge=1, description="...and at least this many nodes did.")
+    # --- Governance: staged recovery ---------------------------------------------------------
+    recovery_probe: bool = Field(True, description="Run the probe stage of recovery.")
+    recovery_canary: bool = Field(True, description="Run the canary stage of recovery.")
+    recovery_stage_timeout_seconds: float = Field(
+        600.0, gt=0, description="A probe/canary with no passing report by then fails (seconds)."
+    )
+    recovery_stability_seconds: float = Field(
+        900.0, ge=0, description="Healthy for this long after the canary before release (seconds)."
+    )
+    recovery_holddown_seconds: float = Field(
+        900.0, ge=0, description="Wait after a failed recovery before the next attempt (seconds)."
+    )
+    recovery_lease_seconds: float = Field(
+        300.0, gt=0, description="Recovery lease duration granted to an executor (seconds)."
+    )
+    recovery_executor: Literal["inprocess", "kubernetes-job"] = Field(
+        "inprocess",
+        description="Probe/canary executor: inprocess (reports a configured result) or "
+        "kubernetes-job (a Job pinned to the node; dry-run unless recovery_dry_run is false).",
+    )
+    recovery_dry_run: bool = Field(
+        True, description="kubernetes-job executor: create Jobs with dryRun=All only."
+    )
+    recovery_canary_image: str = Field(
+        "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+        description="Image of the canary Job (runs nvidia-smi).",
+    )
+    recovery_namespace: str = Field("devicestate", description="Namespace of canary Jobs.")
+    # --- Governance: operator API auth and alerts --------------------------------------------
+    api_tokens: str = Field(
+        "",
+        description="Bearer tokens as JSON: [{\"name\": ..., \"role\": \"viewer|operator|admin\", "
+        "\"sha256\": <hex digest of the token>}]. Plain tokens are never configured.",
+    )
+    api_tokens_file: str | None = Field(
+        None, description="File holding the same JSON as api_tokens (e.g. a mounted Secret)."
+    )
+    api_anonymous_read: bool = Field(
+        True, description="Allow GET requests without a token (writes always need one)."
+    )
+    alert_webhook_url: str | None = Field(
+        None,
+        description="Alertmanager base URL (alerts POSTed to <url>/api/v2/alerts); unset: off.",
+    )
+    alert_retries: int = Field(5, ge=0, description="Retries of a failed webhook POST.")
+    alert_timeout_seconds: float = Field(5.0, gt=0, description="Webhook request timeout.")
 
     # --- Logging ---------------------------------------------------------------------------
     log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING, ERROR.")
