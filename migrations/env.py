@@ -19,6 +19,7 @@ from alembic import context
 from sqlalchemy import Connection, create_engine, pool, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+import services.projection.governance_tables  # noqa: F401  (registers its tables on ``metadata``)
 from services.config import Settings
 from services.projection.tables import check_schema_name, metadata, quoted_schema
 

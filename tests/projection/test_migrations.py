@@ -16,10 +16,20 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+import services.projection.governance_tables  # noqa: F401  (registers its tables on ``metadata``)
 from services.projection.migrate import REPO_ROOT, migrate
 from services.projection.tables import check_schema_name, metadata
 
 pytestmark = pytest.mark.integration
+
+GOVERNANCE_TABLES = (
+    "device_governance",
+    "governor_nodes",
+    "governor_fleet",
+    "quarantines",
+    "governance_decisions",
+    "governance_commands",
+)
 
 
 @pytest.fixture
@@ -70,9 +80,19 @@ async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
         "devices",
         "device_history",
         "partition_progress",
+        *GOVERNANCE_TABLES,
     }
     current = await asyncio.to_thread(alembic_cli, database_url, schema_name, "current")
-    assert "0001_initial (head)" in current.stdout
+    assert "0002_governance (head)" in current.stdout
+
+    back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
+    assert back.returncode == 0, back.stderr
+    assert await tables_in(engine, schema_name) == {
+        "alembic_version",
+        "devices",
+        "device_history",
+        "partition_progress",
+    }
 
     downgraded = await asyncio.to_thread(
         alembic_cli, database_url, schema_name, "downgrade", "base"
@@ -91,7 +111,7 @@ async def test_migrate_is_idempotent_and_safe_to_run_concurrently(
         version = await conn.execute(
             text(f'SELECT version_num FROM "{schema_name}".alembic_version')
         )
-        assert [r[0] for r in version] == ["0001_initial"]
+        assert [r[0] for r in version] == ["0002_governance"]
 
 
 async def test_revisions_match_the_table_metadata(engine: AsyncEngine, fresh_schema: str) -> None:
