@@ -33,6 +33,7 @@ class DecisionKind(StrEnum):
     RESTRICTION_LIFTED = "RestrictionLifted"
     RESTRICTION_DEFERRED = "RestrictionDeferred"
     UNKNOWN_TOLERANCE_STARTED = "UnknownToleranceStarted"
+    INCIDENT_RESOLVED = "DeviceIncidentResolved"  # a device's Unknown/deferred alert is over
     RECOVERY_STAGE_STARTED = "RecoveryStageStarted"
     RECOVERY_STAGE_PASSED = "RecoveryStagePassed"
     RECOVERY_FAILED = "RecoveryFailed"

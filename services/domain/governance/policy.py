@@ -47,5 +47,7 @@ class GovernancePolicy:
     def tolerance_for(self, episodes: int) -> float:
         """Tolerance window (seconds) of a device's ``episodes``-th recent Unknown episode (1-based):
         ``unknown_tolerance_seconds * factor**(episodes-1)``, at most the max."""
-        window = self.unknown_tolerance_seconds * self.unknown_backoff_factor ** max(0, episodes - 1)
+        window = self.unknown_tolerance_seconds * self.unknown_backoff_factor ** max(
+            0, episodes - 1
+        )
         return min(window, self.unknown_tolerance_max_seconds)

@@ -292,10 +292,12 @@ class NodeGov:
     plugin_lost: dict[str, datetime] = field(default_factory=dict)
     plugin_incidents: dict[str, str] = field(default_factory=dict)
     escalation_incident: str | None = None
+    unknown_incident: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "node": self.node,
+            "unknownIncident": self.unknown_incident,
             "lastRenewedAt": _t(self.last_renewed_at),
             "heartbeatLostSince": _t(self.heartbeat_lost_since),
             "incident": self.incident,
@@ -318,6 +320,7 @@ class NodeGov:
             plugin_lost={k: _req_t(v) for k, v in (obj.get("pluginLost") or {}).items()},
             plugin_incidents=dict(obj.get("pluginIncidents") or {}),
             escalation_incident=obj.get("escalationIncident"),
+            unknown_incident=obj.get("unknownIncident"),
         )
 
 
@@ -415,6 +418,16 @@ class GovernorState:
     dirty_devices: set[DeviceKey] = field(default_factory=set)
     dirty_nodes: set[str] = field(default_factory=set)
     touched_quarantines: dict[str, QuarantineRecord] = field(default_factory=dict)
+    by_node: dict[str, set[DeviceKey]] = field(default_factory=dict)
+    """Index node -> device keys (derived; rebuilt on restore)."""
+
+    def add_device(self, device: DeviceGov) -> None:
+        self.devices[device.key] = device
+        self.by_node.setdefault(device.node, set()).add(device.key)
+
+    def devices_on(self, node: str) -> list[DeviceGov]:
+        """Devices of ``node`` in key order (a deterministic order for decisions)."""
+        return [self.devices[k] for k in sorted(self.by_node.get(node, ()))]
 
     def schedule(self, due: datetime, kind: TimerKind, node: str, resource_id: str = "") -> None:
         heapq.heappush(self.timers, (due, kind.value, node, resource_id))
@@ -448,10 +461,11 @@ class GovernorState:
     ) -> GovernorState:
         """Rebuild from snapshot JSON objects (``device_governance.snapshot`` etc.)."""
         state = cls(
-            devices={(d.node, d.resource_id): d for d in map(DeviceGov.from_json, devices)},
             nodes={n.node: n for n in map(NodeGov.from_json, nodes)},
             fleet=FleetGov() if fleet is None else FleetGov.from_json(fleet),
         )
+        for device in map(DeviceGov.from_json, devices):
+            state.add_device(device)
         state.rebuild_timers(grace_seconds)
         return state
 
