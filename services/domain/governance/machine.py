@@ -20,7 +20,6 @@ Rules (the design is in ``docs/governance.md``):
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -51,6 +50,7 @@ from services.domain.governance.state import (
     QuarantineRecord,
     QuarantineStatus,
     TimerKind,
+    device_deadlines,
 )
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 
@@ -160,7 +160,29 @@ def step(
         _on_lease_request(ctx, record)
     else:
         _on_report(ctx, record)
+    _fire_due(ctx)
     return ctx.decisions
+
+
+def _fire_due(ctx: _Ctx) -> None:
+    """Fire every live timer due at the watermark, earliest first (ties in key order).
+
+    A heap entry whose deadline is no longer one of the device's (or the node's) current
+    deadlines is dropped unfired, so what fires depends on the state only -- the same after a
+    restore, which rebuilds the heap from the state.
+    """
+    state = ctx.state
+    watermark = state.fleet.watermark
+    if watermark is None:
+        return
+    while (entry := state.pop_due(watermark)) is not None:
+        due, kind, node, resource_id = entry
+        if kind == TimerKind.HEARTBEAT.value:
+            _check_heartbeat(ctx, node, due)
+            continue
+        device = state.devices.get((node, resource_id))
+        if device is not None and due in device_deadlines(device):
+            _evaluate(ctx, device, due)
 
 
 # --- observations -----------------------------------------------------------------------------
@@ -546,8 +568,10 @@ def _evaluate_quarantined(ctx: _Ctx, device: DeviceGov, at: datetime, health: He
                     SYSTEM_ACTOR,
                 )
             return
-        if q.next_recovery_at is not None and not _due(ctx, q.next_recovery_at):
-            return
+        if q.next_recovery_at is not None:
+            if not _due(ctx, q.next_recovery_at):
+                return
+            at = max(at, q.next_recovery_at)
         q.recovery_attempts += 1
         first = (
             RecoveryStage.PROBE
@@ -705,17 +729,16 @@ def _on_watermark(ctx: _Ctx, w: WatermarkAdvanced) -> None:
     if fleet.watermark is not None and low <= fleet.watermark:
         return
     fleet.watermark = low
-    state = ctx.state
-    while state.timers and state.timers[0][0] <= low:
-        due, kind, node, resource_id = heapq.heappop(state.timers)
-        if kind == TimerKind.HEARTBEAT.value:
-            _check_heartbeat(ctx, node, due)
-        else:
-            device = state.devices.get((node, resource_id))
-            if device is not None:
-                _evaluate(ctx, device, due)
+    _fire_due(ctx)
+    # A full bucket is the same as no bucket: drop them so the fleet snapshot stays small.
+    for name, bucket in sorted(fleet.node_buckets.items()):
+        limits.refill(
+            bucket, low, ctx.policy.restrict_node_burst, ctx.policy.restrict_node_refill_seconds
+        )
+        if bucket.tokens >= ctx.policy.restrict_node_burst:
+            del fleet.node_buckets[name]
     for key in list(fleet.deferred):
-        device = state.devices.get(key)
+        device = ctx.state.devices.get(key)
         if device is not None and device.state is GovState.DEFERRED:
             _evaluate(ctx, device, low)
 

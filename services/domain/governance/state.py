@@ -418,6 +418,7 @@ class GovernorState:
     dirty_devices: set[DeviceKey] = field(default_factory=set)
     dirty_nodes: set[str] = field(default_factory=set)
     touched_quarantines: dict[str, QuarantineRecord] = field(default_factory=dict)
+    timer_set: set[tuple[datetime, str, str, str]] = field(default_factory=set)
     by_node: dict[str, set[DeviceKey]] = field(default_factory=dict)
     """Index node -> device keys (derived; rebuilt on restore)."""
 
@@ -430,7 +431,20 @@ class GovernorState:
         return [self.devices[k] for k in sorted(self.by_node.get(node, ()))]
 
     def schedule(self, due: datetime, kind: TimerKind, node: str, resource_id: str = "") -> None:
-        heapq.heappush(self.timers, (due, kind.value, node, resource_id))
+        """Re-check the device (or the node's heartbeat) when the watermark reaches ``due``.
+        Scheduling the same entry twice keeps one."""
+        entry = (due, kind.value, node, resource_id)
+        if entry not in self.timer_set:
+            self.timer_set.add(entry)
+            heapq.heappush(self.timers, entry)
+
+    def pop_due(self, watermark: datetime) -> tuple[datetime, str, str, str] | None:
+        """The earliest entry due at ``watermark`` (removed), or ``None``."""
+        if not self.timers or self.timers[0][0] > watermark:
+            return None
+        entry = heapq.heappop(self.timers)
+        self.timer_set.discard(entry)
+        return entry
 
     def clear_dirty(self) -> None:
         """Forget what was touched (the projection wrote it)."""
@@ -439,17 +453,26 @@ class GovernorState:
         self.touched_quarantines.clear()
 
     def rebuild_timers(self, grace_seconds: float) -> None:
-        """Recreate the timer heap from device and node state (after a restore)."""
+        """Recreate the timer heap from device and node state (after a restore).
+
+        :func:`~services.domain.governance.machine.step` fires every timer due at the watermark
+        before it returns, so the live heap holds exactly the deadlines after the watermark: the
+        same set is rebuilt here, and a restored governor fires the same timers in the same order.
+        """
         from datetime import timedelta
 
         self.timers = []
+        self.timer_set = set()
+        after = self.fleet.watermark
         for device in self.devices.values():
-            for due in _device_deadlines(device):
-                self.schedule(due, TimerKind.DEVICE, device.node, device.resource_id)
+            for due in device_deadlines(device):
+                if after is None or due > after:
+                    self.schedule(due, TimerKind.DEVICE, device.node, device.resource_id)
         for node in self.nodes.values():
             if node.last_renewed_at is not None and node.heartbeat_lost_since is None:
                 due = node.last_renewed_at + timedelta(seconds=grace_seconds)
-                self.schedule(due, TimerKind.HEARTBEAT, node.node)
+                if after is None or due > after:
+                    self.schedule(due, TimerKind.HEARTBEAT, node.node)
 
     @classmethod
     def restore(
@@ -478,13 +501,11 @@ class GovernorState:
         }
 
 
-def _device_deadlines(device: DeviceGov) -> list[datetime]:
+def device_deadlines(device: DeviceGov) -> list[datetime]:
+    """The times at which the device's governance may change without a new observation: the
+    tolerance deadline and the quarantine's expiry, stage deadline and hold-down."""
     due = [device.deadline] if device.deadline is not None else []
     q = device.quarantine
     if q is not None:
-        due.extend(
-            t
-            for t in (q.expires_at, q.stage_deadline, q.next_recovery_at, q.lease_expires_at)
-            if t is not None
-        )
+        due.extend(t for t in (q.expires_at, q.stage_deadline, q.next_recovery_at) if t is not None)
     return due
