@@ -334,10 +334,22 @@ def _claim_of(entry_name: str, claim_names: Mapping[str, str]) -> ClaimRef | Non
     )
 
 
-def _claim_names(status: Mapping[str, Any], problems: list[Problem]) -> dict[str, str]:
-    """``status.resourceClaimStatuses[] {name, resourceClaimName}`` as a dict (KEP-4680 maps the
-    Pod-level claim name to the ResourceClaim object's name through it)."""
+def _claim_names(
+    spec: Any, status: Mapping[str, Any], problems: list[Problem]
+) -> dict[str, str]:
+    """Pod-level claim name -> ResourceClaim object name.
+
+    From ``status.resourceClaimStatuses[] {name, resourceClaimName}`` (KEP-4680 maps the names
+    through it for claims made from a template), and for a claim the Pod references directly,
+    ``spec.resourceClaims[] {name, resourceClaimName}``: such Pods get no status entry
+    (kubernetes#140036; ``../shared/examples/stream-05b``). The status wins where both exist.
+    """
     names: dict[str, str] = {}
+    for item in (spec or {}).get("resourceClaims") or [] if isinstance(spec, Mapping) else []:
+        entry = _dict(item)
+        name, claim_name = _str(entry.get("name")), _str(entry.get("resourceClaimName"))
+        if name is not None and claim_name is not None:
+            names[name] = claim_name
     for item in _list(
         status.get("resourceClaimStatuses"), "status.resourceClaimStatuses", problems
     ):
@@ -460,7 +472,7 @@ def read_pod(pod: Mapping[str, Any], observed_at: datetime) -> PodReading:
                 )
             )
         facts = _PodFacts(node, namespace, name, uid, status_version, observed_at)
-        claim_names = _claim_names(status, problems)
+        claim_names = _claim_names(pod.get("spec"), status, problems)
         for resource_id in sorted(grouped):
             observation = _merge(resource_id, grouped[resource_id], facts, claim_names, problems)
             if observation is not None:
