@@ -9,21 +9,28 @@ from __future__ import annotations
 
 from typing import Final, TypeAlias
 
-from services.domain.events import Event, decode_event, encode_event
+import orjson
+
+from services.domain.events import Event, EventDecodeError, decode_event, encode_event
 from services.domain.node_events import (
+    NODE_EVENT_TYPES,
     NodeEvent,
     NodeHeartbeat,
     NodeResourcesChanged,
     WatcherTick,
     decode_node_event,
     encode_node_event,
+    node_event_from_dict,
 )
 
 TopicRecord: TypeAlias = Event | NodeEvent
 
-# Keys are sorted on the wire and JSON escapes quotes inside strings, so a quoted type name can
-# only be the value of "type": a substring test picks the decoder without parsing twice.
-_NODE_MARKERS: Final = (b'"NodeHeartbeat"', b'"NodeResourcesChanged"', b'"WatcherTick"')
+# The compact form orjson writes. Inside a JSON string every quote is escaped, so `"type":"X"`
+# (an unescaped quote right after `type`) can only be a "type" key and its value; no other key of
+# a device event is called "type". A bare `"WatcherTick"` would not do: a message ending in
+# `"WatcherTick` is encoded `\"WatcherTick"`. The substring test picks the decoder without
+# parsing twice.
+_NODE_MARKERS: Final = tuple(b'"type":"%s"' % name.encode() for name in sorted(NODE_EVENT_TYPES))
 
 
 def decode_record(payload: bytes) -> TopicRecord:
@@ -34,7 +41,17 @@ def decode_record(payload: bytes) -> TopicRecord:
     """
     if any(marker in payload for marker in _NODE_MARKERS):
         return decode_node_event(payload)
-    return decode_event(payload)
+    try:
+        return decode_event(payload)
+    except EventDecodeError:
+        # Not in the compact form (another producer's spacing)? Then parse and dispatch.
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            obj = None
+        if isinstance(obj, dict) and obj.get("type") in NODE_EVENT_TYPES:
+            return node_event_from_dict(obj)
+        raise
 
 
 def encode_record(record: TopicRecord) -> bytes:

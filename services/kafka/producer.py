@@ -1,8 +1,11 @@
-"""Publish device events and dead letters to Kafka (aiokafka, idempotent producer).
+"""Publish device-health topic records and dead letters to Kafka (aiokafka, idempotent producer).
 
-Events are keyed by node name (UTF-8), so one node's events share a partition and keep their
-order. Dead letters carry the original bytes as the value and say why in headers
-(``devicestate-reason``, ``-stage``, ``-source``).
+Records (device events and node events, :data:`~services.domain.records.TopicRecord`) are keyed
+by node name (UTF-8), so one node's records share a partition and keep their order. A
+``WatcherTick`` goes to one partition named by itself, keyed ``~tick/<partition>``:
+:meth:`EventPublisher.publish_tick` sends one to every partition of the topic (the partition
+count comes from the producer's metadata). Dead letters carry the original bytes as the value and
+say why in headers (``devicestate-reason``, ``-stage``, ``-source``).
 
 Delivery: at least once, never dropped. ``publish`` returns once the record is queued; at most
 ``max_in_flight`` records wait for their acknowledgement, and the caller awaits (back-pressure)
@@ -18,6 +21,7 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
 import structlog
@@ -32,7 +36,8 @@ from tenacity import (
 )
 
 from services.config import Settings
-from services.domain.events import Event, encode_event
+from services.domain.node_events import WatcherTick
+from services.domain.records import TopicRecord, encode_record
 
 log = structlog.get_logger(__name__)
 
@@ -55,6 +60,7 @@ class _Record:
     key: bytes | None
     value: bytes
     headers: tuple[tuple[str, bytes], ...] = ()
+    partition: int | None = None
 
 
 class EventPublisher:
@@ -145,11 +151,38 @@ class EventPublisher:
             raise RuntimeError("EventPublisher.start() was not called (or close() was)")
         return self._producer
 
-    async def publish(self, event: Event) -> None:
-        """Queue one event on ``settings.topic``, keyed by its node (UTF-8)."""
+    async def publish(self, record: TopicRecord) -> None:
+        """Queue one record on ``settings.topic``, keyed by its node (UTF-8). A ``WatcherTick``
+        goes to its own partition (its key is ``~tick/<partition>``)."""
+        partition = record.partition if isinstance(record, WatcherTick) else None
         await self._send(
-            _Record(self._settings.topic, event.node.encode("utf-8"), encode_event(event))
+            _Record(
+                self._settings.topic,
+                record.node.encode("utf-8"),
+                encode_record(record),
+                partition=partition,
+            )
         )
+
+    async def partitions(self) -> list[int]:
+        """The partitions of ``settings.topic`` as the producer's metadata knows them (waits,
+        with backoff, until the broker answers and the topic exists)."""
+        found: set[int] | None = None
+        async for attempt in self._retrying("metadata"):
+            with attempt:
+                found = await self._started().partitions_for(self._settings.topic)
+                if not found:
+                    raise KafkaTimeoutError(f"no partitions known for {self._settings.topic}")
+        assert found is not None
+        return sorted(found)
+
+    async def publish_tick(self, observed_at: datetime) -> int:
+        """Queue one ``WatcherTick(partition, observed_at)`` on every partition of
+        ``settings.topic``; returns how many (the partition count)."""
+        partitions = await self.partitions()
+        for partition in partitions:
+            await self.publish(WatcherTick(partition=partition, observed_at=observed_at))
+        return len(partitions)
 
     async def dead_letter(self, original: bytes, reason: str, stage: str, source: str) -> None:
         """Queue ``original`` (unchanged bytes) on ``settings.dead_letter_topic`` with the
@@ -176,14 +209,24 @@ class EventPublisher:
 
     async def _queue(self, record: _Record) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = await self._started().send(
-            record.topic, record.value, key=record.key, headers=list(record.headers)
+            record.topic,
+            record.value,
+            key=record.key,
+            partition=record.partition,
+            headers=list(record.headers),
         )
         return future
 
     async def _settle_oldest(self) -> None:
         record, future = self._pending.popleft()
         try:
-            await future
+            # Shielded: a task cancelled while it waits (the watcher stopping) must not cancel
+            # the delivery itself; the record goes back to the queue for flush() to wait on.
+            await asyncio.shield(future)
+        except asyncio.CancelledError:
+            if not future.done() or (not future.cancelled() and future.exception() is not None):
+                self._pending.appendleft((record, future))
+            raise
         except Exception as exc:
             if not is_retriable(exc):
                 raise

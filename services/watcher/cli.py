@@ -1,4 +1,4 @@
-"""``devicestate watch``: the Pod watcher command (registered in ``services/cli/main.py``)."""
+"""``devicestate watch``: the watcher command (registered in ``services/cli/main.py``)."""
 
 from __future__ import annotations
 
@@ -42,8 +42,10 @@ def watch(
 ) -> None:
     """Watch Pods and publish device-health events (KEP-4680 allocatedResourcesStatus) to Kafka.
 
-    Live: LIST, then WATCH Pods in all namespaces until SIGTERM or Ctrl-C.
-    Only what changed per Pod is published, keyed by node; malformed input is dead-lettered.
+    Live: LIST, then WATCH Pods in all namespaces, node Leases (coarsened NodeHeartbeat) and
+    Nodes (extended-resource NodeResourcesChanged) until SIGTERM or Ctrl-C, and send a
+    WatcherTick to every partition every DEVICESTATE_TICK_INTERVAL_SECONDS.
+    Only what changed is published, keyed by node; malformed input is dead-lettered.
     """
     overrides = {
         name: value

@@ -45,12 +45,16 @@ def source_of(path: Path, line: int) -> str:
     return f"file:{path}:{line}"
 
 
-def read_watch_file(path: Path) -> Iterator[tuple[int, WatchItem]]:
+def read_watch_file(
+    path: Path, kinds: frozenset[str] = frozenset()
+) -> Iterator[tuple[int, WatchItem]]:
     """Yield ``(line number, item)`` for each non-blank line of ``path`` (numbers start at 1).
+    Objects of a kind in ``kinds`` (Node, Lease: streams may mix kinds) are
+    :class:`~services.watcher.watch_lines.ObjectChange`, other non-Pod objects ``OtherKind``.
 
     Raises ``OSError`` when the file cannot be opened or read; never for its content.
     """
     with path.open("rb") as stream:
         for number, line in enumerate(stream, start=1):
             if line.strip():
-                yield number, decode_watch_line(line.rstrip(b"\r\n"))
+                yield number, decode_watch_line(line.rstrip(b"\r\n"), kinds=kinds)

@@ -6,8 +6,10 @@ resourceVersion of every Pod event and BOOKMARK; when the watch ends, watch agai
 on 410 Gone (an ERROR event with code 410, or HTTP 410) LIST again and reconcile; on network
 errors back off exponentially with jitter (tenacity) and resume from the last resourceVersion.
 
-The Kubernetes I/O sits behind :class:`PodApi` (two calls), so tests drive :class:`KubeSource`
-with a fake API. :class:`KubernetesPodApi` is the real one: raw responses
+The loop is :class:`ListWatchSource`; :class:`KubeSource` runs it for Pods (and
+``node_source.ObjectSource`` for node Leases and Nodes). The Kubernetes I/O sits behind
+:class:`PodApi` (two calls), so tests drive :class:`KubeSource` with a fake API.
+:class:`KubernetesPodApi` is the real one, on :class:`RawListWatch`: raw responses
 (``_preload_content=False``) parsed with orjson, never the client's model objects (75x the
 memory and CPU per Pod, see the notes).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -39,6 +42,7 @@ from services.config import Settings
 from services.watcher.watch_lines import (
     Bookmark,
     BrokenLine,
+    ObjectChange,
     PodChange,
     WatchError,
     WatchItem,
@@ -67,18 +71,22 @@ class ApiRejected(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class PodList:
-    """A complete LIST: the Pods as raw JSON objects and the list's resourceVersion."""
+class ObjectList:
+    """A complete LIST: the objects as raw JSON and the list's resourceVersion."""
 
     items: list[dict[str, Any]]
     resource_version: str | None
+
+
+PodList = ObjectList
+"""A LIST of Pods (the name the Pod path and its tests use)."""
 
 
 class PodApi(Protocol):
     """The two Kubernetes calls the watcher needs. Both raise :class:`ResourceExpired`,
     :class:`ApiUnavailable` or :class:`ApiRejected`, never a client library's exception."""
 
-    async def list_pods(self) -> PodList:
+    async def list_pods(self) -> ObjectList:
         """LIST every Pod (all pages)."""
         ...
 
@@ -96,35 +104,64 @@ class Relisted:
     resource_version: str | None
 
 
-SourceItem: TypeAlias = WatchItem | Relisted
+@dataclass(frozen=True, slots=True)
+class ObjectsListed:
+    """A LIST of Leases or Nodes (``object_kind``) was taken (at start or after 410)."""
+
+    object_kind: str
+    items: list[dict[str, Any]]
+    resource_version: str | None
+
+
+SourceItem: TypeAlias = WatchItem | Relisted | ObjectsListed
 Handler: TypeAlias = Callable[[SourceItem, str], Awaitable[None]]
 """``handle(item, source)``: ``source`` names where the item came from (dead-letter header)."""
 
 
-class KubeSource:
-    """Drives LIST/WATCH over a :class:`PodApi` and hands every item to a handler, in order.
+class ListWatchSource(ABC):
+    """The LIST/WATCH loop of one resource; subclasses say how to LIST, WATCH and decode.
 
     ``max_backoff_seconds`` caps the wait between retries after transient errors; ``sleep`` is
     tenacity's sleep (tests pass a fast one); ``on_restart(reason)`` is told each time a watch
     ends (``expired``, ``timeout``, ``error``) and ``on_retry()`` each time a backoff starts.
     """
 
+    resource: str = "objects"
+    """Plural name for logs (``pods``, ``leases``, ``nodes``)."""
+
     def __init__(
         self,
-        api: PodApi,
         *,
         max_backoff_seconds: float = 30.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_restart: Callable[[str], None] | None = None,
         on_retry: Callable[[], None] | None = None,
     ) -> None:
-        self._api = api
         self._max_backoff = max_backoff_seconds
         self._sleep = sleep
         self._on_restart = on_restart or (lambda reason: None)
         self._on_retry = on_retry or (lambda: None)
         self._resource_version: str | None = None
         self._need_list = True
+
+    @abstractmethod
+    async def _list_objects(self) -> ObjectList:
+        """LIST every object (all pages)."""
+
+    @abstractmethod
+    def _watch_lines(self, resource_version: str | None) -> AsyncIterator[bytes]:
+        """WATCH from ``resource_version``: the raw lines of the body."""
+
+    @abstractmethod
+    def _decode(self, line: bytes) -> WatchItem:
+        """One watch line as an item."""
+
+    @abstractmethod
+    def _listed(self, listed: ObjectList) -> SourceItem:
+        """The item handed over after a LIST."""
+
+    def _source(self, what: str) -> str:
+        return f"kube:{what}@{self._resource_version}"
 
     @property
     def resource_version(self) -> str | None:
@@ -150,6 +187,7 @@ class KubeSource:
             self._on_retry()
             log.warning(
                 "kubernetes API unavailable, backing off",
+                resource=self.resource,
                 attempt=state.attempt_number,
                 resume_from=self._resource_version,
                 error=repr(exc),
@@ -175,10 +213,10 @@ class KubeSource:
             if self._need_list:
                 await self._list(handle)
                 listed = True
-            async for line in self._api.watch_pods(self._resource_version):
-                source = f"kube:watch@{self._resource_version}"
-                item = decode_watch_line(line)
-                if isinstance(item, PodChange | Bookmark) and item.resource_version:
+            async for line in self._watch_lines(self._resource_version):
+                source = self._source("watch")
+                item = self._decode(line)
+                if isinstance(item, PodChange | ObjectChange | Bookmark) and item.resource_version:
                     self._resource_version = item.resource_version
                     progressed = True
                 await handle(item, source)
@@ -197,7 +235,11 @@ class KubeSource:
         except ResourceExpired as exc:
             self._on_restart("expired")
             self._need_list = True
-            log.info("watch expired (410 Gone), listing again", expired=self._resource_version)
+            log.info(
+                "watch expired (410 Gone), listing again",
+                resource=self.resource,
+                expired=self._resource_version,
+            )
             if listed and not progressed:
                 # Expired right after a fresh LIST: something is off; do not LIST in a loop.
                 raise ApiUnavailable(f"410 right after LIST: {exc}") from exc
@@ -205,16 +247,58 @@ class KubeSource:
             self._on_restart("error")
             if not (listed or progressed):
                 raise
-            log.warning("watch interrupted, resuming", resume_from=self._resource_version)
+            log.warning(
+                "watch interrupted, resuming",
+                resource=self.resource,
+                resume_from=self._resource_version,
+            )
 
     async def _list(self, handle: Handler) -> None:
-        pods = await self._api.list_pods()
-        self._resource_version = pods.resource_version
+        listed = await self._list_objects()
+        self._resource_version = listed.resource_version
         self._need_list = False
-        log.info("listed pods", count=len(pods.items), resource_version=pods.resource_version)
-        await handle(
-            Relisted(pods.items, pods.resource_version), f"kube:list@{pods.resource_version}"
+        log.info(
+            f"listed {self.resource}",
+            count=len(listed.items),
+            resource_version=listed.resource_version,
         )
+        await handle(self._listed(listed), self._source("list"))
+
+
+class KubeSource(ListWatchSource):
+    """Drives LIST/WATCH of Pods over a :class:`PodApi` and hands every item to a handler, in
+    order (``Relisted`` after each LIST). Options: :class:`ListWatchSource`."""
+
+    resource = "pods"
+
+    def __init__(
+        self,
+        api: PodApi,
+        *,
+        max_backoff_seconds: float = 30.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_restart: Callable[[str], None] | None = None,
+        on_retry: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(
+            max_backoff_seconds=max_backoff_seconds,
+            sleep=sleep,
+            on_restart=on_restart,
+            on_retry=on_retry,
+        )
+        self._api = api
+
+    async def _list_objects(self) -> ObjectList:
+        return await self._api.list_pods()
+
+    def _watch_lines(self, resource_version: str | None) -> AsyncIterator[bytes]:
+        return self._api.watch_pods(resource_version)
+
+    def _decode(self, line: bytes) -> WatchItem:
+        return decode_watch_line(line)
+
+    def _listed(self, listed: ObjectList) -> SourceItem:
+        return Relisted(listed.items, listed.resource_version)
 
 
 # --- the real Kubernetes API ----------------------------------------------------------------
@@ -246,29 +330,32 @@ def _mapped(exc: BaseException) -> BaseException:
     return exc
 
 
-class KubernetesPodApi:
-    """:class:`PodApi` over kubernetes-asyncio's ``CoreV1Api`` with raw JSON responses.
+class RawListWatch:
+    """LIST (all pages) and WATCH over one kubernetes-asyncio list call (e.g.
+    ``CoreV1Api.list_pod_for_all_namespaces``) with raw JSON responses (``_preload_content=False``),
+    errors mapped to :class:`ResourceExpired`/:class:`ApiUnavailable`/:class:`ApiRejected`.
 
-    Selectors come from ``settings.label_selector``/``field_selector``; each WATCH asks the server
-    to end after ``settings.watch_timeout_seconds`` and the client gives up on a connection that
-    sends nothing for ``settings.read_timeout_seconds`` (half-open connections).
+    Each WATCH asks the server for bookmarks and to end after ``settings.watch_timeout_seconds``;
+    the client gives up on a connection that sends nothing for ``settings.read_timeout_seconds``
+    (half-open connections). ``params`` go to every call (selectors, namespace).
     """
 
-    def __init__(self, core: Any, settings: Settings, *, page_size: int = LIST_PAGE_SIZE) -> None:
-        self._core = core
+    def __init__(
+        self,
+        call: Callable[..., Awaitable[Any]],
+        settings: Settings,
+        *,
+        page_size: int = LIST_PAGE_SIZE,
+        params: dict[str, Any] | None = None,
+    ) -> None:
+        self._call = call
         self._settings = settings
         self._page_size = page_size
+        self._params = params or {}
         self._timeout = (CONNECT_TIMEOUT_SECONDS, settings.read_timeout_seconds)
 
-    def _selectors(self) -> dict[str, str]:
-        selectors = {}
-        if self._settings.label_selector:
-            selectors["label_selector"] = self._settings.label_selector
-        if self._settings.field_selector:
-            selectors["field_selector"] = self._settings.field_selector
-        return selectors
-
-    async def list_pods(self) -> PodList:
+    async def list_all(self) -> ObjectList:
+        """LIST every object, following ``continue`` tokens."""
         items: list[dict[str, Any]] = []
         token: str | None = None
         try:
@@ -276,8 +363,8 @@ class KubernetesPodApi:
                 paging: dict[str, Any] = {"limit": self._page_size}
                 if token:
                     paging["_continue"] = token
-                response = await self._core.list_pod_for_all_namespaces(
-                    **self._selectors(),
+                response = await self._call(
+                    **self._params,
                     **paging,
                     _preload_content=False,
                     _request_timeout=self._timeout,
@@ -292,7 +379,7 @@ class KubernetesPodApi:
                 metadata = document.get("metadata") or {}
                 token = metadata.get("continue")
                 if not token:
-                    return PodList(items, metadata.get("resourceVersion"))
+                    return ObjectList(items, metadata.get("resourceVersion"))
         except ResourceExpired as exc:
             # The continue token expired mid-way: start the LIST over after a backoff.
             raise ApiUnavailable(f"LIST continue token expired: {exc}") from exc
@@ -306,10 +393,11 @@ class KubernetesPodApi:
                 raise
             raise mapped from exc
 
-    async def watch_pods(self, resource_version: str | None) -> AsyncIterator[bytes]:
+    async def watch(self, resource_version: str | None) -> AsyncIterator[bytes]:
+        """WATCH from ``resource_version``: the raw lines of the body until the server ends it."""
         try:
-            response = await self._core.list_pod_for_all_namespaces(
-                **self._selectors(),
+            response = await self._call(
+                **self._params,
                 watch=True,
                 allow_watch_bookmarks=True,
                 resource_version=resource_version,
@@ -338,11 +426,32 @@ class KubernetesPodApi:
             response.release()
 
 
+class KubernetesPodApi:
+    """:class:`PodApi` over kubernetes-asyncio's ``CoreV1Api`` (:class:`RawListWatch`); selectors
+    come from ``settings.label_selector``/``field_selector``."""
+
+    def __init__(self, core: Any, settings: Settings, *, page_size: int = LIST_PAGE_SIZE) -> None:
+        selectors = {}
+        if settings.label_selector:
+            selectors["label_selector"] = settings.label_selector
+        if settings.field_selector:
+            selectors["field_selector"] = settings.field_selector
+        self._raw = RawListWatch(
+            core.list_pod_for_all_namespaces, settings, page_size=page_size, params=selectors
+        )
+
+    async def list_pods(self) -> ObjectList:
+        return await self._raw.list_all()
+
+    def watch_pods(self, resource_version: str | None) -> AsyncIterator[bytes]:
+        return self._raw.watch(resource_version)
+
+
 @asynccontextmanager
-async def kubernetes_pod_api(settings: Settings) -> AsyncIterator[KubernetesPodApi]:
-    """A :class:`KubernetesPodApi` configured from ``settings.kubeconfig``, else the in-cluster
-    service account, else ``~/.kube/config``. Raises ``kubernetes_asyncio.config.ConfigException``
-    when none is usable."""
+async def kubernetes_api_client(settings: Settings) -> AsyncIterator[k8s_client.ApiClient]:
+    """A kubernetes-asyncio ``ApiClient`` configured from ``settings.kubeconfig``, else the
+    in-cluster service account, else ``~/.kube/config``. Raises
+    ``kubernetes_asyncio.config.ConfigException`` when none is usable."""
     configuration = k8s_client.Configuration()
     if settings.kubeconfig:
         await k8s_config.load_kube_config(
@@ -354,4 +463,11 @@ async def kubernetes_pod_api(settings: Settings) -> AsyncIterator[KubernetesPodA
         except k8s_config.ConfigException:
             await k8s_config.load_kube_config(client_configuration=configuration)
     async with k8s_client.ApiClient(configuration=configuration) as api_client:
+        yield api_client
+
+
+@asynccontextmanager
+async def kubernetes_pod_api(settings: Settings) -> AsyncIterator[KubernetesPodApi]:
+    """A :class:`KubernetesPodApi` on :func:`kubernetes_api_client`."""
+    async with kubernetes_api_client(settings) as api_client:
         yield KubernetesPodApi(k8s_client.CoreV1Api(api_client), settings)

@@ -23,13 +23,15 @@ class WatcherMetrics:
         )
         self.problems = Counter(
             "devicestate_watcher_problems",
-            "Entries skipped or flagged while reading Pods and watch lines, by problem code.",
+            "Entries skipped or flagged while reading Pods, Leases, Nodes and watch lines, by "
+            "problem code.",
             ["code"],
             registry=self.registry,
         )
         self.dead_lettered = Counter(
             "devicestate_watcher_dead_lettered",
-            "Records sent to the dead-letter topic, by stage (watch-line, pod-status).",
+            "Records sent to the dead-letter topic, by stage (watch-line, pod-status, node-lease, "
+            "node-status).",
             ["stage"],
             registry=self.registry,
         )
@@ -41,14 +43,41 @@ class WatcherMetrics:
         self.watch_restarts = Counter(
             "devicestate_watcher_watch_restarts",
             "WATCH requests ended and restarted, by reason (expired = 410 Gone, relist, error, "
-            "timeout).",
-            ["reason"],
+            "timeout) and resource (pods, leases, nodes).",
+            ["reason", "resource"],
             registry=self.registry,
         )
         self.resource_version = Gauge(
             "devicestate_watcher_resource_version",
             "Last Pod resourceVersion the watch would resume from (as a float: approximate "
             "above 2**53, for dashboards only).",
+            registry=self.registry,
+        )
+        self.heartbeats_published = Counter(
+            "devicestate_watcher_heartbeats_published",
+            "NodeHeartbeat events published (node Lease renewals kept by the coarsening).",
+            registry=self.registry,
+        )
+        self.heartbeats_coarsened = Counter(
+            "devicestate_watcher_heartbeats_coarsened",
+            "Node Lease renewals not published: one was published less than "
+            "heartbeat_interval_seconds before (event time).",
+            registry=self.registry,
+        )
+        self.node_resource_changes = Counter(
+            "devicestate_watcher_node_resource_changes",
+            "NodeResourcesChanged events published (a Node's extended-resource capacity or "
+            "allocatable changed, or the Node was first seen).",
+            registry=self.registry,
+        )
+        self.ticks_sent = Counter(
+            "devicestate_watcher_ticks_sent",
+            "WatcherTick records sent (one per partition of the event topic each tick).",
+            registry=self.registry,
+        )
+        self.nodes_tracked = Gauge(
+            "devicestate_watcher_nodes_tracked",
+            "Nodes the watcher remembers a heartbeat or resource counts of.",
             registry=self.registry,
         )
         self.pods_tracked = Gauge(

@@ -1,9 +1,10 @@
-"""What the watcher does with each Pod it sees, without doing any I/O.
+"""What the watcher does with each Pod, node Lease and Node it sees, without doing any I/O.
 
 :class:`WatchProcessor` reads a Pod (:func:`~services.domain.pod_status.read_pod`), asks the
 :class:`~services.domain.pod_tracker.PodTracker` what changed and says what to publish and what to
-dead-letter. The file and Kubernetes sources and the run loop (``run.py``) do the I/O around it;
-the golden tests drive it directly.
+dead-letter. :class:`NodeProcessor` does the same for Leases and Nodes with the
+:class:`~services.domain.node_tracker.NodeTracker`. The file and Kubernetes sources and the run
+loop (``run.py``) do the I/O around them; the golden tests drive them directly.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import orjson
 
 from services.domain.events import Event, parse_resource_version
 from services.domain.limits import field_violations
+from services.domain.node_tracker import NodeFact, NodeOutcome, NodeProblem, NodeTracker
 from services.domain.pod_status import (
     DEAD_LETTER_CODES,
     PodReading,
@@ -31,6 +33,14 @@ STAGE_WATCH_LINE: Final = "watch-line"
 
 STAGE_POD_STATUS: Final = "pod-status"
 """Dead-letter stage of a Pod whose device health could not be keyed or was contradictory."""
+
+STAGE_NODE_LEASE: Final = "node-lease"
+"""Dead-letter stage of a node Lease that could not be read (no name, bad renewTime)."""
+
+STAGE_NODE_STATUS: Final = "node-status"
+"""Dead-letter stage of a Node whose name or extended-resource counts could not be read."""
+
+_NODE_STAGES: Final = {"Lease": STAGE_NODE_LEASE, "Node": STAGE_NODE_STATUS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,3 +158,75 @@ class WatchProcessor:
             outcome.problems.extend(pod_outcome.problems)
             outcome.dead_letters.extend(pod_outcome.dead_letters)
         return outcome
+
+
+@dataclass(slots=True)
+class NodeActions:
+    """What to do after one Lease/Node event or one LIST of them: publish ``events`` in order,
+    dead-letter ``dead_letters``, count ``problems``, ``coarsened`` heartbeats and ``ignored``
+    objects (the reason of each)."""
+
+    events: list[NodeFact] = field(default_factory=list)
+    problems: list[NodeProblem] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    coarsened: int = 0
+    ignored: list[str] = field(default_factory=list)
+
+    def add(self, outcome: NodeOutcome, object_kind: str, original: bytes, source: str) -> None:
+        self.events.extend(outcome.events)
+        self.problems.extend(outcome.problems)
+        self.coarsened += outcome.coarsened
+        if outcome.ignored is not None:
+            self.ignored.append(outcome.ignored)
+        if outcome.reject_reason is not None:
+            self.dead_letters.append(
+                DeadLetter(original, outcome.reject_reason, _NODE_STAGES[object_kind], source)
+            )
+
+
+class NodeProcessor:
+    """Lease and Node events in, actions out. Holds the :class:`NodeTracker` (the only state)."""
+
+    def __init__(self, tracker: NodeTracker) -> None:
+        self.tracker = tracker
+
+    def object_event(
+        self,
+        kind: WatchKind,
+        object_kind: str,
+        obj: Mapping[str, Any],
+        original: bytes,
+        source: str,
+        observed_at: datetime,
+    ) -> NodeActions:
+        """One ADDED/MODIFIED/DELETED of a Lease or a Node (``object_kind``); ``original`` is the
+        line as read (dead-lettered when the object is malformed)."""
+        if object_kind == "Lease":
+            outcome = self.tracker.lease_event(kind, obj, observed_at)
+        elif object_kind == "Node":
+            outcome = self.tracker.node_event(kind, obj, observed_at)
+        else:
+            raise ValueError(f"not a node object kind: {object_kind!r}")
+        actions = NodeActions()
+        actions.add(outcome, object_kind, original, source)
+        return actions
+
+    def listed(
+        self,
+        object_kind: str,
+        objs: list[dict[str, Any]],
+        source: str,
+        observed_at: datetime,
+    ) -> NodeActions:
+        """A complete LIST of Leases or Nodes: each read as ADDED, the unlisted forgotten."""
+        if object_kind == "Lease":
+            outcomes = self.tracker.leases_listed(objs, observed_at)
+        elif object_kind == "Node":
+            outcomes = self.tracker.nodes_listed(objs, observed_at)
+        else:
+            raise ValueError(f"not a node object kind: {object_kind!r}")
+        actions = NodeActions()
+        for obj, outcome in zip(objs, outcomes, strict=True):
+            original = orjson.dumps(obj) if outcome.reject_reason is not None else b""
+            actions.add(outcome, object_kind, original, source)
+        return actions

@@ -1,38 +1,70 @@
 """Wiring of the watcher: a source (recorded file or Kubernetes API) -> :class:`WatchProcessor`
--> Kafka (:class:`~services.kafka.producer.EventPublisher`), with metrics and a summary.
+(Pods) and :class:`NodeProcessor` (node Leases, Nodes) -> Kafka
+(:class:`~services.kafka.producer.EventPublisher`), with metrics and a summary.
 
-File mode reads the file to its end, flushes and returns. Live mode LISTs and WATCHes until
-SIGTERM or SIGINT, then stops the watch and flushes the producer (for at most
-:data:`SHUTDOWN_FLUSH_SECONDS`; what is left unacknowledged is re-emitted by the next start's
-LIST).
+Time comes from the log (issue 3): besides device events the watcher publishes, on the same topic,
+coarsened ``NodeHeartbeat``s (node Leases), ``NodeResourcesChanged`` (Nodes' extended resources)
+and ``WatcherTick``s, one to every partition, so that every partition's event time moves on even
+when nothing happens there.
+
+File mode reads the file to its end, flushes and returns; Node and Lease objects in the stream are
+read like the live ones, and each ``_CLOCK`` directive sets the clock and sends one tick to every
+partition with its time. Live mode runs three LIST/WATCH loops (Pods; Leases unless
+``watch_leases`` is off; Nodes unless ``watch_nodes`` is off) and a ticker (every
+``tick_interval_seconds`` of wall clock) until SIGTERM or SIGINT, or until one of them fails; then
+it stops all of them and flushes the producer (for at most :data:`SHUTDOWN_FLUSH_SECONDS`; what is
+left unacknowledged is re-emitted by the next start's LISTs).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import signal
 from collections import Counter
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import structlog
+from kubernetes_asyncio import client as k8s_client
 from tenacity import AsyncRetrying, retry_if_exception, stop_never, wait_random_exponential
 
 from services.config import Settings
-from services.domain.events import Event, parse_resource_version
+from services.domain.events import parse_resource_version
+from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
+from services.domain.node_tracker import NodeTracker
+from services.domain.records import TopicRecord
 from services.kafka.producer import EventPublisher, is_retriable
 from services.kafka.topics import ensure_topics
 from services.watcher.file_source import HarnessClock, read_watch_file, source_of
-from services.watcher.kube_source import KubeSource, Relisted, SourceItem, kubernetes_pod_api
+from services.watcher.kube_source import (
+    KubernetesPodApi,
+    KubeSource,
+    ListWatchSource,
+    ObjectsListed,
+    Relisted,
+    SourceItem,
+    kubernetes_api_client,
+)
 from services.watcher.metrics import WatcherMetrics
-from services.watcher.processor import STAGE_WATCH_LINE, Outcome, WatchProcessor
+from services.watcher.node_source import ObjectSource, lease_api, node_api
+from services.watcher.processor import (
+    STAGE_WATCH_LINE,
+    NodeActions,
+    NodeProcessor,
+    Outcome,
+    WatchProcessor,
+)
 from services.watcher.watch_lines import (
     Bookmark,
     BrokenLine,
     ClockSet,
     Directive,
+    ObjectChange,
     OtherKind,
     PodChange,
     UnknownType,
@@ -45,20 +77,32 @@ SHUTDOWN_FLUSH_SECONDS: Final = 20.0
 """Longest wait (seconds) for Kafka acknowledgements when live mode stops."""
 
 
-class Publisher(Protocol):
-    """Where a :class:`WatchSession` sends events and dead letters (an ``EventPublisher``)."""
+DEFAULT_HEARTBEAT_INTERVAL: Final = timedelta(seconds=60)
+"""Heartbeat coarsening of a :class:`WatchSession` built without a :class:`NodeProcessor`."""
 
-    async def publish(self, event: Event) -> None: ...
+POD_STREAM: Final = "Pod"
+"""``stream`` of the Pod source (and of a recorded file, whatever kinds it mixes)."""
+
+
+class Publisher(Protocol):
+    """Where a :class:`WatchSession` sends records, ticks and dead letters (an
+    ``EventPublisher``)."""
+
+    async def publish(self, record: TopicRecord) -> None: ...
+
+    async def publish_tick(self, observed_at: datetime) -> int: ...
 
     async def dead_letter(self, original: bytes, reason: str, stage: str, source: str) -> None: ...
 
 
 @dataclass
 class WatchSummary:
-    """Counts of one watcher run: items read, events published by type, problems by code
-    (Pod problems from ``read_pod`` plus ``broken-line``, ``unknown-event-type``,
-    ``watch-error``), dead-lettered records, ignored items by kind, and the last
-    resourceVersion."""
+    """Counts of one watcher run: items read, events published by type (device and node
+    events; ticks are counted apart in ``ticks_sent``), problems by code (Pod problems from
+    ``read_pod``, Lease/Node problems from ``node_tracker``, plus ``broken-line``,
+    ``unknown-event-type``, ``watch-error``), dead-lettered records, ignored items by kind, the
+    last Pod resourceVersion (``resource_version``) and the Lease and Node ones
+    (``object_versions``)."""
 
     source: str
     items: int = 0
@@ -68,6 +112,10 @@ class WatchSummary:
     ignored: Counter[str] = field(default_factory=Counter)
     resource_version: str | None = None
     pods_tracked: int = 0
+    ticks_sent: int = 0
+    heartbeats_coarsened: int = 0
+    nodes_tracked: int = 0
+    object_versions: dict[str, str] = field(default_factory=dict)
 
     @property
     def events_total(self) -> int:
@@ -83,7 +131,9 @@ class WatchSummary:
             f"{self.source}: {self.items} items, {self.events_total} events published "
             f"({counts(self.events_published)}), {sum(self.problems.values())} problems "
             f"({counts(self.problems)}), {self.dead_lettered} dead-lettered, "
-            f"{self.pods_tracked} pods tracked, last resourceVersion {self.resource_version}"
+            f"{self.pods_tracked} pods tracked, last resourceVersion {self.resource_version}, "
+            f"{self.ticks_sent} ticks sent, {self.heartbeats_coarsened} heartbeats coarsened, "
+            f"{self.nodes_tracked} nodes tracked"
         )
 
     def __str__(self) -> str:
@@ -94,8 +144,9 @@ class WatchSummary:
 
 
 class WatchSession:
-    """Handles each item of a source in order: Pods through the processor, results to the
-    publisher, and everything counted in the summary and the metrics."""
+    """Handles each item of a source in order: Pods through the processor, Leases and Nodes
+    through the node processor, results to the publisher, and everything counted in the summary
+    and the metrics. A ``_CLOCK`` directive sets the clock and sends a tick to every partition."""
 
     def __init__(
         self,
@@ -104,12 +155,14 @@ class WatchSession:
         summary: WatchSummary,
         clock: HarnessClock | None = None,
         processor: WatchProcessor | None = None,
+        nodes: NodeProcessor | None = None,
     ) -> None:
         self.publisher = publisher
         self.metrics = metrics
         self.summary = summary
         self.clock = clock or HarnessClock()
         self.processor = processor or WatchProcessor()
+        self.nodes = nodes or NodeProcessor(NodeTracker(DEFAULT_HEARTBEAT_INTERVAL))
 
     def _problem(self, code: str) -> None:
         self.summary.problems[code] += 1
@@ -122,6 +175,16 @@ class WatchSession:
         number = parse_resource_version(version)
         if number is not None:
             self.metrics.resource_version.set(number)
+
+    def _object_resume_point(self, stream: str, version: str | None) -> None:
+        if version is not None:
+            self.summary.object_versions[stream] = version
+
+    async def tick(self, observed_at: datetime) -> None:
+        """Send a ``WatcherTick`` at ``observed_at`` to every partition."""
+        sent = await self.publisher.publish_tick(observed_at)
+        self.summary.ticks_sent += sent
+        self.metrics.ticks_sent.inc(sent)
 
     async def _dead_letter(self, original: bytes, reason: str, stage: str, source: str) -> None:
         await self.publisher.dead_letter(original, reason, stage, source)
@@ -147,11 +210,57 @@ class WatchSession:
         self.summary.pods_tracked = len(self.processor.tracker)
         self.metrics.pods_tracked.set(self.summary.pods_tracked)
 
-    async def handle(self, item: SourceItem, source: str) -> None:
-        """Process one item; ``source`` (e.g. ``file:path:line``) goes to logs and dead letters.
+    async def _apply_nodes(self, actions: NodeActions, source: str, what: str) -> None:
+        if actions.problems:
+            log.warning(
+                "node object problems",
+                source=source,
+                object=what,
+                problems=[f"{p.code.value}: {p.message}" for p in actions.problems],
+            )
+        for problem in actions.problems:
+            self._problem(problem.code.value)
+        for event in actions.events:
+            await self.publisher.publish(event)
+            self.summary.events_published[event.type] += 1
+            self.metrics.events_published.labels(event.type).inc()
+            if isinstance(event, NodeHeartbeat):
+                self.metrics.heartbeats_published.inc()
+            elif isinstance(event, NodeResourcesChanged):
+                self.metrics.node_resource_changes.inc()
+                missing = event.missing()
+                if missing:
+                    log.info("node allocatable below capacity", node=event.node, missing=missing)
+        if actions.coarsened:
+            self.summary.heartbeats_coarsened += actions.coarsened
+            self.metrics.heartbeats_coarsened.inc(actions.coarsened)
+        for reason in actions.ignored:
+            self.summary.ignored[f"{what.split(' ')[0]} {reason}"] += 1
+        for letter in actions.dead_letters:
+            await self._dead_letter(letter.original, letter.reason, letter.stage, letter.source)
+        self.summary.nodes_tracked = self.nodes.tracker.nodes
+        self.metrics.nodes_tracked.set(self.summary.nodes_tracked)
+
+    async def handle(self, item: SourceItem, source: str, *, stream: str = POD_STREAM) -> None:
+        """Process one item; ``source`` (e.g. ``file:path:line``) goes to logs and dead letters;
+        ``stream`` names the source's resource (``Pod``, or ``Lease``/``Node`` for their live
+        watches): only the Pod stream's resourceVersions are the summary's resume point.
         Raises only what the publisher raises."""
         self.summary.items += 1
-        if isinstance(item, PodChange):
+        if isinstance(item, ObjectChange):
+            actions = self.nodes.object_event(
+                item.kind, item.object_kind, item.obj, item.raw, source, self.clock.now()
+            )
+            metadata = item.obj.get("metadata")
+            name = metadata.get("name") if isinstance(metadata, dict) else None
+            await self._apply_nodes(actions, source, f"{item.object_kind} {name}")
+            if stream != POD_STREAM:
+                self._object_resume_point(stream, item.resource_version)
+        elif isinstance(item, ObjectsListed):
+            actions = self.nodes.listed(item.object_kind, item.items, source, self.clock.now())
+            await self._apply_nodes(actions, source, f"{item.object_kind} {len(item.items)} listed")
+            self._object_resume_point(item.object_kind, item.resource_version)
+        elif isinstance(item, PodChange):
             metadata = item.pod.get("metadata")
             metadata = metadata if isinstance(metadata, dict) else {}
             pod = f"{metadata.get('namespace')}/{metadata.get('name')}"
@@ -167,10 +276,14 @@ class WatchSession:
             await self._apply(outcome, source, f"{len(item.pods)} listed")
             self._resume_point(item.resource_version)
         elif isinstance(item, Bookmark):
-            self._resume_point(item.resource_version)
+            if stream == POD_STREAM:
+                self._resume_point(item.resource_version)
+            else:
+                self._object_resume_point(stream, item.resource_version)
             self.summary.ignored["bookmark"] += 1
         elif isinstance(item, ClockSet):
             self.clock.set(item.now)
+            await self.tick(item.now)
         elif isinstance(item, Directive):
             self.summary.ignored[f"directive {item.name}"] += 1
             log.debug("harness directive skipped", source=source, directive=item.name)
@@ -185,9 +298,9 @@ class WatchSession:
                 expired=item.expired,
             )
         elif isinstance(item, OtherKind):
-            # Nodes, ResourceClaims, ...: handled by later parts of the watcher, not here.
+            # ResourceClaims, ... (and Nodes/Leases when their watch is off): not read here.
             self.summary.ignored[f"kind {item.kind}"] += 1
-            log.debug("non-Pod object ignored", source=source, kind=item.kind)
+            log.debug("object of another kind ignored", source=source, kind=item.kind)
         elif isinstance(item, UnknownType):
             self._problem("unknown-event-type")
             log.warning("unknown watch event type ignored", source=source, type=item.event_type)
@@ -212,9 +325,68 @@ async def _wait_for_topics(settings: Settings) -> None:
             await ensure_topics(settings)
 
 
-async def _run_file(session: WatchSession, path: Path) -> None:
-    for line, item in read_watch_file(path):
+def _file_kinds(settings: Settings) -> frozenset[str]:
+    kinds = set()
+    if settings.watch_leases:
+        kinds.add("Lease")
+    if settings.watch_nodes:
+        kinds.add("Node")
+    return frozenset(kinds)
+
+
+async def run_file(session: WatchSession, path: Path, settings: Settings) -> None:
+    """Hand every line of the recorded stream at ``path`` to ``session``, in order (Leases and
+    Nodes read as such when ``settings`` watches them)."""
+    for line, item in read_watch_file(path, kinds=_file_kinds(settings)):
         await session.handle(item, source_of(path, line))
+
+
+async def tick_every(session: WatchSession, interval_seconds: float, stop: asyncio.Event) -> None:
+    """Send a tick (at ``session.clock.now()``) at once, then every ``interval_seconds`` of the
+    event loop's clock, until ``stop`` is set. A late tick does not make the next ones come in a
+    burst: the schedule restarts from it."""
+    loop = asyncio.get_running_loop()
+    due = loop.time()
+    while not stop.is_set():
+        await session.tick(session.clock.now())
+        due += interval_seconds
+        if due < loop.time():
+            due = loop.time()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), due - loop.time())
+
+
+def _live_tasks(
+    session: WatchSession, settings: Settings, api_client: Any, stop: asyncio.Event
+) -> dict[str, Coroutine[Any, Any, None]]:
+    metrics = session.metrics
+
+    def restarts(resource: str) -> Any:
+        return lambda reason: metrics.watch_restarts.labels(reason, resource).inc()
+
+    pods = KubeSource(
+        KubernetesPodApi(k8s_client.CoreV1Api(api_client), settings),
+        on_restart=restarts("pods"),
+    )
+    sources: list[tuple[ListWatchSource, str]] = [(pods, POD_STREAM)]
+    if settings.watch_leases:
+        sources.append(
+            (ObjectSource(lease_api(api_client, settings), on_restart=restarts("leases")), "Lease")
+        )
+    if settings.watch_nodes:
+        sources.append(
+            (ObjectSource(node_api(api_client, settings), on_restart=restarts("nodes")), "Node")
+        )
+    tasks: dict[str, Coroutine[Any, Any, None]] = {
+        source.resource: source.run(functools.partial(session.handle, stream=stream), stop)
+        for source, stream in sources
+    }
+    tasks["ticker"] = tick_every(session, settings.tick_interval_seconds, stop)
+    return tasks
+
+
+async def _until(stop: asyncio.Event) -> None:
+    await stop.wait()
 
 
 async def _run_live(session: WatchSession, settings: Settings) -> None:
@@ -224,23 +396,40 @@ async def _run_live(session: WatchSession, settings: Settings) -> None:
     for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with kubernetes_pod_api(settings) as api:
-            metrics = session.metrics
-            source = KubeSource(
-                api,
-                on_restart=lambda reason: metrics.watch_restarts.labels(reason).inc(),
-            )
-            watching = asyncio.create_task(source.run(session.handle, stop))
-            stopping = asyncio.create_task(stop.wait())
-            done, _ = await asyncio.wait({watching, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            if watching in done:
-                stopping.cancel()
-                watching.result()  # raises what ended the watch (e.g. ApiRejected)
-            else:
-                log.info("stopping", resume_from=source.resource_version)
-                watching.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watching
+        async with kubernetes_api_client(settings) as api_client:
+            tasks = {
+                asyncio.create_task(coroutine, name=f"watcher-{name}")
+                for name, coroutine in _live_tasks(session, settings, api_client, stop).items()
+            }
+            stopping = asyncio.create_task(_until(stop))
+            failed: asyncio.Task[None] | None = None
+            try:
+                running = set(tasks)
+                while running and failed is None and not stop.is_set():
+                    done, running = await asyncio.wait(
+                        running | {stopping}, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    running.discard(stopping)
+                    failed = next(
+                        (t for t in done if t is not stopping and t.exception() is not None),
+                        None,
+                    )
+                if failed is None:
+                    log.info(
+                        "stopping",
+                        resume_from=session.summary.resource_version,
+                        object_versions=session.summary.object_versions,
+                    )
+            finally:
+                # Every loop stops with the watcher, whatever ended it (signal, a failed loop,
+                # the caller cancelling).
+                for task in (*tasks, stopping):
+                    task.cancel()
+                await asyncio.gather(*tasks, stopping, return_exceptions=True)
+            error = failed.exception() if failed is not None else None
+            if error is not None:
+                # What ended that loop (e.g. ApiRejected) ends the watcher.
+                raise error
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
@@ -250,8 +439,8 @@ async def run_watch(settings: Settings, from_file: Path | None = None) -> WatchS
     """Run the watcher and return its :class:`WatchSummary`.
 
     ``from_file``: a recorded JSONL watch stream, read to its end (``_CLOCK`` directives set
-    ``observedAt``; without one the wall clock is used). ``None``: the live cluster (kubeconfig
-    from ``settings``) until SIGTERM/SIGINT. Waits for Kafka at start; raises
+    ``observedAt`` and send ticks; without one the wall clock is used). ``None``: the live cluster
+    (kubeconfig from ``settings``) until SIGTERM/SIGINT. Waits for Kafka at start; raises
     ``kube_source.ApiRejected`` if the API refuses the watcher (RBAC), ``OSError`` if the file
     cannot be read.
     """
@@ -267,10 +456,15 @@ async def run_watch(settings: Settings, from_file: Path | None = None) -> WatchS
     await _wait_for_topics(settings)
     publisher = EventPublisher(settings, on_retry=metrics.publish_retries.inc)
     await publisher.start()
-    session = WatchSession(publisher, metrics, summary)
+    nodes = NodeProcessor(
+        NodeTracker(
+            timedelta(seconds=settings.heartbeat_interval_seconds), settings.lease_namespace
+        )
+    )
+    session = WatchSession(publisher, metrics, summary, nodes=nodes)
     try:
         if from_file is not None:
-            await _run_file(session, from_file)
+            await run_file(session, from_file, settings)
         else:
             await _run_live(session, settings)
     finally:

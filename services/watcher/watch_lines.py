@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import orjson
 
@@ -51,6 +51,25 @@ class PodChange:
 
 
 @dataclass(frozen=True, slots=True)
+class ObjectChange:
+    """ADDED, MODIFIED or DELETED of a non-Pod object the watcher reads (``object_kind``: one of
+    :data:`NODE_KINDS`, a Node or a node Lease); ``raw`` is the line's original bytes (for dead
+    letters). Only decoded when asked for (``decode_watch_line(kinds=...)``); otherwise such an
+    object is an :class:`OtherKind`."""
+
+    kind: WatchKind
+    object_kind: str
+    obj: dict[str, Any]
+    raw: bytes
+
+    @property
+    def resource_version(self) -> str | None:
+        metadata = self.obj.get("metadata")
+        version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+        return version if isinstance(version, str) and version else None
+
+
+@dataclass(frozen=True, slots=True)
 class Bookmark:
     """BOOKMARK: only moves the resume point to ``resource_version`` (``None`` if it lacks one)."""
 
@@ -74,7 +93,8 @@ class WatchError:
 
 @dataclass(frozen=True, slots=True)
 class OtherKind:
-    """A watch event about an object that is not a Pod (e.g. a Node in stream-03b)."""
+    """A watch event about an object that is neither a Pod nor a kind asked for (e.g. a
+    ResourceClaim in stream-05b): ignored."""
 
     event_type: str
     kind: str
@@ -97,8 +117,19 @@ class BrokenLine:
 
 
 WatchItem: TypeAlias = (
-    ClockSet | Directive | PodChange | Bookmark | WatchError | OtherKind | UnknownType | BrokenLine
+    ClockSet
+    | Directive
+    | PodChange
+    | ObjectChange
+    | Bookmark
+    | WatchError
+    | OtherKind
+    | UnknownType
+    | BrokenLine
 )
+
+NODE_KINDS: Final = frozenset({"Node", "Lease"})
+"""Object kinds besides Pods that the watcher turns into events (``ObjectChange``)."""
 
 
 def _directive(name: str, event: dict[str, Any], raw: bytes) -> WatchItem:
@@ -113,8 +144,15 @@ def _directive(name: str, event: dict[str, Any], raw: bytes) -> WatchItem:
         return BrokenLine(raw, f"bad _CLOCK directive: {exc}")
 
 
-def decode_watch_line(raw: bytes) -> WatchItem:
-    """Decode one line (without or with its trailing newline)."""
+def decode_watch_line(
+    raw: bytes, *, kinds: frozenset[str] = frozenset(), default_kind: str = "Pod"
+) -> WatchItem:
+    """Decode one line (without or with its trailing newline).
+
+    Pods are :class:`PodChange`; objects of a kind in ``kinds`` (a subset of :data:`NODE_KINDS`)
+    are :class:`ObjectChange`; others are :class:`OtherKind`. An object without ``kind`` (LIST
+    items omit it; a watch serves it) is read as ``default_kind``, the kind being watched.
+    """
     try:
         event = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -144,11 +182,13 @@ def decode_watch_line(raw: bytes) -> WatchItem:
         kind = WatchKind(event_type)
     except ValueError:
         return UnknownType(event_type, raw)
-    # A Pod watch serves kind "Pod"; list items omit it, so a missing kind is read as a Pod.
-    object_kind = obj.get("kind", "Pod")
-    if object_kind != "Pod":
-        return OtherKind(event_type, str(object_kind))
-    return PodChange(kind, obj, raw)
+    # A watch serves the kind; list items omit it, so a missing kind is the watched one.
+    object_kind = obj.get("kind", default_kind)
+    if object_kind == "Pod":
+        return PodChange(kind, obj, raw)
+    if object_kind in kinds:
+        return ObjectChange(kind, object_kind, obj, raw)
+    return OtherKind(event_type, str(object_kind))
 
 
 async def split_lines(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:

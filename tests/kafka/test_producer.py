@@ -24,6 +24,8 @@ from services.domain.events import (
     ReleaseReason,
     decode_event,
 )
+from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
+from services.domain.records import decode_record
 from services.kafka.producer import EventPublisher
 from services.kafka.topics import TopicState, ensure_topics
 
@@ -101,10 +103,9 @@ async def read_all(
 
 
 async def test_ensure_topics_is_idempotent(settings: Settings) -> None:
-    assert await ensure_topics(settings) == {
-        settings.topic: TopicState.EXISTED,
-        settings.dead_letter_topic: TopicState.EXISTED,
-    }
+    states = await ensure_topics(settings)
+    # Other topics (governance...) may be ensured too; these two exist already.
+    assert states[settings.topic] == states[settings.dead_letter_topic] == TopicState.EXISTED
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
     await admin.start()
     try:
@@ -210,3 +211,33 @@ async def test_start_waits_for_a_broker_and_counts_retries() -> None:
 async def test_publish_before_start_is_an_error(settings: Settings) -> None:
     with pytest.raises(RuntimeError, match="start"):
         await EventPublisher(settings).publish(observation("gpu-node-a", 1))
+
+
+async def test_tick_lands_on_every_partition_keyed_by_it(settings: Settings) -> None:
+    tick_time = T0 + timedelta(seconds=15)
+    beat = NodeHeartbeat("gpu-node-a", T0, T0 + timedelta(seconds=1), lease_version=7)
+    change = NodeResourcesChanged(
+        "gpu-node-a", (("nvidia.com/gpu", 8),), (("nvidia.com/gpu", 0),), 9, T0
+    )
+    async with EventPublisher(settings) as publisher:
+        assert await publisher.partitions() == [0, 1, 2]
+        await publisher.publish(beat)
+        assert await publisher.publish_tick(tick_time) == 3
+        await publisher.publish(change)
+        await publisher.flush()
+
+    records = await read_all(settings, settings.topic, 5)
+    assert len(records) == 5
+    ticks = {}
+    for record in records:
+        assert record.value is not None
+        value = decode_record(record.value)
+        if isinstance(value, WatcherTick):
+            assert record.key == f"~tick/{record.partition}".encode()
+            ticks[record.partition] = value
+        else:
+            assert record.key == b"gpu-node-a"
+    assert ticks == {p: WatcherTick(partition=p, observed_at=tick_time) for p in range(3)}
+    node_records = sorted((r for r in records if r.key == b"gpu-node-a"), key=lambda r: r.offset)
+    assert len({r.partition for r in node_records}) == 1  # one node, one partition, in order
+    assert [decode_record(r.value) for r in node_records if r.value] == [beat, change]

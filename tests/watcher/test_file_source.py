@@ -13,10 +13,12 @@ from hypothesis import strategies as st
 from services.domain.pod_tracker import WatchKind
 from services.watcher.file_source import HarnessClock, read_watch_file, source_of
 from services.watcher.watch_lines import (
+    NODE_KINDS,
     Bookmark,
     BrokenLine,
     ClockSet,
     Directive,
+    ObjectChange,
     OtherKind,
     PodChange,
     UnknownType,
@@ -86,6 +88,35 @@ def test_unknown_type_and_other_kinds() -> None:
     assert decode_watch_line(line) == UnknownType("SYNCED", line)
     node = b'{"type":"MODIFIED","object":{"kind":"Node","metadata":{"name":"n"}}}'
     assert decode_watch_line(node) == OtherKind("MODIFIED", "Node")
+
+
+def test_nodes_and_leases_are_read_when_asked_for() -> None:
+    node = b'{"type":"MODIFIED","object":{"kind":"Node","metadata":{"name":"n","resourceVersion":"9"}}}'
+    item = decode_watch_line(node, kinds=NODE_KINDS)
+    assert isinstance(item, ObjectChange)
+    assert (item.kind, item.object_kind, item.raw) == (WatchKind.MODIFIED, "Node", node)
+    assert (item.obj["metadata"]["name"], item.resource_version) == ("n", "9")
+    lease = b'{"type":"DELETED","object":{"kind":"Lease","metadata":{"name":"n"}}}'
+    only_nodes = frozenset({"Node"})
+    assert decode_watch_line(lease, kinds=only_nodes) == OtherKind("DELETED", "Lease")
+    claim = b'{"type":"ADDED","object":{"kind":"ResourceClaim","metadata":{"name":"c"}}}'
+    assert decode_watch_line(claim, kinds=NODE_KINDS) == OtherKind("ADDED", "ResourceClaim")
+    pod = b'{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"p"}}}'
+    assert isinstance(decode_watch_line(pod, kinds=NODE_KINDS), PodChange)
+
+
+def test_objects_without_kind_are_of_the_watched_kind() -> None:
+    line = b'{"type":"ADDED","object":{"metadata":{"name":"n"}}}'
+    item = decode_watch_line(line, kinds=frozenset({"Lease"}), default_kind="Lease")
+    assert isinstance(item, ObjectChange) and item.object_kind == "Lease"
+    assert item.resource_version is None
+
+
+def test_stream_03b_nodes_are_object_changes_when_asked_for() -> None:
+    path = EXAMPLES / "stream-03b-plugin-unregistered-observed-kubelet.jsonl"
+    kinds = [type(item).__name__ for _, item in read_watch_file(path, kinds=NODE_KINDS)]
+    assert kinds.count("ObjectChange") == 3 and "OtherKind" not in kinds
+    assert [type(item).__name__ for _, item in read_watch_file(path)].count("OtherKind") == 3
 
 
 @pytest.mark.parametrize(

@@ -9,20 +9,26 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from uuid import uuid4
 
+import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient
 
 from services.config import Settings
-from services.domain.events import DeviceHealthObserved, decode_event, parse_time
+from services.domain.events import DeviceHealthObserved, parse_time
+from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
+from services.domain.records import TopicRecord, decode_record
+from services.watcher.kube_source import ApiRejected
 from services.watcher.run import run_watch
-from tests.watcher.test_kube_source import FakeApiServer, bookmark, event_line, fake_server, pod
-
-__all__ = ["fake_server"]  # the fixture, re-used from the source tests
+from tests.domain.test_node_tracker import lease, node
+from tests.watcher.conftest import FakeCluster
+from tests.watcher.test_kube_source import GONE, bookmark, event_line, pod
 
 pytestmark = pytest.mark.integration
 
 BUNDLED = Path(__file__).parents[2] / "services" / "examples"
+SHARED = Path(__file__).parents[2].parent / "shared" / "examples"
+PARTITIONS = 6  # settings.topic_partitions: ensure_topics creates the topic with it
 
 
 @pytest.fixture
@@ -33,6 +39,7 @@ async def settings() -> AsyncIterator[Settings]:
             "topic": f"test-watch-{suffix}.events",
             "dead_letter_topic": f"test-watch-{suffix}.dead-letter",
             "watcher_metrics_port": 0,
+            "topic_partitions": PARTITIONS,
         }
     )
     yield settings
@@ -65,6 +72,30 @@ async def read_all(
     return records
 
 
+def decoded(records: list[ConsumerRecord[bytes, bytes]]) -> list[TopicRecord]:
+    """Every record decoded, checking its key: the node, or ``~tick/<partition>`` for a tick
+    sent to exactly that partition."""
+    out = []
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        assert record.value is not None
+        value = decode_record(record.value)
+        assert record.key == value.node.encode()
+        if isinstance(value, WatcherTick):
+            assert record.partition == value.partition
+        out.append(value)
+    return out
+
+
+def ticks_by_partition(values: list[TopicRecord]) -> dict[int, list[str]]:
+    by_partition: dict[int, list[str]] = {}
+    for value in values:
+        if isinstance(value, WatcherTick):
+            by_partition.setdefault(value.partition, []).append(
+                value.observed_at.isoformat().replace("+00:00", "Z")
+            )
+    return by_partition
+
+
 async def test_demo_stream_is_published_with_dead_letters(settings: Settings) -> None:
     path = BUNDLED / "demo-stream.jsonl"
     summary = await asyncio.wait_for(run_watch(settings, from_file=path), 60)
@@ -76,11 +107,14 @@ async def test_demo_stream_is_published_with_dead_letters(settings: Settings) ->
     assert summary.problems["watch-error"] == 1
     assert summary.resource_version == "95021"
     assert "24 events published" in summary.line()
+    clocks = [
+        line for line in path.read_bytes().splitlines() if line.startswith(b'{"type":"_CLOCK"')
+    ]
+    assert summary.ticks_sent == len(clocks) * PARTITIONS
 
-    records = await read_all(settings, settings.topic, 24)
-    events = [decode_event(r.value) for r in records if r.value is not None]
+    values = decoded(await read_all(settings, settings.topic, 24 + summary.ticks_sent))
+    events = [v for v in values if not isinstance(v, WatcherTick)]
     assert len(events) == 24
-    assert all(r.key == e.node.encode() for r, e in zip(records, events, strict=True))
     # observedAt comes from the stream's _CLOCK lines, not from the wall clock.
     unhealthy = next(
         e
@@ -90,6 +124,9 @@ async def test_demo_stream_is_published_with_dead_letters(settings: Settings) ->
         and e.status_version == 70344
     )
     assert unhealthy.observed_at == parse_time("2026-11-29T10:42:10Z")
+    # One tick per _CLOCK on every partition, in the stream's order.
+    times = [orjson.loads(line)["now"] for line in clocks]
+    assert ticks_by_partition(values) == {p: times for p in range(PARTITIONS)}
 
     lines = path.read_bytes().splitlines()
     letters = await read_all(settings, settings.dead_letter_topic, 2)
@@ -112,35 +149,154 @@ async def test_truncated_line_is_dead_lettered_with_its_line_number(settings: Se
     assert letter.value == path.read_bytes().splitlines()[2]
 
 
-async def test_live_mode_lists_watches_and_stops_on_sigterm(
-    settings: Settings, fake_server: tuple[FakeApiServer, object], tmp_path: Path
+async def test_stream_03b_publishes_node_allocatable_8_0_8_and_ticks(settings: Settings) -> None:
+    path = SHARED / "stream-03b-plugin-unregistered-observed-kubelet.jsonl"
+    expected = orjson.loads(path.with_suffix("").with_suffix(".expected.json").read_bytes())
+    summary = await asyncio.wait_for(run_watch(settings, from_file=path), 60)
+    assert summary.events_published == {"DeviceHealthObserved": 8, "NodeResourcesChanged": 3}
+    assert summary.ticks_sent == 3 * PARTITIONS
+    records = await read_all(settings, settings.topic, 11 + 3 * PARTITIONS)
+    values = decoded(records)
+    changes = [v for v in values if isinstance(v, NodeResourcesChanged)]
+    assert [(c.node, c.capacity, c.allocatable, format_z(c.observed_at)) for c in changes] == [
+        ("gpu-node-c", GPUS_8, GPUS_8, "2026-11-29T11:00:00Z"),
+        ("gpu-node-c", GPUS_8, (("nvidia.com/gpu", 0),), "2026-11-29T11:20:15Z"),
+        ("gpu-node-c", GPUS_8, GPUS_8, "2026-11-29T11:21:50Z"),
+    ]
+    (signal,) = expected["expectedSignals"]
+    short = [c for c in changes if c.missing().get(signal["resourceName"])]
+    assert [format_z(c.observed_at) for c in short] == [signal["from"]]
+    assert format_z(changes[-1].observed_at) == signal["to"] and not changes[-1].missing()
+    clocks = ["2026-11-29T11:00:00Z", "2026-11-29T11:20:15Z", "2026-11-29T11:21:50Z"]
+    assert ticks_by_partition(values) == {p: clocks for p in range(PARTITIONS)}
+    # On gpu-node-c's partition the records keep the stream's order: each tick, then what the
+    # watcher saw at its time.
+    (partition,) = {r.partition for r in records if r.key == b"gpu-node-c"}
+    on_partition = [
+        decode_record(r.value)
+        for r in sorted(records, key=lambda r: r.offset)
+        if r.partition == partition and r.value is not None
+    ]
+    assert [v.type for v in on_partition] == [
+        "WatcherTick",
+        *["DeviceHealthObserved"] * 8,
+        "NodeResourcesChanged",
+        "WatcherTick",
+        "NodeResourcesChanged",
+        "WatcherTick",
+        "NodeResourcesChanged",
+    ]
+
+
+GPUS_8 = (("nvidia.com/gpu", 8),)
+
+
+def format_z(value: object) -> str:
+    assert hasattr(value, "isoformat")
+    return str(value.isoformat()).replace("+00:00", "Z")
+
+
+async def test_live_mode_runs_pods_leases_nodes_and_ticks_and_stops_on_sigterm(
+    settings: Settings, fake_cluster: FakeCluster, tmp_path: Path
 ) -> None:
-    server, _ = fake_server
-    server.watch_script = [
+    fake_cluster.pods.watch_script = [
         [
             event_line("MODIFIED", pod("a", "101", **{"GPU-0": "Unhealthy"})) + b"\n",
             bookmark("102") + b"\n",
         ],
         ["hold"],
     ]
-    host, port = server.address
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-        f"clusters: [{{name: fake, cluster: {{server: 'http://{host}:{port}'}}}}]\n"
-        "users: [{name: watcher, user: {token: not-a-secret}}]\n"
-        "contexts: [{name: fake, context: {cluster: fake, user: watcher}}]\n"
+    fake_cluster.leases.pods = [
+        lease("gpu-node-a", "2026-11-29T11:00:00.000000Z", "50"),
+        lease("gpu-node-b", "2026-11-29T11:00:04.250000Z", "51"),
+    ]
+    fake_cluster.leases.watch_script = [
+        [
+            event_line("MODIFIED", lease("gpu-node-a", "2026-11-29T11:00:10.000000Z", "52"))
+            + b"\n",
+            event_line("MODIFIED", lease("gpu-node-a", "2026-11-29T11:01:00.000000Z", "53"))
+            + b"\n",
+        ],
+        ["hold"],
+    ]
+    fake_cluster.nodes.pods = [node("gpu-node-c", "60")]
+    fake_cluster.nodes.watch_script = [
+        [
+            event_line("MODIFIED", node("gpu-node-c", "61", allocatable={"nvidia.com/gpu": "0"}))
+            + b"\n",
+            GONE + b"\n",  # 410: the watcher LISTs Nodes again and goes on
+        ],
+        ["hold"],
+    ]
+    live = settings.model_copy(
+        update={
+            "kubeconfig": str(fake_cluster.kubeconfig(tmp_path)),
+            "tick_interval_seconds": 3600.0,  # one round of ticks, at start
+        }
     )
-    live = settings.model_copy(update={"kubeconfig": str(kubeconfig)})
     watching = asyncio.create_task(run_watch(live))
     async with asyncio.timeout(30):
-        await server.holding.wait()  # listed, watched, now idle in the second watch
+        for server in (fake_cluster.pods, fake_cluster.leases, fake_cluster.nodes):
+            await server.holding.wait()  # listed, watched, now idle in the second watch
     os.kill(os.getpid(), signal.SIGTERM)
     summary = await asyncio.wait_for(watching, 30)
-    assert summary.events_published == {"DeviceHealthObserved": 4}  # a, b, c, then a changed
+    assert summary.events_published == {
+        "DeviceHealthObserved": 4,  # a, b, c, then a changed
+        "NodeHeartbeat": 3,  # a and b listed, a again 60 s later (11:00:10 coarsened)
+        "NodeResourcesChanged": 2,  # listed with 8, then 0
+    }
+    assert (summary.ticks_sent, summary.heartbeats_coarsened) == (PARTITIONS, 1)
     assert summary.resource_version == "102"
-    assert summary.pods_tracked == 3
-    assert [r.get("resourceVersion") for r in server.requests if r.get("watch")] == ["100", "102"]
-    records = await read_all(settings, settings.topic, 4)
-    versions = sorted(decode_event(r.value).status_version or 0 for r in records if r.value)
+    assert summary.object_versions == {"Lease": "53", "Node": "100"}
+    assert summary.pods_tracked == 3 and summary.nodes_tracked == 3
+    assert [r.get("resourceVersion") for r in fake_cluster.pods.requests if r.get("watch")] == [
+        "100",
+        "102",
+    ]
+    node_lists = [r for r in fake_cluster.nodes.requests if not r.get("watch")]
+    assert len(node_lists) == 2  # the 410 made the watcher LIST again
+    values = decoded(await read_all(settings, settings.topic, 4 + 3 + 2 + PARTITIONS))
+    beats = [(v.node, format_z(v.renewed_at)) for v in values if isinstance(v, NodeHeartbeat)]
+    assert sorted(beats) == [
+        ("gpu-node-a", "2026-11-29T11:00:00Z"),
+        ("gpu-node-a", "2026-11-29T11:01:00Z"),
+        ("gpu-node-b", "2026-11-29T11:00:04.250000Z"),
+    ]
+    allocatable = [dict(v.allocatable) for v in values if isinstance(v, NodeResourcesChanged)]
+    assert allocatable == [{"nvidia.com/gpu": 8}, {"nvidia.com/gpu": 0}]
+    assert sorted(ticks_by_partition(values)) == list(range(PARTITIONS))
+    versions = sorted(v.status_version or 0 for v in values if isinstance(v, DeviceHealthObserved))
     assert versions == [10, 11, 12, 101]
+
+
+async def test_live_mode_stops_every_loop_when_one_is_refused(
+    settings: Settings, fake_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    fake_cluster.pods.watch_script = [["hold"]]
+    fake_cluster.leases.watch_script = [["hold"]]
+    fake_cluster.nodes.list_status = 403  # RBAC: the watcher may not list Nodes
+    live = settings.model_copy(update={"kubeconfig": str(fake_cluster.kubeconfig(tmp_path))})
+    with pytest.raises(ApiRejected, match="403"):
+        await asyncio.wait_for(run_watch(live), 30)
+    others = {task.get_name() for task in asyncio.all_tasks()}
+    assert not any(name.startswith("watcher-") for name in others)
+
+
+async def test_live_mode_without_lease_and_node_watches(
+    settings: Settings, fake_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    fake_cluster.pods.watch_script = [["hold"]]
+    live = settings.model_copy(
+        update={
+            "kubeconfig": str(fake_cluster.kubeconfig(tmp_path)),
+            "watch_leases": False,
+            "watch_nodes": False,
+        }
+    )
+    watching = asyncio.create_task(run_watch(live))
+    async with asyncio.timeout(30):
+        await fake_cluster.pods.holding.wait()
+    os.kill(os.getpid(), signal.SIGTERM)
+    summary = await asyncio.wait_for(watching, 30)
+    assert fake_cluster.leases.requests == [] and fake_cluster.nodes.requests == []
+    assert summary.events_published == {"DeviceHealthObserved": 3}

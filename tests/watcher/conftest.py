@@ -1,0 +1,113 @@
+"""Fakes of the watcher tests: a publisher that keeps what it is given (no Kafka), and a fake
+Kubernetes API server serving Pods, node Leases and Nodes (the Kubernetes API only is faked)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from kubernetes_asyncio import client as k8s_client
+
+from services.domain.node_events import WatcherTick
+from services.domain.records import TopicRecord
+from tests.watcher.test_kube_source import FakeApiServer, pod
+
+LEASES_PATH = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+NODES_PATH = "/api/v1/nodes"
+PODS_PATH = "/api/v1/pods"
+
+
+@dataclass
+class FakePublisher:
+    """Keeps records (in order, ticks included), and dead letters as ``(original, reason,
+    stage, source)``; the topic has ``partition_count`` partitions."""
+
+    partition_count: int = 3
+    records: list[TopicRecord] = field(default_factory=list)
+    dead_letters: list[tuple[bytes, str, str, str]] = field(default_factory=list)
+    _published: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def publish(self, record: TopicRecord) -> None:
+        self.records.append(record)
+        self._published.set()
+
+    async def wait_for(self, count: int) -> None:
+        """Until at least ``count`` records were published."""
+        while len(self.records) < count:
+            self._published.clear()
+            await self._published.wait()
+
+    async def publish_tick(self, observed_at: datetime) -> int:
+        for partition in range(self.partition_count):
+            await self.publish(WatcherTick(partition=partition, observed_at=observed_at))
+        return self.partition_count
+
+    async def dead_letter(self, original: bytes, reason: str, stage: str, source: str) -> None:
+        self.dead_letters.append((original, reason, stage, source))
+
+    def of_type(self, name: str) -> list[Any]:
+        return [r for r in self.records if r.type == name]
+
+
+@pytest.fixture
+def publisher() -> FakePublisher:
+    return FakePublisher()
+
+
+@dataclass
+class FakeCluster:
+    """One fake API server with three resources, each a :class:`FakeApiServer` (its LIST and
+    scripted WATCHes): ``pods``, ``leases`` (in kube-node-lease) and ``nodes``."""
+
+    pods: FakeApiServer
+    leases: FakeApiServer
+    nodes: FakeApiServer
+    host: str = ""
+    port: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def api_client(self) -> k8s_client.ApiClient:
+        return k8s_client.ApiClient(configuration=k8s_client.Configuration(host=self.url))
+
+    def kubeconfig(self, directory: Path) -> Path:
+        path = directory / "kubeconfig"
+        path.write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+            f"clusters: [{{name: fake, cluster: {{server: '{self.url}'}}}}]\n"
+            "users: [{name: watcher, user: {token: not-a-secret}}]\n"
+            "contexts: [{name: fake, context: {cluster: fake, user: watcher}}]\n"
+        )
+        return path
+
+
+@pytest.fixture
+async def fake_cluster() -> AsyncIterator[FakeCluster]:
+    cluster = FakeCluster(
+        pods=FakeApiServer(pods=[pod(uid, str(10 + i)) for i, uid in enumerate("abc")]),
+        leases=FakeApiServer(pods=[]),
+        nodes=FakeApiServer(pods=[]),
+    )
+    app = web.Application()
+    app.router.add_get(PODS_PATH, cluster.pods.handle)
+    app.router.add_get(LEASES_PATH, cluster.leases.handle)
+    app.router.add_get(NODES_PATH, cluster.nodes.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    cluster.host, cluster.port = runner.addresses[0][:2]
+    for server in (cluster.pods, cluster.leases, cluster.nodes):
+        server.address = (cluster.host, cluster.port)
+    yield cluster
+    for server in (cluster.pods, cluster.leases, cluster.nodes):
+        server.closing.set()
+    await runner.cleanup()
