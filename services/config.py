@@ -73,6 +73,11 @@ class Settings(BaseSettings):
         True,
         description="Watch Nodes' extended-resource capacity/allocatable (NodeResourcesChanged).",
     )
+    watch_dra: bool = Field(
+        True,
+        description="Watch ResourceSlices, ResourceClaims and DeviceClasses (resource.k8s.io/v1) "
+        "and publish InventoryObserved events.",
+    )
     heartbeat_interval_seconds: float = Field(
         60.0,
         gt=0,
@@ -230,6 +235,28 @@ class Settings(BaseSettings):
     )
     alert_retries: int = Field(5, ge=0, description="Retries of a failed webhook POST.")
     alert_timeout_seconds: float = Field(5.0, gt=0, description="Webhook request timeout.")
+
+    # --- Enforcement adapters (issue 4): off by default, dry-run first ------------------------
+    enforce_device_taint_rules: bool = Field(
+        False,
+        description="Reconcile one DeviceTaintRule per quarantined DRA device (removed on release).",
+    )
+    enforce_dry_run: bool = Field(
+        True, description="Enforcement writes use dryRun=All (nothing changes in the cluster)."
+    )
+    enforce_no_execute: bool = Field(
+        False,
+        description="DeviceTaintRules use effect NoExecute instead of NoSchedule (evicts Pods).",
+    )
+    scheduler_extender: bool = Field(
+        False,
+        description="Serve the scheduler-extender filter endpoint (POST /scheduler/filter).",
+    )
+    capacity_request_size: int = Field(
+        0,
+        ge=0,
+        description="Request size for the fragmented count (0: the most common claim request).",
+    )
 
     # --- Logging ---------------------------------------------------------------------------
     log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING, ERROR.")
