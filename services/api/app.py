@@ -1,23 +1,34 @@
 """The directory API application: ``create_app(settings)``.
 
-The database engine is created when the app starts (lifespan) and disposed when it stops; nothing
-connects at import time. The API only reads the projection; the stream worker writes it.
+The database engine and the command producer are created when the app starts (lifespan) and
+closed when it stops; nothing connects at import time. The API only reads the projection (the
+stream worker and the governor write it); operator writes are commands appended to the governance
+topic (:mod:`services.api.routes_governance`). ``create_app`` raises
+:class:`~services.api.auth.TokenConfigError` for an invalid token configuration, so a
+misconfigured API never starts.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import datetime
 
 import orjson
 import structlog
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from services.api import routes_devices, routes_ops
+from services.api import routes_devices, routes_governance, routes_ops
+from services.api.auth import Authenticator, describe, read_access
+from services.api.commands import CommandLogUnavailable, CommandPublisher
+from services.api.governance_reads import GovernanceReads
+from services.api.routes_ops import GovernanceGaugeCache
 from services.config import Settings
+from services.domain.events import now_utc
 from services.projection.store import ProjectionStore
 
 DESCRIPTION = """\
@@ -35,6 +46,19 @@ decimal strings (Kubernetes resourceVersions exceed what JSON numbers hold exact
 Lists are paged with `limit` and an opaque `cursor` (`nextCursor` of the previous page).
 Errors carry a `detail` message: 404 for an unknown node or device, 422 for invalid parameters,
 503 when the database cannot be read.
+
+**Authentication.** `Authorization: Bearer <token>`; roles viewer < operator < admin. GETs need
+no token unless `DEVICESTATE_API_ANONYMOUS_READ=false` (then viewer); writes need operator (break-
+glass releases and breaker resets: admin). 401 (with `WWW-Authenticate: Bearer`) for a missing or
+invalid token, 403 for too weak a role. `/healthz`, `/readyz`, `/metrics` stay open.
+
+**Governance writes are commands.** `POST` routes append an operator command to the governance
+log and answer `202 {commandID, status: "pending"}` (503 when Kafka is unreachable); the governor
+decides it. `?wait=<s>` (at most 30) waits for the decision: 201/200 accepted, 409 rejected with
+the governor's reason. `GET /v1/commands/{commandID}` reads an outcome later. An
+`Idempotency-Key` header becomes the commandID, so retries do not duplicate a command.
+Quarantine IDs contain `/` and `@` and are written unescaped; actions come last:
+`POST /v1/quarantines/{quarantineID}/extend`, `.../release`.
 """
 
 log = structlog.get_logger(__name__)
@@ -46,9 +70,26 @@ async def database_unavailable(request: Request, exc: Exception) -> JSONResponse
     return JSONResponse({"detail": f"database unavailable: {type(exc).__name__}"}, status_code=503)
 
 
-def create_app(settings: Settings) -> FastAPI:
+async def command_log_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    """503 for a write whose command Kafka did not take; reads are unaffected."""
+    return JSONResponse(
+        {"detail": f"command not recorded, retry later: {exc}"},
+        status_code=503,
+        headers={"Retry-After": "5"},
+    )
+
+
+def create_app(settings: Settings, *, clock: Callable[[], datetime] = now_utc) -> FastAPI:
     """The FastAPI app serving the projection in ``settings.database_schema`` of
-    ``settings.database_url``. The engine is created on startup and disposed on shutdown."""
+    ``settings.database_url``. The engine and the command producer are created on startup and
+    closed on shutdown. ``clock`` (wall clock, UTC) serves staleness and expiry computations.
+
+    Raises :class:`~services.api.auth.TokenConfigError` for an invalid token configuration."""
+    authenticator = Authenticator.from_settings(settings)
+    if authenticator.entries:
+        log.info("api tokens loaded", tokens=describe(authenticator.entries))
+    else:
+        log.warning("no api tokens configured: every write is refused (401)")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -62,9 +103,14 @@ def create_app(settings: Settings) -> FastAPI:
             json_deserializer=orjson.loads,
         )
         app.state.store = ProjectionStore(engine, settings.database_schema)
+        app.state.reads = GovernanceReads(engine, settings.database_schema)
+        publisher = CommandPublisher(settings)
+        app.state.publisher = publisher
+        await publisher.start()
         try:
             yield
         finally:
+            await publisher.close()
             await engine.dispose()
 
     app = FastAPI(
@@ -73,8 +119,16 @@ def create_app(settings: Settings) -> FastAPI:
         description=DESCRIPTION,
         lifespan=lifespan,
     )
+    app.state.settings = settings
+    app.state.clock = clock
+    app.state.authenticator = authenticator
+    app.state.recent_commands = OrderedDict()
+    app.state.governance_gauges = GovernanceGaugeCache()
     app.add_exception_handler(SQLAlchemyError, database_unavailable)
     app.add_exception_handler(OSError, database_unavailable)
-    app.include_router(routes_devices.router)
+    app.add_exception_handler(CommandLogUnavailable, command_log_unavailable)
+    app.include_router(routes_devices.router, dependencies=[Depends(read_access)])
+    app.include_router(routes_governance.writes)
+    app.include_router(routes_governance.reads_router)
     app.include_router(routes_ops.router)
     return app

@@ -24,12 +24,17 @@ def api(
 ) -> None:
     """Serve the device directory API (REST; OpenAPI at /openapi.json, docs at /docs).
 
-    Reads the projection in DEVICESTATE_DATABASE_SCHEMA of DEVICESTATE_DATABASE_URL. On SIGTERM or
-    SIGINT it stops accepting connections, lets requests in flight finish, then closes the pool.
+    Reads the projection in DEVICESTATE_DATABASE_SCHEMA of DEVICESTATE_DATABASE_URL; appends
+    operator commands to DEVICESTATE_GOVERNANCE_TOPIC. Bearer tokens come from
+    DEVICESTATE_API_TOKENS / DEVICESTATE_API_TOKENS_FILE (JSON of names, roles and SHA-256
+    digests; see `devicestate token --help`); an invalid token configuration stops it at once.
+    On SIGTERM or SIGINT it stops accepting connections, lets requests in flight finish, then
+    closes the pool.
     """
     import uvicorn
 
     from services.api.app import create_app
+    from services.api.auth import TokenConfigError
     from services.logs import configure_logging
 
     settings = Settings()
@@ -37,8 +42,13 @@ def api(
     if overrides:
         settings = settings.model_copy(update=overrides)
     configure_logging(settings)
+    try:
+        app = create_app(settings)
+    except TokenConfigError as exc:
+        typer.echo(f"error: invalid API token configuration: {exc}", err=True)
+        raise typer.Exit(2) from None
     config = uvicorn.Config(
-        create_app(settings),
+        app,
         host=settings.api_host,
         port=settings.api_port,
         log_config=None,  # keep the structured logging configured above

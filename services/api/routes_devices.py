@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 
+from services.api.governance_reads import GovernanceReads
 from services.api.schemas import (
     DeviceOut,
     DevicePageOut,
@@ -28,6 +29,7 @@ from services.api.schemas import (
 )
 from services.domain.directory import DeviceKey
 from services.domain.events import DeviceSource, Health
+from services.domain.governance.state import GovState
 from services.projection.store import DeviceFilters, ProjectionStore
 
 MAX_PAGE = 1000
@@ -40,7 +42,14 @@ async def get_store(request: Request) -> ProjectionStore:
     return store
 
 
+async def get_reads(request: Request) -> GovernanceReads:
+    """The governance read helpers the app's lifespan created."""
+    reads: GovernanceReads = request.app.state.reads
+    return reads
+
+
 Store = Annotated[ProjectionStore, Depends(get_store)]
+Reads = Annotated[GovernanceReads, Depends(get_reads)]
 NodeName = Annotated[str, Path(description="Node name (never contains `/`).")]
 ResourceID = Annotated[
     str,
@@ -79,7 +88,7 @@ def decode_cursor(cursor: str) -> DeviceKey:
 
 @router.get("/devices", response_model=DevicePageOut, responses=UNPROCESSABLE)
 async def list_devices(
-    store: Store,
+    reads: Reads,
     node: Annotated[str | None, Query(description="Only devices on this node.")] = None,
     health: Annotated[Health | None, Query(description="Only devices with this health.")] = None,
     resource_name: Annotated[
@@ -92,10 +101,15 @@ async def list_devices(
         str | None, Query(alias="podUID", description="Only devices allocated to this Pod.")
     ] = None,
     source: Annotated[DeviceSource | None, Query(description="device-plugin or dra.")] = None,
+    state: Annotated[
+        GovState | None,
+        Query(description="Only devices in this governance state (e.g. Quarantined)."),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page size.")] = 100,
     cursor: Annotated[str | None, Query(description="`nextCursor` of the previous page.")] = None,
 ) -> DevicePageOut:
-    """Devices matching every given filter, sorted by (node, resourceID), one page at a time.
+    """Devices matching every given filter, sorted by (node, resourceID), one page at a time,
+    each with its `governance` (null when the governor has not seen the device).
 
     Follow `nextCursor` until it is null; cursors stay valid while devices change (keyset
     pagination: a page starts after the last key of the previous one).
@@ -114,9 +128,9 @@ async def list_devices(
         namespace=namespace,
         pod_uid=pod_uid,
     )
-    page = await store.list_devices(filters, limit, after)
+    page = await reads.list_devices(filters, state, limit, after)
     return DevicePageOut(
-        items=[DeviceOut.of(d) for d in page.items],
+        items=[DeviceOut.of(d.record, d.governance) for d in page.items],
         next_cursor=None if page.next_after is None else encode_cursor(page.next_after),
     )
 
@@ -128,23 +142,24 @@ async def list_nodes(store: Store) -> NodesOut:
 
 
 @router.get("/nodes/{node}", response_model=NodeSummaryOut, responses=NOT_FOUND)
-async def get_node(store: Store, node: NodeName) -> NodeSummaryOut:
-    """One node's device counts by health and its devices."""
+async def get_node(store: Store, reads: Reads, node: NodeName) -> NodeSummaryOut:
+    """One node's device counts by health and its devices (with their governance)."""
     summary = await store.node_summary(node)
     if summary is None:
         raise HTTPException(404, f"node {node!r} has no devices in the directory")
-    return NodeSummaryOut.of(summary)
+    return NodeSummaryOut.of(summary, await reads.node_governance(node))
 
 
 @router.get(
     "/nodes/{node}/devices/{resourceID:path}", response_model=DeviceOut, responses=NOT_FOUND
 )
-async def get_device(store: Store, node: NodeName, resource_id: ResourceID) -> DeviceOut:
-    """One device. The resourceID is the rest of the path and may contain `/`."""
-    record = await store.get_device(node, resource_id)
-    if record is None:
+async def get_device(reads: Reads, node: NodeName, resource_id: ResourceID) -> DeviceOut:
+    """One device with its governance. The resourceID is the rest of the path and may contain
+    `/`."""
+    found = await reads.get_device(node, resource_id)
+    if found is None:
         raise HTTPException(404, f"device {resource_id!r} on node {node!r} is not in the directory")
-    return DeviceOut.of(record)
+    return DeviceOut.of(found.record, found.governance)
 
 
 @router.get(

@@ -9,6 +9,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from services.api.governance_reads import DeviceGovernance
 from services.domain.directory import Allocation, DeviceRecord
 from services.domain.events import ContainerKind, DeviceSource, Health
 from services.projection.store import (
@@ -72,6 +73,35 @@ class AllocationOut(ApiModel):
         )
 
 
+class DeviceGovernanceOut(ApiModel):
+    """What devicestate's governor decided about the device (``device_governance``)."""
+
+    state: str = Field(
+        description="Available, UnknownTolerated, Restricted, Deferred, Quarantined or Recovering."
+    )
+    state_since: datetime = Field(description="Event time the device entered the state.")
+    effective_health: str = Field(
+        description="Observed health adjusted by node facts (a lost heartbeat or device plugin "
+        "reads Unknown)."
+    )
+    effective_reason: str | None = Field(
+        description="Why the effective health differs from the observed one."
+    )
+    quarantine_id: str | None = Field(
+        alias="quarantineID", description="The quarantine holding the device, if any."
+    )
+
+    @classmethod
+    def of(cls, gov: DeviceGovernance) -> DeviceGovernanceOut:
+        return cls(
+            state=gov.state,
+            state_since=gov.state_since,
+            effective_health=gov.effective_health,
+            effective_reason=gov.effective_reason,
+            quarantine_id=gov.quarantine_id,
+        )
+
+
 class DeviceOut(ApiModel):
     """Current state of one device ``(node, resourceID)``."""
 
@@ -98,9 +128,12 @@ class DeviceOut(ApiModel):
     )
     allocations: list[AllocationOut]
     flags: list[str]
+    governance: DeviceGovernanceOut | None = Field(
+        None, description="Governance state; null when the governor has not seen the device."
+    )
 
     @classmethod
-    def of(cls, record: DeviceRecord) -> DeviceOut:
+    def of(cls, record: DeviceRecord, governance: DeviceGovernance | None = None) -> DeviceOut:
         return cls(
             node=record.node,
             resource_id=record.resource_id,
@@ -115,6 +148,7 @@ class DeviceOut(ApiModel):
             last_transition_at=record.last_transition_at,
             allocations=[AllocationOut.of(a) for a in record.allocations],
             flags=list(record.flags),
+            governance=None if governance is None else DeviceGovernanceOut.of(governance),
         )
 
 
@@ -188,13 +222,16 @@ class NodeSummaryOut(ApiModel):
     devices: list[DeviceOut] = Field(description="Sorted by resourceID.")
 
     @classmethod
-    def of(cls, summary: NodeSummary) -> NodeSummaryOut:
+    def of(
+        cls, summary: NodeSummary, governance: dict[str, DeviceGovernance] | None = None
+    ) -> NodeSummaryOut:
         counts = summary.counts
+        governance = governance or {}
         return cls(
             node=counts.node,
             total=counts.devices,
             by_health=counts.by_health,
-            devices=[DeviceOut.of(d) for d in summary.devices],
+            devices=[DeviceOut.of(d, governance.get(d.resource_id)) for d in summary.devices],
         )
 
 

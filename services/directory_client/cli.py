@@ -20,16 +20,18 @@ HEALTH_STYLE = {"Healthy": "green", "Unhealthy": "bold white on red", "Unknown":
 
 
 def fetch_devices(
-    api_url: str, filters: dict[str, str], page_size: int = 500
+    api_url: str, filters: dict[str, str], page_size: int = 500, token: str | None = None
 ) -> list[dict[str, Any]]:
-    """All devices matching ``filters`` (query parameters of ``GET /v1/devices``).
+    """All devices matching ``filters`` (query parameters of ``GET /v1/devices``); ``token`` is
+    sent as a bearer token (needed when the API refuses anonymous reads).
 
     Raises ``httpx.HTTPError`` when the API is unreachable, and ``RuntimeError`` with the API's
     message on a 4xx/5xx answer.
     """
     items: list[dict[str, Any]] = []
     params: dict[str, str | int] = {**filters, "limit": page_size}
-    with httpx.Client(base_url=api_url, timeout=10.0) as client:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with httpx.Client(base_url=api_url, timeout=10.0, headers=headers) as client:
         while True:
             response = client.get("/v1/devices", params=params)
             if response.status_code >= 400:
@@ -50,12 +52,13 @@ def _pods(device: dict[str, Any]) -> str:
 def render_table(devices: list[dict[str, Any]], console: Console, wide: bool = False) -> None:
     """Print devices as a table, one row per device; Unhealthy rows stand out in red.
 
-    ``wide`` adds the source, flags and message columns (like ``kubectl get -o wide``).
+    ``wide`` adds the source, governance state, flags and message columns (like
+    ``kubectl get -o wide``).
     """
     table = Table(box=None, header_style="bold", pad_edge=False)
     columns = ["NODE", "RESOURCE ID", "RESOURCE", "HEALTH", "VERSION", "PODS", "LAST TRANSITION"]
     if wide:
-        columns += ["SOURCE", "FLAGS", "MESSAGE"]
+        columns += ["SOURCE", "STATE", "FLAGS", "MESSAGE"]
     for column in columns:
         table.add_column(column, no_wrap=column != "MESSAGE")
     for d in devices:
@@ -71,8 +74,10 @@ def render_table(devices: list[dict[str, Any]], console: Console, wide: bool = F
             d.get("lastTransitionAt") or "-",
         ]
         if wide:
+            governance = d.get("governance") or {}
             row += [
                 d["source"],
+                escape(governance.get("state") or "-"),
                 escape(",".join(d.get("flags") or []) or "-"),
                 escape((d.get("message") or "")[:80]),
             ]
@@ -83,6 +88,14 @@ def render_table(devices: list[dict[str, Any]], console: Console, wide: bool = F
         counts[d["health"]] = counts.get(d["health"], 0) + 1
     summary = ", ".join(f"{n} {h}" for h, n in sorted(counts.items()))
     console.print(f"\n{len(devices)} devices: {summary or 'none'}")
+
+
+def default_api_url() -> str:
+    """``http://DEVICESTATE_API_HOST:DEVICESTATE_API_PORT`` (where ``devicestate api`` listens)."""
+    from services.config import Settings
+
+    settings = Settings()
+    return f"http://{settings.api_host}:{settings.api_port}"
 
 
 def make_console() -> Console:
@@ -104,8 +117,21 @@ def devices(
     resource_name: str | None = typer.Option(None, "--resource-name", help="e.g. nvidia.com/gpu."),
     namespace: str | None = typer.Option(None, help="Only devices allocated to Pods here."),
     source: str | None = typer.Option(None, help="device-plugin or dra."),
+    state: str | None = typer.Option(
+        None, help="Only this governance state, e.g. Quarantined, Restricted, Available."
+    ),
     output: Literal["table", "wide", "json"] = typer.Option(
-        "table", "-o", "--output", help="table, wide (adds source, flags, message) or json."
+        "table",
+        "-o",
+        "--output",
+        help="table, wide (adds source, governance state, flags, message) or json.",
+    ),
+    token: str | None = typer.Option(
+        None,
+        "--token",
+        envvar="DEVICESTATE_TOKEN",
+        help="Bearer token, needed when the API refuses anonymous reads.",
+        show_default=False,
     ),
 ) -> None:
     """Print the device directory (from the directory API)."""
@@ -117,6 +143,7 @@ def devices(
             "resourceName": resource_name,
             "namespace": namespace,
             "source": source,
+            "state": state,
         }.items()
         if v is not None
     }
@@ -126,12 +153,9 @@ def devices(
         )
         raise typer.Exit(2)
     if api_url is None:
-        from services.config import Settings
-
-        settings = Settings()
-        api_url = f"http://{settings.api_host}:{settings.api_port}"
+        api_url = default_api_url()
     try:
-        items = fetch_devices(api_url, filters)
+        items = fetch_devices(api_url, filters, token=token)
     except (httpx.HTTPError, RuntimeError) as exc:
         typer.echo(f"error: cannot read the directory at {api_url}: {exc}", err=True)
         raise typer.Exit(2) from None

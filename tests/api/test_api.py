@@ -160,6 +160,7 @@ async def test_device_with_slashes_in_its_id_is_served_in_camel_case(
             }
         ],
         "flags": [],
+        "governance": None,  # the governor has not seen the device
     }
     # Percent-encoded slashes reach the same device.
     encoded = await api.get("/v1/nodes/gpu-node-b/devices/gpu.example.com%2Fpool-a%2Fgpu-2")

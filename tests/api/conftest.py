@@ -1,0 +1,256 @@
+"""Fixtures of the governance API tests: tokens per role, a private single-partition governance
+topic on the real broker, an API client factory, and helpers that write the governance projection
+the way the governor would (tests simulate the governor; the API only reads these tables)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime
+from typing import Any
+from uuid import uuid4
+
+import httpx
+import orjson
+import pytest
+from sqlalchemy import insert
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from services.api.app import create_app
+from services.api.auth import token_entry
+from services.config import Settings
+from services.domain.governance.inputs import OperatorCommand, decode_input
+from services.projection.governance_tables import (
+    device_governance,
+    governance_commands,
+    governance_decisions,
+    governor_fleet,
+    governor_nodes,
+    quarantines,
+)
+from services.projection.tables import in_schema
+from tests.conftest import T0
+
+TOKENS = {
+    "viewer": "viewer-token-0123456789",
+    "operator": "operator-token-0123456789",
+    "admin": "admin-token-0123456789",
+}
+"""Plain tokens of the test principals ``vic`` (viewer), ``olga`` (operator), ``ada`` (admin)."""
+NAMES = {"viewer": "vic", "operator": "olga", "admin": "ada"}
+
+
+def tokens_json() -> str:
+    return orjson.dumps([token_entry(NAMES[r], r, t) for r, t in TOKENS.items()]).decode()
+
+
+def bearer(role: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[role]}"}
+
+
+@pytest.fixture
+async def governance_topic(kafka_admin: Any) -> AsyncIterator[str]:
+    """A private single-partition governance topic, deleted afterwards."""
+    from aiokafka.admin import NewTopic
+
+    name = f"t{uuid4().hex[:12]}.governance"
+    await kafka_admin.create_topics([NewTopic(name, 1, 1)])
+    try:
+        yield name
+    finally:
+        await kafka_admin.delete_topics([name])
+
+
+@pytest.fixture
+def api_settings(
+    database_url: str, fresh_schema: str, governance_topic: str, kafka_bootstrap: str
+) -> Settings:
+    return Settings(
+        database_url=database_url,
+        database_schema=fresh_schema,
+        governance_topic=governance_topic,
+        kafka_bootstrap_servers=kafka_bootstrap,
+        api_tokens=tokens_json(),
+    )
+
+
+ApiFactory = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
+
+
+@pytest.fixture
+def make_api(api_settings: Settings) -> ApiFactory:
+    """``async with make_api(clock=..., **setting_overrides) as client``: the app (lifespan run)
+    behind an httpx client on the ASGI transport."""
+
+    @asynccontextmanager
+    async def make(
+        clock: Callable[[], datetime] | None = None, **overrides: Any
+    ) -> AsyncIterator[httpx.AsyncClient]:
+        settings = api_settings.model_copy(update=overrides)
+        app = create_app(settings) if clock is None else create_app(settings, clock=clock)
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url="http://api", timeout=60) as client,
+        ):
+            yield client
+
+    return make
+
+
+@pytest.fixture
+async def gov_api(make_api: ApiFactory) -> AsyncIterator[httpx.AsyncClient]:
+    async with make_api() as client:
+        yield client
+
+
+class Governor:
+    """Writes governance projection rows into the test's schema, as the governor would."""
+
+    def __init__(self, engine: AsyncEngine, schema: str) -> None:
+        self.engine = engine
+        self.options = in_schema(schema)
+        self.seq = 0
+
+    async def _insert(self, table: Any, rows: list[dict[str, Any]]) -> None:
+        async with self.engine.begin() as conn:
+            await conn.execute(insert(table), rows, execution_options=self.options)
+
+    async def decide(
+        self, command_id: str, action: str, accepted: bool, reason: str = "", actor: str = "olga"
+    ) -> None:
+        self.seq += 1
+        await self._insert(
+            governance_commands,
+            [
+                dict(
+                    command_id=command_id,
+                    action=action,
+                    actor=actor,
+                    accepted=accepted,
+                    reason=reason,
+                    seq=self.seq,
+                )
+            ],
+        )
+
+    async def decision(
+        self,
+        seq: int,
+        idx: int,
+        kind: str,
+        at: datetime,
+        node: str | None,
+        resource_id: str | None,
+        **details: Any,
+    ) -> None:
+        payload = {
+            "schema": 1,
+            "type": kind,
+            "id": f"{seq}.{idx}",
+            "seq": seq,
+            "index": idx,
+            "at": at.isoformat().replace("+00:00", "Z"),
+            "node": node,
+            "resourceID": resource_id,
+            "incident": details.pop("incident", None),
+            "alert": None,
+            "severity": None,
+            "summary": details.pop("summary", ""),
+            "details": details,
+        }
+        await self._insert(
+            governance_decisions,
+            [
+                dict(
+                    seq=seq,
+                    idx=idx,
+                    kind=kind,
+                    at=at,
+                    node=node,
+                    resource_id=resource_id,
+                    incident=payload["incident"],
+                    payload=payload,
+                )
+            ],
+        )
+
+    async def quarantine(
+        self, quarantine_id: str, node: str, resource_id: str, **fields: Any
+    ) -> None:
+        row: dict[str, Any] = dict(
+            quarantine_id=quarantine_id,
+            node=node,
+            resource_id=resource_id,
+            kind="system",
+            status="active",
+            reason="pod-status-unhealthy",
+            actor="system",
+            created_at=T0,
+            confirmed_fault=True,
+            fencing_token=0,
+            recovery_attempts=0,
+        )
+        row.update(fields)
+        await self._insert(quarantines, [row])
+
+    async def device(
+        self, node: str, resource_id: str, state: str, since: datetime, **fields: Any
+    ) -> None:
+        row: dict[str, Any] = dict(
+            node=node,
+            resource_id=resource_id,
+            resource_name="nvidia.com/gpu",
+            source="device-plugin",
+            observed_health="Healthy",
+            effective_health="Healthy",
+            state=state,
+            state_since=since,
+            snapshot={},
+        )
+        row.update(fields)
+        await self._insert(device_governance, [row])
+
+    async def fleet(self, watermark: datetime | None, **fields: Any) -> None:
+        row: dict[str, Any] = dict(
+            id=1, watermark=watermark, breaker_open=False, automation_paused=False, snapshot={}
+        )
+        row.update(fields)
+        await self._insert(governor_fleet, [row])
+
+    async def node(self, node: str, heartbeat_lost: bool) -> None:
+        await self._insert(
+            governor_nodes, [dict(node=node, heartbeat_lost=heartbeat_lost, snapshot={})]
+        )
+
+
+@pytest.fixture
+def governor(engine: AsyncEngine, fresh_schema: str) -> Governor:
+    return Governor(engine, fresh_schema)
+
+
+async def read_commands(
+    bootstrap: str, topic: str, expected: int, seconds: float = 20.0
+) -> list[tuple[bytes | None, OperatorCommand]]:
+    """The first ``expected`` records of ``topic`` (keys and decoded commands)."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    found: list[tuple[bytes | None, OperatorCommand]] = []
+    try:
+        async with asyncio.timeout(seconds):
+            while len(found) < expected:
+                batch = await consumer.getmany(timeout_ms=500)
+                for records in batch.values():
+                    for record in records:
+                        command = decode_input(record.value)
+                        assert isinstance(command, OperatorCommand)
+                        found.append((record.key, command))
+    finally:
+        await consumer.stop()
+    return found
