@@ -12,6 +12,7 @@ import typer
 from services.api.cli import api
 from services.demo.run import demo
 from services.directory_client.cli import devices
+from services.operator_cli.cli import register as register_operator_commands
 from services.replay.cli import replay
 from services.stack.cli import app as stack_app
 from services.watcher.cli import watch
@@ -32,6 +33,7 @@ app.command("replay")(replay)
 app.command("api")(api)
 app.command("devices")(devices)
 app.command("demo")(demo)
+register_operator_commands(app)  # quarantine, automation, breaker, governance, timeline, ...
 
 if __name__ == "__main__":  # pragma: no cover
     app()
