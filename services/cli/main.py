@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import typer
 
+from services.alerts.cli import alerts
 from services.api.cli import api
 from services.demo.run import demo
 from services.directory_client.cli import devices
 from services.operator_cli.cli import register as register_operator_commands
+from services.recovery.cli import recovery
 from services.replay.cli import replay
 from services.stack.cli import app as stack_app
 from services.watcher.cli import watch
@@ -34,6 +36,8 @@ app.command("api")(api)
 app.command("devices")(devices)
 app.command("demo")(demo)
 register_operator_commands(app)  # quarantine, automation, breaker, governance, timeline, ...
+app.command("alerts")(alerts)
+app.command("recovery")(recovery)
 
 if __name__ == "__main__":  # pragma: no cover
     app()
