@@ -106,9 +106,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("quarantine_id", name="quarantines_pkey"),
         schema=schema,
     )
-    op.create_index(
-        "ix_quarantines_device", "quarantines", ["node", "resource_id"], schema=schema
-    )
+    op.create_index("ix_quarantines_device", "quarantines", ["node", "resource_id"], schema=schema)
     op.create_index("ix_quarantines_status", "quarantines", ["status"], schema=schema)
 
     op.create_table(
@@ -130,9 +128,7 @@ def upgrade() -> None:
         ["node", "resource_id", "seq"],
         schema=schema,
     )
-    op.create_index(
-        "ix_governance_decisions_kind", "governance_decisions", ["kind"], schema=schema
-    )
+    op.create_index("ix_governance_decisions_kind", "governance_decisions", ["kind"], schema=schema)
 
     op.create_table(
         "governance_commands",
@@ -150,9 +146,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     schema = _schema()
     op.drop_table("governance_commands", schema=schema)
-    op.drop_index(
-        "ix_governance_decisions_kind", table_name="governance_decisions", schema=schema
-    )
+    op.drop_index("ix_governance_decisions_kind", table_name="governance_decisions", schema=schema)
     op.drop_index(
         "ix_governance_decisions_device", table_name="governance_decisions", schema=schema
     )

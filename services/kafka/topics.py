@@ -1,8 +1,15 @@
-"""Create the event topic and the dead-letter topic if they are missing (aiokafka admin client).
+"""Create the topics if they are missing (aiokafka admin client).
+
+- the device-health event topic and the dead-letter topic, ``settings.topic_partitions`` each;
+- the governance topic (``settings.governance_topic``): the governor's log, ONE partition (a total
+  order), kept forever like the event topic (``devicestate replay --governance`` folds it from
+  offset 0);
+- the decisions topic (``settings.decisions_topic``): ONE partition, in the governor's order.
 
 Idempotent: an existing topic is left as it is. Its partition count is never changed, even when it
-differs from ``settings.topic_partitions``: adding partitions would move node keys to other
-partitions and break the per-node order of the log (a warning is logged instead).
+differs from the wanted count: adding partitions would move node keys to other partitions and
+break the per-node order of the log (a warning is logged instead). A governance topic with more
+than one partition is refused (:class:`TopicCreationError`): the governor needs a total order.
 """
 
 from __future__ import annotations
@@ -43,8 +50,19 @@ def _replication_factor(broker_count: int) -> int:
     return max(1, min(MAX_REPLICATION_FACTOR, broker_count))
 
 
+def wanted_topics(settings: Settings) -> dict[str, int]:
+    """Every topic the services need, with its partition count when created."""
+    return {
+        settings.topic: settings.topic_partitions,
+        settings.dead_letter_topic: settings.topic_partitions,
+        settings.governance_topic: 1,
+        settings.decisions_topic: 1,
+    }
+
+
 def _topic_configs(name: str, settings: Settings, replication: int) -> dict[str, str]:
-    configs = dict(EVENT_TOPIC_CONFIG) if name == settings.topic else {}
+    kept_forever = name in (settings.topic, settings.governance_topic)
+    configs = dict(EVENT_TOPIC_CONFIG) if kept_forever else {}
     if replication >= MAX_REPLICATION_FACTOR:
         # With acks=all, a write survives the loss of one broker only if two copies confirm it.
         configs["min.insync.replicas"] = "2"
@@ -54,11 +72,12 @@ def _topic_configs(name: str, settings: Settings, replication: int) -> dict[str,
 async def ensure_topics(
     settings: Settings, *, request_timeout_ms: int = 15000
 ) -> dict[str, TopicState]:
-    """Make sure ``settings.topic`` and ``settings.dead_letter_topic`` exist, each with
-    ``settings.topic_partitions`` partitions and a replication factor of min(3, brokers).
+    """Make sure the topics of :func:`wanted_topics` exist (``settings.topic`` and
+    ``settings.dead_letter_topic`` with ``settings.topic_partitions`` partitions, the governance
+    and decisions topics with one), with a replication factor of min(3, brokers).
 
     Returns each topic's :class:`TopicState`. Raises :class:`TopicCreationError` when the broker
-    refuses a creation, and aiokafka's ``KafkaConnectionError`` when no broker answers within
+    refuses a creation or the governance topic has more than one partition, and aiokafka's ``KafkaConnectionError`` when no broker answers within
     ``request_timeout_ms`` (milliseconds); callers retry at start-up.
     """
     admin = AIOKafkaAdminClient(
@@ -68,7 +87,8 @@ async def ensure_topics(
     )
     await admin.start()
     try:
-        wanted = [settings.topic, settings.dead_letter_topic]
+        counts = wanted_topics(settings)
+        wanted = list(counts)
         existing = set(await admin.list_topics())
         states = {name: TopicState.EXISTED for name in wanted if name in existing}
         missing = [name for name in wanted if name not in existing]
@@ -79,7 +99,7 @@ async def ensure_topics(
                 [
                     NewTopic(
                         name,
-                        settings.topic_partitions,
+                        counts[name],
                         replication,
                         topic_configs=_topic_configs(name, settings, replication),
                     )
@@ -93,7 +113,7 @@ async def ensure_topics(
                     log.info(
                         "topic created",
                         topic=name,
-                        partitions=settings.topic_partitions,
+                        partitions=counts[name],
                         replication_factor=replication,
                     )
                 elif code == TOPIC_ALREADY_EXISTS:
@@ -102,21 +122,29 @@ async def ensure_topics(
                     raise TopicCreationError(
                         f"cannot create topic {name!r}: error {code} {error.get('error_message')}"
                     )
-        await _warn_on_partition_mismatch(admin, settings, wanted)
+        await _check_partitions(admin, settings, counts)
         return states
     finally:
         await admin.close()
 
 
-async def _warn_on_partition_mismatch(
-    admin: AIOKafkaAdminClient, settings: Settings, topics: list[str]
+async def _check_partitions(
+    admin: AIOKafkaAdminClient, settings: Settings, counts: dict[str, int]
 ) -> None:
-    for described in await admin.describe_topics(topics):
+    for described in await admin.describe_topics(list(counts)):
+        name = described.get("topic")
         partitions = len(described.get("partitions") or [])
-        if partitions and partitions != settings.topic_partitions:
-            log.warning(
-                "topic partition count differs from settings; left unchanged",
-                topic=described.get("topic"),
-                partitions=partitions,
-                configured=settings.topic_partitions,
+        wanted = counts.get(name, settings.topic_partitions)
+        if not partitions or partitions == wanted:
+            continue
+        if name == settings.governance_topic:
+            raise TopicCreationError(
+                f"governance topic {name!r} has {partitions} partitions; it must have exactly 1 "
+                "(the governor folds one total order)"
             )
+        log.warning(
+            "topic partition count differs from settings; left unchanged",
+            topic=name,
+            partitions=partitions,
+            configured=wanted,
+        )
