@@ -1,7 +1,8 @@
 """The Faust app of the stream worker, built from :class:`~services.config.Settings`.
 
 No module-level app: :func:`create_app` builds a fresh one per call (the worker, each test), with
-the dedup agent (:mod:`streams.dedup`) already registered.
+the dedup agent (:mod:`streams.dedup`, which forwards to the governance topic through
+:mod:`streams.forward`) and the governor agent (:mod:`streams.governor`) already registered.
 """
 
 from __future__ import annotations
@@ -14,16 +15,25 @@ import faust
 
 from services.config import Settings
 from streams.dedup import BatchSink, DeviceDedup
+from streams.forward import Forwarder, topic_sender
+from streams.governor import GovernanceSink, Governor, StepFn
 from streams.metrics import WorkerMetrics
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerApp:
-    """A Faust app and the dedup component registered on it."""
+    """A Faust app and the components registered on it."""
 
     app: Any  # faust.App (faust is not type-checked)
     dedup: DeviceDedup
     metrics: WorkerMetrics
+    governor: Governor
+    forwarder: Forwarder
+
+    def begin_shutdown(self) -> None:
+        """Bound the retries of the batches in flight (see :mod:`streams.batchwrite`)."""
+        self.dedup.begin_shutdown()
+        self.governor.begin_shutdown()
 
 
 def broker_urls(bootstrap_servers: str) -> list[str]:
@@ -73,22 +83,29 @@ def build_worker_app(
     settings: Settings,
     *,
     sink: BatchSink | None = None,
+    governance_sink: GovernanceSink | None = None,
     metrics: WorkerMetrics | None = None,
     on_fatal: Callable[[BaseException], None] | None = None,
+    step: StepFn | None = None,
 ) -> WorkerApp:
-    """Build the Faust app with the dedup agent.
+    """Build the Faust app with the dedup and governor agents.
 
-    ``sink`` defaults to a :class:`~services.projection.store.ProjectionStore` on a new async
-    engine for ``settings.database_url`` / ``settings.database_schema`` (the engine connects
-    lazily, on the first batch).
+    ``sink`` defaults to a :class:`~services.projection.store.ProjectionStore` and
+    ``governance_sink`` to a :class:`~services.projection.governance_store.GovernanceStore`, on
+    one new async engine for ``settings.database_url`` / ``settings.database_schema`` (the engine
+    connects lazily, on the first batch). ``step`` defaults to the governance state machine.
     """
-    if sink is None:
+    if sink is None or governance_sink is None:
         from sqlalchemy.ext.asyncio import create_async_engine
 
+        from services.projection.governance_store import GovernanceStore
         from services.projection.store import ProjectionStore
 
         engine = create_async_engine(settings.database_url, pool_pre_ping=True)
-        sink = ProjectionStore(engine, settings.database_schema)
+        if sink is None:
+            sink = ProjectionStore(engine, settings.database_schema)
+        if governance_sink is None:
+            governance_sink = GovernanceStore(engine, settings.database_schema)
     metrics = metrics if metrics is not None else WorkerMetrics()
     app = faust.App(settings.consumer_group, **faust_settings(settings))
     # Table writes are buffered by faust's producer; when the buffer holds more than
@@ -96,8 +113,35 @@ def build_worker_app(
     # until it drains, one message at a time. A batch writes up to one changelog entry per event,
     # so give the buffer room for two batches.
     app.producer.buffer.max_messages = 2 * settings.worker_batch_size
-    dedup = DeviceDedup(app, settings, sink, metrics, on_fatal=on_fatal)
-    return WorkerApp(app=app, dedup=dedup, metrics=metrics)
+    governance_topic = app.topic(
+        settings.governance_topic, key_serializer="raw", value_serializer="raw", partitions=1
+    )
+    forwarder = Forwarder(
+        topic_sender(governance_topic),
+        partitions=lambda: health_partitions(app, settings),
+        on_sent=lambda kind, count: metrics.forwarded.labels(kind).inc(count),
+    )
+    dedup = DeviceDedup(app, settings, sink, metrics, on_fatal=on_fatal, forwarder=forwarder)
+    governor = Governor(
+        app,
+        settings,
+        governance_sink,
+        metrics,
+        source_topic=governance_topic,
+        on_fatal=on_fatal,
+        step=step,
+    )
+    return WorkerApp(app=app, dedup=dedup, metrics=metrics, governor=governor, forwarder=forwarder)
+
+
+def health_partitions(app: Any, settings: Settings) -> int:
+    """The health topic's partition count: the consumer's metadata when it knows the topic,
+    ``settings.topic_partitions`` otherwise."""
+    try:
+        count = app.consumer.topic_partitions(settings.topic)
+    except Exception:  # consumer not started (unit tests)
+        count = None
+    return count if isinstance(count, int) and count > 0 else settings.topic_partitions
 
 
 def create_app(settings: Settings, *, sink: BatchSink | None = None) -> Any:

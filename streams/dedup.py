@@ -2,13 +2,18 @@
 
 Per batch of records (``stream.take_events``):
 
-1. decode each record; a record that does not decode is sent, with its original bytes, to the
-   dead-letter topic (reason in headers) and the stream goes on;
+1. decode each record (:func:`~services.domain.records.decode_record`); a record that does not
+   decode is sent, with its original bytes, to the dead-letter topic (reason in headers) and the
+   stream goes on. Node events (heartbeats, resource counts, watcher ticks) never touch the
+   directory or the table: they are only forwarded (step 3);
 2. drop observations the changelog-backed table ``last_applied_version`` already covers (same or
    older statusVersion rank for the device) -- early, before the database sees them. Releases are
    never filtered: only the projection knows which allocations they remove;
 3. write what is left with ONE :meth:`ProjectionStore.apply_batch` (one transaction), retrying
-   transient database errors with backoff inside the loop, shielded from cancellation;
+   transient database (and Kafka) errors with backoff inside the loop, shielded from
+   cancellation. Inside the transaction, just before the commit, the batch's health
+   transitions, node facts and watermarks are forwarded to the governance topic
+   (:mod:`streams.forward`) and their delivery awaited;
 4. only after the commit, raise the table's ranks, so the table never drops an event PostgreSQL
    did not get.
 
@@ -27,22 +32,24 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Final, Protocol
 
 import faust
 import structlog
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    wait_exponential_jitter,
-)
 
 from services.config import Settings
 from services.domain.directory import version_rank
-from services.domain.events import DeviceHealthObserved, decode_event
+from services.domain.events import DeviceHealthObserved
 from services.domain.log import LoggedEvent, LogPosition
+from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
+from services.domain.records import decode_record
 from services.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
+from services.projection.store import CommitHook
+from streams.batchwrite import SHUTDOWN_GRACE_SECONDS as SHUTDOWN_GRACE_SECONDS
+from streams.batchwrite import BatchNotWritten as BatchNotWritten
+from streams.batchwrite import BatchWriter
+from streams.forward import BatchView, Forwarder, LoggedNodeEvent
 from streams.metrics import WorkerMetrics
 
 log = structlog.get_logger(__name__)
@@ -55,9 +62,6 @@ KEY_SEPARATOR: Final = "\x1f"
 
 DEAD_LETTER_STAGE: Final = "decode"
 """``devicestate-stage`` header of the worker's dead letters."""
-
-SHUTDOWN_GRACE_SECONDS: Final = 20.0
-"""How long a batch write in flight may still run once the worker is asked to stop."""
 
 
 class BatchResult(Protocol):
@@ -81,6 +85,9 @@ class BatchSink(Protocol):
         records: Sequence[LoggedEvent],
         highwaters: Mapping[tuple[str, int], int] | None = None,
         consumed_through: Mapping[tuple[str, int], int] | None = None,
+        *,
+        event_times: Sequence[tuple[LogPosition, datetime]] = (),
+        before_commit: CommitHook | None = None,
     ) -> Awaitable[BatchResult]: ...
 
 
@@ -175,11 +182,17 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
+def is_retriable(exc: BaseException) -> bool:
+    """What a batch write retries: :func:`is_transient` database errors, and Kafka errors aiokafka
+    marks retriable (the forwarding inside the transaction), or a delivery that timed out."""
+    if is_transient(exc):
+        return True
+    if getattr(exc, "retriable", False) is True:
+        return True
+    return type(exc).__name__ in {"KafkaConnectionError", "NodeNotReadyError", "KafkaTimeoutError"}
+
+
 # --- the agent ---------------------------------------------------------------------------------
-
-
-class BatchNotWritten(Exception):
-    """A batch could not be committed; its offsets were not acknowledged."""
 
 
 @dataclass(slots=True)
@@ -187,6 +200,8 @@ class _Batch:
     events: Sequence[Any]  # faust EventT, in stream order
     records: list[LoggedEvent] = field(default_factory=list)
     sources: list[Any] = field(default_factory=list)  # faust event of each record
+    node_events: list[LoggedNodeEvent] = field(default_factory=list)
+    order: dict[LogPosition, int] = field(default_factory=dict)  # decoded records' batch index
     dead: list[Awaitable[Any]] = field(default_factory=list)
 
 
@@ -204,12 +219,14 @@ class DeviceDedup:
         sink: BatchSink,
         metrics: WorkerMetrics,
         on_fatal: Callable[[BaseException], None] | None = None,
+        forwarder: Forwarder | None = None,
     ) -> None:
         self.app = app
         self.settings = settings
         self.sink = sink
         self.metrics = metrics
         self.on_fatal = on_fatal
+        self.forwarder = forwarder
         self.source_topic = app.topic(
             settings.topic,
             key_serializer="raw",
@@ -231,18 +248,14 @@ class DeviceDedup:
         self.agent = app.agent(self.source_topic, name="devicestate.dedup")(self.process)
         self.batches = 0
         self.events_seen = 0
-        self._give_up_at: float | None = None
+        self.writer = BatchWriter(metrics.db_retries, is_retriable, what="health batch")
         self._halted = False
 
     def begin_shutdown(self) -> None:
         """The worker is stopping: a batch still retrying a transient error gets
         :data:`SHUTDOWN_GRACE_SECONDS` more, then is abandoned unacknowledged (faust waits for
         in-flight batches before it stops, so an endless retry would block the shutdown)."""
-        if self._give_up_at is None:
-            self._give_up_at = time.monotonic() + SHUTDOWN_GRACE_SECONDS
-
-    def _stop_retrying(self, state: RetryCallState) -> bool:
-        return self._give_up_at is not None and time.monotonic() >= self._give_up_at
+        self.writer.begin_shutdown()
 
     async def process(self, stream: Any) -> None:
         """The agent body: batches from the topic until the stream stops."""
@@ -268,6 +281,21 @@ class DeviceDedup:
 
         known = self._known_ranks(stream, batch)
         selection = select_new(batch.records, known)
+        hook = None
+        event_times: list[tuple[LogPosition, datetime]] = []
+        if batch.node_events or len(selection.records) < len(batch.records):
+            kept = set(selection.kept)
+            event_times.extend(
+                (r.position, r.event.observed_at)
+                for i, r in enumerate(batch.records)
+                if i not in kept
+            )
+            event_times.extend((n.position, n.event.observed_at) for n in batch.node_events)
+        if self.forwarder is not None:
+            times = [(r.position, r.event.observed_at) for r in selection.records]
+            times.extend(event_times)
+            view = BatchView(batch.order, batch.node_events, times)
+            hook = self.forwarder.before_commit(view)
         if selection.duplicates:
             self.metrics.table_duplicates.labels("duplicate").inc(selection.duplicates)
         if selection.stale:
@@ -282,7 +310,9 @@ class DeviceDedup:
         try:
             if batch.dead:
                 await asyncio.gather(*batch.dead)
-            result, cancelled = await self._write(selection.records, highwaters, consumed)
+            result, cancelled = await self._write(
+                selection.records, highwaters, consumed, event_times, hook
+            )
         except asyncio.CancelledError:
             self._withhold_acks(events)
             raise
@@ -293,7 +323,7 @@ class DeviceDedup:
             # faust's shutdown, which waits for every event handed to the stream, finish.
             self._withhold_acks(events)
             self._halted = True
-            if self._give_up_at is not None:
+            if self.writer.shutting_down:
                 log.warning("batch abandoned at shutdown, not acknowledged", error=repr(exc))
             else:
                 self._fail(exc)
@@ -313,10 +343,14 @@ class DeviceDedup:
         try:
             if payload is None:
                 raise ValueError("record has no value (tombstone)")
-            decoded = decode_event(payload)
+            decoded = decode_record(payload)
         except Exception as exc:  # EventDecodeError, or anything a bad payload provokes
             reason = str(exc) or type(exc).__name__
             batch.dead.append(self._dead_letter(message, position, reason))
+            return
+        batch.order[position] = len(batch.order)
+        if isinstance(decoded, NodeHeartbeat | NodeResourcesChanged | WatcherTick):
+            batch.node_events.append(LoggedNodeEvent(position, decoded))
             return
         batch.records.append(LoggedEvent(position, decoded))
         batch.sources.append(event)
@@ -387,77 +421,23 @@ class DeviceDedup:
         records: list[LoggedEvent],
         highwaters: Mapping[tuple[str, int], int],
         consumed: Mapping[tuple[str, int], int],
+        event_times: Sequence[tuple[LogPosition, datetime]] = (),
+        hook: CommitHook | None = None,
     ) -> tuple[BatchResult | None, bool]:
-        """Commit the batch. Returns the store's result (``None``: not committed) and whether the
-        agent was cancelled meanwhile.
-
-        The write runs in its own task, shielded: cancelling the agent (shutdown) waits up to
-        :data:`SHUTDOWN_GRACE_SECONDS` for a write in flight, so a batch is either committed (and
-        acknowledged) or not committed (and not acknowledged), never half-way. Raises
-        :class:`BatchNotWritten` for a non-transient error.
+        """Commit the batch (:meth:`BatchWriter.write <streams.batchwrite.BatchWriter.write>`:
+        retried, shielded). Returns the store's result (``None``: not committed) and whether the
+        agent was cancelled meanwhile. Raises :class:`BatchNotWritten` for a non-transient error.
         """
-        task = asyncio.ensure_future(self._write_with_retry(records, highwaters, consumed))
-        try:
-            return await asyncio.shield(task), False
-        except asyncio.CancelledError:
-            if task.cancelled():  # the write itself was cancelled, not the agent
-                raise
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + SHUTDOWN_GRACE_SECONDS
-        log.info("stopping: waiting for the batch write in flight", events=len(records))
-        while not task.done():
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                log.warning(
-                    "batch write did not finish in time; abandoning it", events=len(records)
-                )
-                task.cancel()
-                remaining = SHUTDOWN_GRACE_SECONDS
-            try:
-                await asyncio.wait({task}, timeout=remaining)
-            except asyncio.CancelledError:
-                continue
-        if task.cancelled():
-            return None, True
-        exc = task.exception()
-        if exc is not None:
-            log.error("batch write failed during shutdown", error=repr(exc))
-            return None, True
-        return task.result(), True
+        extra: dict[str, Any] = {}
+        if event_times:
+            extra["event_times"] = event_times
+        if hook is not None:
+            extra["before_commit"] = hook
 
-    async def _write_with_retry(
-        self,
-        records: list[LoggedEvent],
-        highwaters: Mapping[tuple[str, int], int],
-        consumed: Mapping[tuple[str, int], int],
-    ) -> BatchResult:
-        def before_sleep(state: RetryCallState) -> None:
-            self.metrics.db_retries.inc()
-            outcome = state.outcome
-            exc = outcome.exception() if outcome is not None else None
-            log.warning(
-                "database write failed, retrying",
-                attempt=state.attempt_number,
-                error=repr(exc),
-                events=len(records),
-            )
+        def apply() -> Awaitable[BatchResult]:
+            return self.sink.apply_batch(records, highwaters or None, consumed, **extra)
 
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(is_transient),
-            wait=wait_exponential_jitter(multiplier=0.1, max=10.0, jitter=0.1),
-            stop=self._stop_retrying,
-            before_sleep=before_sleep,
-            reraise=True,
-        )
-        try:
-            async for attempt in retrying:
-                with attempt:
-                    return await self.sink.apply_batch(records, highwaters or None, consumed)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            raise BatchNotWritten(f"batch of {len(records)} events not written: {exc!r}") from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await self.writer.write(apply, len(records))
 
     # -- bookkeeping ------------------------------------------------------------------------------
 

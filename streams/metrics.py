@@ -14,10 +14,12 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 _BATCH_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_UNKNOWN_SECONDS_BUCKETS = (10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 
 
 class WorkerMetrics:
-    """The worker's counters, histogram and lag gauge (names prefixed ``devicestate_worker_``)."""
+    """The worker's counters, histogram and lag gauge (names prefixed ``devicestate_worker_``),
+    and the governor's (``devicestate_governor_``)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -75,6 +77,76 @@ class WorkerMetrics:
             "devicestate_worker_consumer_lag",
             "Records in the partition after the last one the worker committed to the projection.",
             ["topic", "partition"],
+            registry=r,
+        )
+        self.forwarded = Counter(
+            "devicestate_worker_governance_forwarded",
+            "Records the health agent forwarded to the governance topic, by type "
+            "(HealthTransition, NodeHeartbeat, NodeResourcesChanged, WatermarkAdvanced).",
+            ["type"],
+            registry=r,
+        )
+        # --- the governor (streams.governor) ---------------------------------------------------
+        self.governor_records = Counter(
+            "devicestate_governor_records_consumed",
+            "Records read from the governance topic (valid or not, redeliveries included).",
+            registry=r,
+        )
+        self.governor_batch_seconds = Histogram(
+            "devicestate_governor_batch_seconds",
+            "Time to handle one governance batch: fold, decisions sent, database commit.",
+            buckets=_BATCH_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.decisions = Counter(
+            "devicestate_governor_decisions",
+            "Governance decisions made, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.active_quarantines = Gauge(
+            "devicestate_governor_active_quarantines",
+            "Devices with an active (or recovering) quarantine.",
+            registry=r,
+        )
+        self.devices_by_state = Gauge(
+            "devicestate_governor_devices",
+            "Devices the governor knows, by governance state.",
+            ["state"],
+            registry=r,
+        )
+        self.breaker_open = Gauge(
+            "devicestate_governor_breaker_open",
+            "1 while the circuit breaker is open (automatic restrictions held back).",
+            registry=r,
+        )
+        self.automation_paused = Gauge(
+            "devicestate_governor_automation_paused",
+            "1 while an operator has paused automation.",
+            registry=r,
+        )
+        self.watermark = Gauge(
+            "devicestate_governor_watermark_seconds",
+            "The governor's event-time watermark (unix seconds): observations are complete up to "
+            "this time; time() minus this is how stale the governor's view is.",
+            registry=r,
+        )
+        self.recovery_stages = Counter(
+            "devicestate_governor_recovery_stage_results",
+            "Recovery stage results (RecoveryStagePassed / RecoveryFailed), by stage and result.",
+            ["stage", "result"],
+            registry=r,
+        )
+        self.false_quarantines = Counter(
+            "devicestate_governor_false_quarantines",
+            "Quarantines released without a confirmed fault.",
+            registry=r,
+        )
+        self.unknown_seconds = Histogram(
+            "devicestate_governor_unknown_duration_seconds",
+            "How long devices stayed Unknown (tolerated or restricted) before leaving that state "
+            "(event time).",
+            buckets=_UNKNOWN_SECONDS_BUCKETS,
             registry=r,
         )
 

@@ -87,6 +87,7 @@ async def run_worker(
     :func:`prepare` (migrations, topics) before starting."""
     from sqlalchemy.ext.asyncio import create_async_engine
 
+    from services.projection.governance_store import GovernanceStore
     from services.projection.store import ProjectionStore
 
     started = time.monotonic()
@@ -101,7 +102,7 @@ async def run_worker(
         if not stop_requested.is_set():
             log.info("signal received, stopping", signal=sig.name)
         stop_requested.set()
-        built.dedup.begin_shutdown()
+        built.begin_shutdown()
 
     def on_fatal(exc: BaseException) -> None:
         fatal.append(exc)
@@ -113,6 +114,7 @@ async def run_worker(
     built = build_worker_app(
         settings,
         sink=ProjectionStore(engine, settings.database_schema),
+        governance_sink=GovernanceStore(engine, settings.database_schema),
         metrics=metrics,
         on_fatal=on_fatal,
     )
@@ -156,6 +158,8 @@ async def run_worker(
             "worker stopped",
             batches=built.dedup.batches,
             events=built.dedup.events_seen,
+            governance_batches=built.governor.batches,
+            governance_records=built.governor.records_seen,
             error=repr(fatal[0]) if fatal else None,
         )
     return 1 if fatal else 0

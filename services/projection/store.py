@@ -16,7 +16,7 @@ Times are aware ``datetime`` objects in UTC. Status versions are ``int`` (``NUME
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -53,6 +53,41 @@ from services.projection.tables import (
 )
 
 # --- results and read models ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """An applied observation that changed (or first set) a device's health, in a batch being
+    written: the :class:`Change` (``transition`` set; ``change.record`` is the device after it),
+    the observation and its log position."""
+
+    position: LogPosition
+    change: Change
+    event: DeviceHealthObserved
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCommit:
+    """What a :data:`CommitHook` sees: the batch is written but not committed yet.
+
+    ``transitions`` are the batch's health transitions in log order (only records after the
+    recorded offsets: a redelivered record is skipped whole and makes none). ``applied_through``
+    and ``last_event_at`` are each partition's recorded offset and newest event time *before* this
+    batch (read with the rows locked until commit; partitions without a row are absent).
+    """
+
+    transitions: list[Transition]
+    applied_through: dict[tuple[str, int], int]
+    last_event_at: dict[tuple[str, int], datetime]
+
+    def fresh(self, position: LogPosition) -> bool:
+        """Whether a record at ``position`` is after its partition's recorded offset."""
+        return position.offset > self.applied_through.get((position.topic, position.partition), -1)
+
+
+CommitHook = Callable[[PendingCommit], Awaitable[None]]
+"""Called by :meth:`ProjectionStore.apply_batch` inside the transaction, after the writes and just
+before the commit; an exception rolls the batch back (and is raised by ``apply_batch``)."""
 
 
 class ProjectionConflictError(RuntimeError):
@@ -440,10 +475,11 @@ class _Statements:
             f"SELECT {_HISTORY_COLUMNS} FROM {_HISTORY_RECORDSET} ON CONFLICT DO NOTHING"
         )
         self.lock_progress = text(
-            f'SELECT p.topic, p."partition", p."offset" FROM {s}.partition_progress AS p '
+            f'SELECT p.topic, p."partition", p."offset", p.last_event_at '
+            f"FROM {s}.partition_progress AS p "
             "JOIN unnest(CAST(:topic AS text[]), CAST(:partition AS integer[])) "
             'AS u(topic, "partition") ON p.topic = u.topic AND p."partition" = u."partition" '
-            "FOR UPDATE OF p"
+            'ORDER BY p.topic, p."partition" FOR UPDATE OF p'
         )
         self.upsert_progress = text(
             f'INSERT INTO {s}.partition_progress AS p (topic, "partition", "offset", highwater, '
@@ -538,10 +574,19 @@ def _history_rows(plan: _BatchPlan) -> dict[str, str]:
     return _json_rows(rows)
 
 
+def _transitions(plan: _BatchPlan) -> list[Transition]:
+    return [
+        Transition(position, change, event)
+        for position, change, event in plan.history
+        if change.transition and isinstance(event, DeviceHealthObserved)
+    ]
+
+
 def _progress_params(
     records: Sequence[LoggedEvent],
     highwaters: Mapping[tuple[str, int], int],
     consumed_through: Mapping[tuple[str, int], int],
+    event_times: Iterable[tuple[LogPosition, datetime]] = (),
 ) -> dict[str, list[Any]]:
     offsets: dict[tuple[str, int], int] = dict(consumed_through)
     newest: dict[tuple[str, int], datetime] = {}
@@ -549,6 +594,11 @@ def _progress_params(
         part = (logged.position.topic, logged.position.partition)
         offsets[part] = max(offsets.get(part, -1), logged.position.offset)
         observed_at = logged.event.observed_at
+        if part not in newest or observed_at > newest[part]:
+            newest[part] = observed_at
+    for position, observed_at in event_times:
+        part = (position.topic, position.partition)
+        offsets[part] = max(offsets.get(part, -1), position.offset)
         if part not in newest or observed_at > newest[part]:
             newest[part] = observed_at
     parts = sorted(offsets.keys() | highwaters.keys())
@@ -590,6 +640,8 @@ class ProjectionStore:
         consumed_through: Mapping[tuple[str, int], int] | None = None,
         *,
         cache: DeviceCache | None = None,
+        event_times: Sequence[tuple[LogPosition, datetime]] = (),
+        before_commit: CommitHook | None = None,
     ) -> BatchStats:
         """Apply ``records`` (in log order) in one transaction; return what they did.
 
@@ -615,24 +667,38 @@ class ProjectionStore:
         was written once the transaction has committed. It must hold exactly what the tables hold
         (see :class:`~services.projection.cache.DeviceCache`); the rows written are then the same
         as without it.
+
+        ``event_times`` are the log positions and event times (``observedAt``) of the batch's
+        other records, those not in ``records`` (node events, observations dropped early): like
+        the records, they advance their partition's ``last_event_at`` (newest event time) and
+        offset, unless at or before the recorded offset. ``before_commit`` (not with ``cache``) is
+        awaited inside the transaction after every write, just before the commit, with the
+        batch's :class:`PendingCommit` (its health transitions): what it does before returning
+        happens before the commit, and an exception from it rolls the batch back.
         """
         highwaters = highwaters or {}
         consumed_through = consumed_through or {}
-        if not records and not highwaters and not consumed_through:
+        if not records and not highwaters and not consumed_through and not event_times:
             return BatchStats()
         if cache is not None:
+            if before_commit is not None:
+                raise ValueError("apply_batch: before_commit cannot be used with a cache")
             prepared = self.prepare_batch(records, cache, highwaters, consumed_through)
             stats = await self.write_prepared(prepared)
             cache.update(prepared.written, prepared.offsets)
             return stats
         async with self._engine.begin() as conn:
-            applied_through = await self._lock_progress(conn, records)
-            fresh = [
-                r
-                for r in records
-                if r.position.offset
-                > applied_through.get((r.position.topic, r.position.partition), -1)
-            ]
+            parts = {(r.position.topic, r.position.partition) for r in records}
+            parts.update(consumed_through)
+            parts.update((p.topic, p.partition) for p, _ in event_times)
+            applied_through, last_event_at = await self._lock_progress(conn, parts)
+
+            def fresh_position(position: LogPosition) -> bool:
+                return position.offset > applied_through.get(
+                    (position.topic, position.partition), -1
+                )
+
+            fresh = [r for r in records if fresh_position(r.position)]
             redelivered = len(records) - len(fresh)
             records = fresh
             current = await self._lock_devices(conn, records)
@@ -640,10 +706,15 @@ class ProjectionStore:
             written = await self._write_devices(conn, plan)
             if plan.history:
                 await conn.execute(self._sql.insert_history, _history_rows(plan))
+            times = [(p, t) for p, t in event_times if fresh_position(p)]
             await conn.execute(
                 self._sql.upsert_progress,
-                _progress_params(records, highwaters, consumed_through),
+                _progress_params(records, highwaters, consumed_through, times),
             )
+            if before_commit is not None:
+                await before_commit(
+                    PendingCommit(_transitions(plan), applied_through, last_event_at)
+                )
         return BatchStats(
             applied=plan.counts[Outcome.APPLIED],
             duplicates=plan.counts[Outcome.DUPLICATE],
@@ -717,17 +788,25 @@ class ProjectionStore:
         return prepared.stats
 
     async def _lock_progress(
-        self, conn: AsyncConnection, records: Sequence[LoggedEvent]
-    ) -> dict[tuple[str, int], int]:
-        """The recorded offset of each partition in ``records``, rows locked until commit."""
-        parts = sorted({(r.position.topic, r.position.partition) for r in records})
+        self, conn: AsyncConnection, partitions: Iterable[tuple[str, int]]
+    ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], datetime]]:
+        """The recorded offset and newest event time of each of ``partitions`` (those with a
+        value), rows locked until commit."""
+        parts = sorted(set(partitions))
         if not parts:
-            return {}
+            return {}, {}
         result = await conn.execute(
             self._sql.lock_progress,
             {"topic": [t for t, _ in parts], "partition": [p for _, p in parts]},
         )
-        return {(t, p): o for t, p, o in result if o is not None}
+        offsets: dict[tuple[str, int], int] = {}
+        times: dict[tuple[str, int], datetime] = {}
+        for topic, partition, offset, last_event_at in result:
+            if offset is not None:
+                offsets[(topic, partition)] = offset
+            if last_event_at is not None:
+                times[(topic, partition)] = last_event_at
+        return offsets, times
 
     async def _lock_devices(
         self, conn: AsyncConnection, records: Sequence[LoggedEvent]

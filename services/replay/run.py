@@ -7,7 +7,8 @@ into a fresh schema or, ``in_place``, into the truncated live tables, with the w
 statements (:meth:`ProjectionStore.prepare_batch` / :meth:`~ProjectionStore.write_prepared`, the
 two halves of ``apply_batch`` with a :class:`DeviceCache`: the replay owns its target, so it keeps
 the device rows in memory instead of reading them back). Records that do not decode are counted
-and skipped (the worker dead-lettered them already).
+and skipped (the worker dead-lettered them already); node events (heartbeats, resource counts,
+watcher ticks) are counted and skipped too: they never touch the directory.
 
 Replaying the same log gives the same ``devices`` and ``device_history`` rows whatever the batch
 size: the store's rows come from events only, and each device's events come from one partition (the
@@ -29,8 +30,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from services.config import Settings
-from services.domain.events import decode_event
 from services.domain.log import LoggedEvent, LogPosition
+from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
+from services.domain.records import decode_record
 from services.projection.cache import DeviceCache
 from services.projection.migrate import migrate
 from services.projection.store import BatchStats, ProjectionStore
@@ -59,6 +61,7 @@ class LogBatch:
     records: list[LoggedEvent]
     undecodable: int
     read: int
+    node_events: int = 0
 
 
 @dataclass(slots=True)
@@ -70,6 +73,8 @@ class ReplaySummary:
     """Records in the topic between the beginning and the end offsets captured at the start."""
     read: int = 0
     undecodable: int = 0
+    node_events: int = 0
+    """Node events read (skipped: they do not change the directory)."""
     applied: int = 0
     duplicates: int = 0
     stale: int = 0
@@ -88,7 +93,7 @@ class ReplaySummary:
         return (
             f"replayed {self.read} records into schema {self.schema}: applied {self.applied}, "
             f"duplicates {self.duplicates}, stale {self.stale}, released {self.released}, "
-            f"undecodable {self.undecodable}; {self.batches} batches in {self.elapsed:.2f} s "
+            f"undecodable {self.undecodable}, node events {self.node_events}; {self.batches} batches in {self.elapsed:.2f} s "
             f"({self.events_per_second:,.0f} events/s)"
         )
 
@@ -140,7 +145,7 @@ async def read_log(
             consumer.pause(*done)
         while remaining:
             records: list[LoggedEvent] = []
-            undecodable = read = 0
+            undecodable = read = node_events = 0
             # A batch is gathered from small reads with a yield to the event loop after each:
             # decoding then runs while PostgreSQL works on the previous batch, and the writer
             # resumes as soon as a statement returns instead of after a whole batch's decoding.
@@ -160,9 +165,12 @@ async def read_log(
                         try:
                             if message.value is None:
                                 raise ValueError("record has no value")
-                            event = decode_event(message.value)
+                            event = decode_record(message.value)
                         except Exception:
                             undecodable += 1
+                            continue
+                        if isinstance(event, NodeHeartbeat | NodeResourcesChanged | WatcherTick):
+                            node_events += 1
                             continue
                         records.append(
                             LoggedEvent(LogPosition(tp.topic, tp.partition, message.offset), event)
@@ -172,7 +180,7 @@ async def read_log(
                         consumer.pause(tp)
                 await asyncio.sleep(0)
             if read:
-                yield LogBatch(records, undecodable, read)
+                yield LogBatch(records, undecodable, read, node_events)
     finally:
         await consumer.stop()
 
@@ -369,6 +377,7 @@ async def _rebuild(
             summary.transitions += stats.transitions
         summary.read += batch.read
         summary.undecodable += batch.undecodable
+        summary.node_events += batch.node_events
         summary.batches += 1
         if progress is not None:
             progress(summary.read, summary.total)

@@ -145,14 +145,17 @@ class FakeSink:
         self.error = error or ConnectionResetError("db restarted")
         self.calls = 0
         self.table_at_write: list[dict[str, Any]] = []
+        self.kwargs: list[dict[str, Any]] = []
 
     async def apply_batch(
         self,
         records: Sequence[LoggedEvent],
         highwaters: Mapping[tuple[str, int], int] | None = None,
         consumed_through: Mapping[tuple[str, int], int] | None = None,
+        **kwargs: Any,
     ) -> BatchStats:
         self.calls += 1
+        self.kwargs.append(kwargs)
         if self.table is not None:
             self.table_at_write.append(dict(self.table.items()))
         if self.calls <= self.fail:

@@ -1,0 +1,192 @@
+"""Forwarding from the device-health topic to the governance topic (issue 3).
+
+The health agent (:mod:`streams.dedup`) hands :meth:`Forwarder.before_commit` to
+:meth:`ProjectionStore.apply_batch <services.projection.store.ProjectionStore.apply_batch>`, which
+awaits it inside the batch's transaction, just before the commit. It sends, in the batch's order:
+
+- one :class:`HealthTransition` per health transition the directory fold made (a device's health
+  changed, or the device was first seen);
+- every ``NodeHeartbeat`` and ``NodeResourcesChanged`` unchanged (``WatcherTick``\\ s are not
+  forwarded: they only move the watermark);
+
+then one :class:`WatermarkAdvanced` per partition the batch touched, when the partition's newest
+event time in the batch is later than the newest one recorded for it before the batch
+(``partition_progress.last_event_at``, which the same transaction raises: so a restarted or moved
+worker never forwards an older watermark, nor the same one twice). Records at or before a
+partition's recorded offset (a redelivered batch) are skipped like the store skips them.
+
+The sends are awaited (acks=all) before the hook returns, so everything is on the governance
+topic before the commit: a crash between the two re-forwards on the next attempt (at least once;
+the governor deduplicates by statusVersion), never loses anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from services.domain.directory import DeviceRecord
+from services.domain.governance.inputs import (
+    GovernanceInput,
+    HealthTransition,
+    WatermarkAdvanced,
+    encode_input,
+)
+from services.domain.log import LogPosition
+from services.domain.node_events import NodeEvent, NodeHeartbeat, NodeResourcesChanged
+from services.projection.store import PendingCommit, Transition
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedNodeEvent:
+    """A node event of the device-health topic with the position it was read from."""
+
+    position: LogPosition
+    event: NodeEvent
+
+
+@dataclass(frozen=True, slots=True)
+class BatchView:
+    """What the forwarder needs of one batch of the health topic, in stream order.
+
+    ``order`` gives each decoded record's index in the batch (by position); ``node_events`` are the
+    batch's node events; ``event_times`` the position and event time of every decoded record
+    (device events, kept or dropped early, and node events)."""
+
+    order: dict[LogPosition, int]
+    node_events: list[LoggedNodeEvent]
+    event_times: list[tuple[LogPosition, datetime]]
+
+
+def pods_of(record: DeviceRecord) -> tuple[str, ...]:
+    """``namespace/podName`` of the Pods holding the device, sorted."""
+    return tuple(sorted({f"{a.namespace}/{a.pod_name}" for a in record.allocations}))
+
+
+def health_transition(transition: Transition) -> HealthTransition:
+    """The governance record of one transition of the directory fold."""
+    event, record, position = transition.event, transition.change.record, transition.position
+    claim = event.claim
+    return HealthTransition(
+        node=record.node,
+        resource_id=record.resource_id,
+        resource_name=record.resource_name,
+        source=record.source,
+        health=record.health,
+        status_version=event.status_version,
+        observed_at=event.observed_at,
+        partition=position.partition,
+        offset=position.offset,
+        message=event.message,
+        raw_health=event.raw_health,
+        resource_claim=None if claim is None else claim.resource_claim_name,
+        pods=pods_of(record),
+    )
+
+
+def governance_records(
+    batch: BatchView, commit: PendingCommit, partitions: int
+) -> list[GovernanceInput]:
+    """What one batch forwards: transitions and node facts in batch order, then the watermarks
+    (partition order). ``partitions`` is the health topic's partition count."""
+    ordered: list[tuple[int, GovernanceInput]] = [
+        (batch.order[t.position], health_transition(t)) for t in commit.transitions
+    ]
+    for node_event in batch.node_events:
+        event = node_event.event
+        if isinstance(event, NodeHeartbeat | NodeResourcesChanged) and commit.fresh(
+            node_event.position
+        ):
+            ordered.append((batch.order[node_event.position], event))
+    ordered.sort(key=lambda item: item[0])
+    out: list[GovernanceInput] = [record for _, record in ordered]
+    out.extend(watermarks(batch.event_times, commit, partitions))
+    return out
+
+
+def watermarks(
+    event_times: Sequence[tuple[LogPosition, datetime]], commit: PendingCommit, partitions: int
+) -> list[WatermarkAdvanced]:
+    """One watermark per partition with fresh records whose newest event time is later than the
+    recorded one, in partition order."""
+    newest: dict[tuple[str, int], datetime] = {}
+    for position, observed_at in event_times:
+        if not commit.fresh(position):
+            continue
+        part = (position.topic, position.partition)
+        if part not in newest or observed_at > newest[part]:
+            newest[part] = observed_at
+    out = []
+    for part in sorted(newest):
+        previous = commit.last_event_at.get(part)
+        if previous is None or newest[part] > previous:
+            out.append(
+                WatermarkAdvanced(
+                    partition=part[1],
+                    partitions=max(partitions, part[1] + 1),
+                    event_time=newest[part],
+                )
+            )
+    return out
+
+
+def record_key(record: GovernanceInput) -> bytes:
+    """Kafka key of a forwarded record (the topic has one partition: for readers only)."""
+    if isinstance(record, WatermarkAdvanced):
+        return f"~watermark/{record.partition}".encode()
+    node = getattr(record, "node", None)
+    return str(node or "").encode()
+
+
+class RecordSender(Protocol):
+    """Sends ``(key, value)`` records to the governance topic, in order, and waits for every
+    acknowledgement (raises if any failed)."""
+
+    def __call__(self, records: Sequence[tuple[bytes, bytes]]) -> Awaitable[None]: ...
+
+
+def topic_sender(topic: Any) -> RecordSender:
+    """A :class:`RecordSender` on a faust topic (raw serializers): queue every record on the
+    app's producer (``acks=all``), then await all deliveries."""
+
+    async def send(records: Sequence[tuple[bytes, bytes]]) -> None:
+        futures = [await topic.send(key=k, value=v, force=True) for k, v in records]
+        if futures:
+            await asyncio.gather(*futures)
+
+    return send
+
+
+class Forwarder:
+    """Forwards batches of the health topic to the governance topic through ``send``.
+
+    ``partitions`` returns the health topic's partition count (the real one when known)."""
+
+    def __init__(
+        self,
+        send: RecordSender,
+        partitions: Callable[[], int],
+        on_sent: Callable[[str, int], None] | None = None,
+    ) -> None:
+        self.send = send
+        self.partitions = partitions
+        self.on_sent = on_sent
+        self.forwarded = 0
+
+    def before_commit(self, batch: BatchView) -> Callable[[PendingCommit], Awaitable[None]]:
+        """The :data:`~services.projection.store.CommitHook` of one batch."""
+
+        async def hook(commit: PendingCommit) -> None:
+            records = governance_records(batch, commit, self.partitions())
+            if records:
+                await self.send([(record_key(r), encode_input(r)) for r in records])
+                self.forwarded += len(records)
+                if self.on_sent is not None:
+                    for kind, count in Counter(r.type for r in records).items():
+                        self.on_sent(kind, count)
+
+        return hook

@@ -1,0 +1,412 @@
+"""The governor agent: folds the governance topic through the pure state machine (issue 3).
+
+The governance topic has ONE partition (a total order); the agent reads it in batches
+(``stream.take_events``) in the same Faust app as the health agent. Per batch:
+
+1. on the first batch, or when the batch does not follow what the state was built from (the
+   partition moved between workers), the state is (re)loaded from PostgreSQL:
+   :meth:`GovernorState.restore <services.domain.governance.state.GovernorState.restore>` of the
+   device, node and fleet snapshots, and the topic's recorded offset in ``partition_progress``;
+   records at or before that offset are skipped (already folded);
+2. each record is decoded (:func:`~services.domain.governance.inputs.decode_input`; one that does
+   not decode goes to the dead-letter topic, stage ``governor-decode``, and the stream goes on)
+   and folded: ``decisions = step(state, record, offset, policy)``, ``offset`` being the record's
+   offset (the decisions' ``seq``);
+3. the batch's decisions are sent to the decisions topic and their delivery awaited;
+4. ONE PostgreSQL transaction writes the touched rows, the decisions, the operator commands and the
+   topic's progress (:class:`~services.projection.governance_store.GovernanceStore`), retried on
+   transient errors like the health agent's writes; then ``state.clear_dirty()``, then the acks.
+
+A crash anywhere before the commit leaves the offsets unacknowledged and the progress unchanged: the
+next worker restores the last committed state and folds the same records again, so it makes the
+same decisions (same ids, ``<seq>.<index>``; consumers of the decisions topic deduplicate by id).
+A batch that cannot be written stops the worker (``on_fatal``), like the health agent's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final, Protocol
+
+import structlog
+
+from services.config import Settings
+from services.domain.governance.decisions import Decision, DecisionKind, encode_decision
+from services.domain.governance.inputs import GovernanceInput, decode_input
+from services.domain.governance.policy import GovernancePolicy
+from services.domain.governance.state import DeviceKey, GovernorState, GovState
+from services.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
+from services.projection.governance_store import (
+    BatchRows,
+    GovernorSnapshot,
+    StaleGovernorState,
+    active_quarantine,
+    batch_rows,
+)
+from streams.batchwrite import BatchNotWritten, BatchWriter
+from streams.dedup import is_retriable
+from streams.metrics import WorkerMetrics
+
+log = structlog.get_logger(__name__)
+
+DEAD_LETTER_STAGE: Final = "governor-decode"
+"""``devicestate-stage`` header of the governor's dead letters."""
+
+UNKNOWN_STATES: Final = frozenset({GovState.UNKNOWN_TOLERATED.value, GovState.RESTRICTED.value})
+"""Leaving one of these for another state ends an Unknown period (the duration histogram)."""
+
+StepFn = Callable[[GovernorState, GovernanceInput, int, GovernancePolicy], list[Decision]]
+"""``step(state, record, seq, policy) -> decisions`` (:mod:`services.domain.governance.machine`)."""
+
+
+def machine_step() -> StepFn:
+    """The real state machine's ``step`` (imported on first use)."""
+    from services.domain.governance.machine import step
+
+    fn: StepFn = step
+    return fn
+
+
+class GovernanceSink(Protocol):
+    """Where the governor's state lives: :class:`~services.projection.governance_store.
+    GovernanceStore`, or a fake in unit tests."""
+
+    def load(self, topic: str) -> Awaitable[GovernorSnapshot]: ...
+
+    def write(self, rows: BatchRows) -> Awaitable[None]: ...
+
+
+DecisionSender = Callable[[Sequence[tuple[bytes, bytes]]], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class FoldResult:
+    """What folding one batch did (before it is written)."""
+
+    decisions: list[Decision] = field(default_factory=list)
+    folded: int = 0
+    skipped: int = 0
+    """Records at or before the recorded offset (already folded)."""
+    last_offset: int | None = None
+    dead: list[Awaitable[Any]] = field(default_factory=list)
+    unknown_seconds: list[float] = field(default_factory=list)
+    """Durations of the Unknown periods that ended in the batch (event time)."""
+
+
+class Governor:
+    """Owns the governor agent on ``source_topic`` (the governance topic, one partition).
+
+    ``step`` defaults to the real state machine; ``send_decisions`` to faust's producer on
+    ``settings.decisions_topic``."""
+
+    def __init__(
+        self,
+        app: Any,
+        settings: Settings,
+        sink: GovernanceSink,
+        metrics: WorkerMetrics,
+        *,
+        source_topic: Any = None,
+        on_fatal: Callable[[BaseException], None] | None = None,
+        step: StepFn | None = None,
+        send_decisions: DecisionSender | None = None,
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.sink = sink
+        self.metrics = metrics
+        self.on_fatal = on_fatal
+        self.policy = GovernancePolicy.from_settings(settings)
+        self._step = step
+        self.topic_name = settings.governance_topic
+        self.source_topic = source_topic or app.topic(
+            settings.governance_topic, key_serializer="raw", value_serializer="raw", partitions=1
+        )
+        self.decisions_topic = app.topic(
+            settings.decisions_topic, key_serializer="raw", value_serializer="raw"
+        )
+        self.dead_letter_topic = app.topic(
+            settings.dead_letter_topic, key_serializer="raw", value_serializer="raw"
+        )
+        self.send_decisions = send_decisions or self._send_to_topic
+        self.agent = app.agent(self.source_topic, name="devicestate.governor")(self.process)
+        self.writer = BatchWriter(metrics.db_retries, _retriable, what="governance batch")
+        self.state: GovernorState | None = None
+        self.applied_through: int | None = None
+        """Last offset folded into :attr:`state` and committed (``None``: none yet)."""
+        self.batches = 0
+        self.records_seen = 0
+        self._halted = False
+        self._views: dict[DeviceKey, tuple[GovState, bool]] = {}
+        self._unknown_since: dict[DeviceKey, datetime] = {}
+
+    @property
+    def step(self) -> StepFn:
+        if self._step is None:
+            self._step = machine_step()
+        return self._step
+
+    def begin_shutdown(self) -> None:
+        self.writer.begin_shutdown()
+
+    async def process(self, stream: Any) -> None:
+        """The agent body: batches from the governance topic until the stream stops."""
+        size = self.settings.worker_batch_size
+        within = self.settings.worker_batch_within_seconds
+        async for events in stream.take_events(size, within=within):
+            await self.handle_batch(events)
+
+    # -- one batch ------------------------------------------------------------------------------
+
+    async def handle_batch(self, events: Sequence[Any]) -> None:
+        """Load (if needed), fold, send the decisions, write; never raises for a transient error."""
+        if self._halted:
+            _withhold_acks(events)
+            return
+        started = time.perf_counter()
+        self.metrics.governor_records.inc(len(events))
+        self.records_seen += len(events)
+        try:
+            result, cancelled = await self.writer.write(
+                lambda: self._fold_and_commit(events), len(events)
+            )
+        except asyncio.CancelledError:
+            self.state = None  # may be ahead of what was committed
+            _withhold_acks(events)
+            raise
+        except Exception as exc:  # BatchNotWritten, or sending failed for good
+            self.state = None
+            _withhold_acks(events)
+            self._halted = True
+            if self.writer.shutting_down:
+                log.warning("governance batch abandoned at shutdown, not acknowledged")
+            else:
+                log.error("governance batch not written; stopping the worker", error=repr(exc))
+                if self.on_fatal is None:
+                    raise
+                self.on_fatal(exc if isinstance(exc, BatchNotWritten) else BatchNotWritten(exc))
+            return
+        if result is None:
+            self.state = None
+            _withhold_acks(events)
+            raise asyncio.CancelledError
+        self._record(result, started)
+        if cancelled:
+            raise asyncio.CancelledError
+
+    async def _fold_and_commit(self, events: Sequence[Any]) -> FoldResult:
+        """One attempt at the whole batch: (re)load if needed, fold, send, write. A retry after a
+        failure starts again from the committed state (the fold mutates the state)."""
+        first = events[0].message.offset if events else None
+        if self.state is not None and first is not None:
+            expected_next = -1 if self.applied_through is None else self.applied_through
+            if first > expected_next + 1:  # a gap: another worker folded the records between
+                log.info("governance records skipped by this worker; reloading the state")
+                self.state = None
+        if self.state is None:
+            await self._load()
+        state = self.state
+        assert state is not None
+        before = self.applied_through
+        try:
+            result = self._fold(state, events)
+            if result.dead:
+                await asyncio.gather(*result.dead)
+            if result.decisions:
+                await self.send_decisions(
+                    [(d.decision_id.encode(), encode_decision(d)) for d in result.decisions]
+                )
+            if result.last_offset is not None:
+                rows = batch_rows(
+                    state,
+                    result.decisions,
+                    topic=self.topic_name,
+                    offset=result.last_offset,
+                    expected_offset=before,
+                    highwater=self._highwater(events),
+                )
+                await self.sink.write(rows)
+        except StaleGovernorState as exc:
+            log.warning("governor state is stale; reloading", error=str(exc))
+            self.state = None
+            raise
+        except BaseException:
+            self.state = None  # folded past what is committed: reload before the next attempt
+            raise
+        self._update_views(state)
+        state.clear_dirty()
+        if result.last_offset is not None:
+            self.applied_through = result.last_offset
+        return result
+
+    def _fold(self, state: GovernorState, events: Sequence[Any]) -> FoldResult:
+        result = FoldResult()
+        step, policy = self.step, self.policy
+        through = -1 if self.applied_through is None else self.applied_through
+        for event in events:
+            message = event.message
+            offset = message.offset
+            if offset <= through:
+                result.skipped += 1
+                continue
+            result.last_offset = offset
+            payload = message.value
+            try:
+                if payload is None:
+                    raise ValueError("record has no value (tombstone)")
+                record = decode_input(payload)
+            except Exception as exc:  # EventDecodeError, or anything a bad payload provokes
+                reason = str(exc) or type(exc).__name__
+                result.dead.append(self._dead_letter(message, reason))
+                continue
+            decisions = step(state, record, offset, policy)
+            self._track_unknown(state, decisions, result)
+            result.decisions.extend(decisions)
+            result.folded += 1
+        return result
+
+    def _track_unknown(
+        self, state: GovernorState, decisions: Sequence[Decision], result: FoldResult
+    ) -> None:
+        """Follow Unknown periods through the decisions: entering UnknownTolerated/Restricted
+        starts one, leaving them ends it (``details.unknownSeconds`` when the decision has it,
+        else since the device's ``unknownSince``)."""
+        for decision in decisions:
+            if decision.kind is not DecisionKind.STATE_CHANGED or decision.resource_id is None:
+                continue
+            key = (decision.node or "", decision.resource_id)
+            details = decision.details
+            entering = details.get("state") in UNKNOWN_STATES
+            leaving = details.get("previous") in UNKNOWN_STATES
+            if entering and not leaving:
+                device = state.devices.get(key)
+                since = device.unknown_since if device is not None else None
+                self._unknown_since[key] = since or decision.at
+            elif leaving and not entering:
+                started = self._unknown_since.pop(key, None)
+                seconds = details.get("unknownSeconds")
+                if isinstance(seconds, int | float) and not isinstance(seconds, bool):
+                    result.unknown_seconds.append(float(seconds))
+                elif started is not None:
+                    result.unknown_seconds.append((decision.at - started).total_seconds())
+
+    async def _load(self) -> None:
+        snapshot = await self.sink.load(self.topic_name)
+        self.state = GovernorState.restore(
+            snapshot.devices,
+            snapshot.nodes,
+            snapshot.fleet,
+            self.policy.heartbeat_grace_seconds,
+        )
+        self.applied_through = snapshot.offset
+        self._views = {}
+        self._unknown_since = {
+            key: device.unknown_since or device.state_since
+            for key, device in self.state.devices.items()
+            if device.state.value in UNKNOWN_STATES
+        }
+        self._update_views(self.state, every=True)
+        log.info(
+            "governor state loaded",
+            devices=len(snapshot.devices),
+            nodes=len(snapshot.nodes),
+            offset=snapshot.offset,
+        )
+
+    async def _send_to_topic(self, records: Sequence[tuple[bytes, bytes]]) -> None:
+        futures = [await self.decisions_topic.send(key=k, value=v, force=True) for k, v in records]
+        await asyncio.gather(*futures)
+
+    async def _dead_letter(self, message: Any, reason: str) -> Any:
+        source = f"{message.topic}/{message.partition}/{message.offset}"
+        log.warning("governance record dead-lettered", source=source, reason=reason)
+        self.metrics.dead_lettered.labels(DEAD_LETTER_STAGE).inc()
+        headers = [
+            (HEADER_REASON, reason.encode()),
+            (HEADER_STAGE, DEAD_LETTER_STAGE.encode()),
+            (HEADER_SOURCE, source.encode()),
+        ]
+        fut = await self.dead_letter_topic.send(
+            key=message.key, value=message.value, headers=headers, force=True
+        )
+        return await fut
+
+    def _highwater(self, events: Sequence[Any]) -> int | None:
+        try:
+            value = self.app.consumer.highwater(events[-1].message.tp)
+        except Exception:  # no consumer (unit tests)
+            return None
+        return value if isinstance(value, int) else None
+
+    # -- metrics ----------------------------------------------------------------------------------
+
+    def _update_views(self, state: GovernorState, *, every: bool = False) -> None:
+        """Keep the per-state device counts and the active-quarantine count up to date from the
+        devices the batch touched (all of them after a load)."""
+        metrics = self.metrics
+        keys = list(state.devices) if every else state.dirty_devices
+        counts: dict[GovState, int] = {}
+        active = 0
+        for key in keys:
+            old = self._views.pop(key, None)
+            if old is not None:
+                counts[old[0]] = counts.get(old[0], 0) - 1
+                active -= old[1]
+            device = state.devices.get(key)
+            if device is None:
+                continue
+            view = (device.state, active_quarantine(device))
+            self._views[key] = view
+            counts[view[0]] = counts.get(view[0], 0) + 1
+            active += view[1]
+        if every:
+            for gov_state in GovState:
+                metrics.devices_by_state.labels(gov_state.value).set(counts.get(gov_state, 0))
+            metrics.active_quarantines.set(active)
+        else:
+            for gov_state, delta in counts.items():
+                if delta:
+                    metrics.devices_by_state.labels(gov_state.value).inc(delta)
+            if active:
+                metrics.active_quarantines.inc(active)
+        fleet = state.fleet
+        metrics.breaker_open.set(1 if fleet.breaker_open else 0)
+        metrics.automation_paused.set(1 if fleet.automation_paused else 0)
+        if fleet.watermark is not None:
+            metrics.watermark.set(fleet.watermark.timestamp())
+
+    def _record(self, result: FoldResult, started: float) -> None:
+        metrics = self.metrics
+        for decision in result.decisions:
+            record_decision(metrics, decision)
+        for seconds in result.unknown_seconds:
+            metrics.unknown_seconds.observe(seconds)
+        metrics.governor_batch_seconds.observe(time.perf_counter() - started)
+        self.batches += 1
+
+
+def record_decision(metrics: WorkerMetrics, decision: Decision) -> None:
+    """Count one decision in the governor's metrics."""
+    kind, details = decision.kind, decision.details
+    metrics.decisions.labels(kind.value).inc()
+    if kind is DecisionKind.RECOVERY_STAGE_PASSED:
+        metrics.recovery_stages.labels(str(details.get("stage") or ""), "passed").inc()
+    elif kind is DecisionKind.RECOVERY_FAILED:
+        metrics.recovery_stages.labels(str(details.get("stage") or ""), "failed").inc()
+    elif kind is DecisionKind.QUARANTINE_RELEASED and details.get("confirmedFault") is False:
+        metrics.false_quarantines.inc()
+
+
+def _retriable(exc: BaseException) -> bool:
+    """Transient database and Kafka errors, and a stale state (reloaded by the next attempt)."""
+    return isinstance(exc, StaleGovernorState) or is_retriable(exc)
+
+
+def _withhold_acks(events: Sequence[Any]) -> None:
+    """Keep ``take_events``'s ``finally`` from acknowledging events that were not committed."""
+    for event in events:
+        event.message.acked = True
