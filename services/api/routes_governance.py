@@ -253,6 +253,7 @@ async def submit(
         resource_id=resource_id,
         expires_at=expires_at,
         break_glass=break_glass,
+        quarantine_id=quarantine_id,
     )
     await publisher.publish(command)  # CommandLogUnavailable -> 503 (app handler)
     recent = _recent(request)

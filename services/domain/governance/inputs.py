@@ -102,7 +102,9 @@ class OperatorCommand:
     ``command_id`` makes it idempotent (a repeat is ignored). ``actor`` is the token's name and
     ``role`` its role. ``node``/``resource_id`` name the device for quarantine, extend and release.
     ``expires_at`` (UTC) is the quarantine's new expiry; ``break_glass`` asks an admin release of a
-    system quarantine that has not passed recovery (``reason`` required).
+    system quarantine that has not passed recovery (``reason`` required). ``quarantine_id``, when
+    set on extend/release, names the quarantine the operator saw: if the device's active quarantine
+    is another one by the time the command is decided, the command is rejected.
     """
 
     command_id: str
@@ -115,6 +117,7 @@ class OperatorCommand:
     resource_id: str | None = None
     expires_at: datetime | None = None
     break_glass: bool = False
+    quarantine_id: str | None = None
     type: str = field(default="OperatorCommand", init=False)
 
 
@@ -206,6 +209,7 @@ def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
             resourceID=record.resource_id,
             expiresAt=_t(record.expires_at),
             breakGlass=record.break_glass,
+            quarantineID=record.quarantine_id,
         )
     elif isinstance(record, RecoveryLeaseRequested):
         base.update(
@@ -333,6 +337,7 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
             resource_id=_opt_str(obj, "resourceID"),
             expires_at=_opt_time(obj, "expiresAt"),
             break_glass=_bool(obj, "breakGlass"),
+            quarantine_id=_opt_str(obj, "quarantineID"),
         )
     if kind == "RecoveryLeaseRequested":
         return RecoveryLeaseRequested(

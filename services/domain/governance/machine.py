@@ -1026,6 +1026,13 @@ def _on_command(ctx: _Ctx, c: OperatorCommand) -> None:
     if device is None:
         _reject(ctx, c, f"device {c.node}/{c.resource_id} is not in the directory")
         return
+    if (
+        c.quarantine_id is not None
+        and c.action is not CommandAction.QUARANTINE
+        and (device.quarantine is None or device.quarantine.quarantine_id != c.quarantine_id)
+    ):
+        _reject(ctx, c, f"quarantine {c.quarantine_id} is not the device's active quarantine")
+        return
     if c.action is CommandAction.QUARANTINE:
         _command_quarantine(ctx, c, device)
     elif c.action is CommandAction.EXTEND:
