@@ -12,18 +12,21 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from kubernetes_asyncio import client
 
 from services.domain.events import DeviceSource
 from services.domain.governance.inputs import RecoveryStage
 from services.recovery.executors import DRY_RUN_DETAIL, KubernetesJobExecutor, RecoveryCheck
 from services.recovery.kube import KubernetesObjects
-from services.testenv import kubeapi
 
 # The harness's session fixtures (a second API server when tests/kubeapi runs in the same session).
-from tests.kubeapi.conftest import NAMESPACE, admin_client, kube_api, service_client
-
-__all__ = ["admin_client", "kube_api", "service_client"]
+harness = pytest.importorskip("tests.kubeapi.conftest", reason="no kube-apiserver test harness")
+kubeapi = harness.kubeapi
+NAMESPACE: str = harness.NAMESPACE
+kube_api = harness.kube_api
+admin_client = harness.admin_client
+service_client = harness.service_client
 
 DRIVER = "gpu.example.com"
 
