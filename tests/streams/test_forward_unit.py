@@ -1,0 +1,228 @@
+"""Forwarding to the governance topic without a broker: what a batch of the health topic becomes
+(:mod:`streams.forward`), and what the health agent hands the store for it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from services.domain.directory import apply_event
+from services.domain.events import ClaimRef, DeviceSource, Health, encode_event
+from services.domain.governance.inputs import (
+    HealthTransition,
+    WatermarkAdvanced,
+    decode_input,
+    encode_input,
+)
+from services.domain.log import LoggedEvent, LogPosition
+from services.domain.node_events import (
+    NodeHeartbeat,
+    NodeResourcesChanged,
+    WatcherTick,
+    encode_node_event,
+)
+from services.projection.store import PendingCommit, Transition
+from streams.forward import (
+    BatchView,
+    Forwarder,
+    LoggedNodeEvent,
+    governance_records,
+    health_transition,
+    record_key,
+)
+from tests.conftest import T0, TOPIC
+from tests.streams.test_dedup_unit import FakeSink, _run_agent
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def pos(partition: int, offset: int) -> LogPosition:
+    return LogPosition(TOPIC, partition, offset)
+
+
+def transition_of(logged: LoggedEvent, state: dict[Any, Any] | None = None) -> Transition:
+    [change] = apply_event(state or {}, logged.event)
+    assert change.transition
+    assert logged.event.type == "DeviceHealthObserved"
+    return Transition(logged.position, change, logged.event)  # type: ignore[arg-type]
+
+
+def commit(
+    transitions: Sequence[Transition],
+    applied: dict[tuple[str, int], int] | None = None,
+    last: dict[tuple[str, int], datetime] | None = None,
+) -> PendingCommit:
+    return PendingCommit(list(transitions), applied or {}, last or {})
+
+
+def view(
+    records: Sequence[tuple[LogPosition, datetime]], node_events: Sequence[LoggedNodeEvent] = ()
+) -> BatchView:
+    return BatchView(
+        order={p: i for i, (p, _) in enumerate(records)},
+        node_events=list(node_events),
+        event_times=list(records),
+    )
+
+
+def test_a_transition_becomes_a_health_transition(observation: Any) -> None:
+    event = observation(
+        42,
+        Health.UNHEALTHY,
+        at=5,
+        message="XID 79",
+        source=DeviceSource.DRA,
+        resource_name="claim:gpu",
+        claim=ClaimRef("gpu", None, "train-0-gpu-x7"),
+    )
+    [change] = apply_event({}, event)
+    record = health_transition(Transition(pos(2, 17), change, event))
+    assert record == HealthTransition(
+        node="gpu-node-a",
+        resource_id="GPU-0",
+        resource_name="claim:gpu",
+        source=DeviceSource.DRA,
+        health=Health.UNHEALTHY,
+        status_version=42,
+        observed_at=at(5),
+        partition=2,
+        offset=17,
+        message="XID 79",
+        raw_health=None,
+        resource_claim="train-0-gpu-x7",
+        pods=("ml/train-0",),
+    )
+    assert decode_input(encode_input(record)) == record
+
+
+def test_pods_are_every_holder_after_the_change_sorted(observation: Any) -> None:
+    state: dict[Any, Any] = {}
+    first = observation(1, pod_uid="uid-2", pod_name="zeta", namespace="b")
+    [change] = apply_event(state, first)
+    state[change.key] = change.record
+    second = observation(2, Health.UNHEALTHY, pod_uid="uid-1", pod_name="alpha", namespace="a")
+    [change] = apply_event(state, second)
+    record = health_transition(Transition(pos(0, 1), change, second))
+    assert record.pods == ("a/alpha", "b/zeta")
+    assert record.resource_claim is None
+
+
+def test_batch_order_then_one_watermark_per_partition(observation: Any) -> None:
+    obs = [
+        LoggedEvent(pos(0, 10), observation(1, Health.UNHEALTHY, at=3)),
+        LoggedEvent(pos(1, 4), observation(7, Health.UNKNOWN, at=4, node="gpu-node-b")),
+    ]
+    heartbeat = NodeHeartbeat("gpu-node-a", renewed_at=at(5), observed_at=at(6))
+    resources = NodeResourcesChanged(
+        "gpu-node-b", (("nvidia.com/gpu", 8),), (("nvidia.com/gpu", 7),), 99, at(2)
+    )
+    tick = WatcherTick(partition=1, observed_at=at(9))
+    nodes = [
+        LoggedNodeEvent(pos(0, 11), heartbeat),
+        LoggedNodeEvent(pos(1, 3), resources),
+        LoggedNodeEvent(pos(1, 5), tick),
+    ]
+    # batch order: obs p1/4 came first, then the resources change, the heartbeat, obs p0/10, tick
+    times = [
+        (pos(1, 4), at(4)),
+        (pos(1, 3), at(2)),
+        (pos(0, 11), at(6)),
+        (pos(0, 10), at(3)),
+        (pos(1, 5), at(9)),
+    ]
+    batch = view(times, nodes)
+    out = governance_records(batch, commit([transition_of(o) for o in obs]), partitions=3)
+    assert [type(r).__name__ for r in out] == [
+        "HealthTransition",
+        "NodeResourcesChanged",
+        "NodeHeartbeat",
+        "HealthTransition",
+        "WatermarkAdvanced",
+        "WatermarkAdvanced",
+    ]
+    assert out[1] == resources and out[2] == heartbeat  # unchanged
+    assert out[4:] == [
+        WatermarkAdvanced(partition=0, partitions=3, event_time=at(6)),
+        WatermarkAdvanced(partition=1, partitions=3, event_time=at(9)),  # the tick counts
+    ]
+    assert [record_key(r) for r in out] == [
+        b"gpu-node-b",
+        b"gpu-node-b",
+        b"gpu-node-a",
+        b"gpu-node-a",
+        b"~watermark/0",
+        b"~watermark/1",
+    ]
+
+
+def test_no_watermark_unless_later_than_the_recorded_one() -> None:
+    tick0, tick1 = WatcherTick(0, at(10)), WatcherTick(1, at(10))
+    batch = view(
+        [(pos(0, 5), at(10)), (pos(1, 5), at(10))],
+        [LoggedNodeEvent(pos(0, 5), tick0), LoggedNodeEvent(pos(1, 5), tick1)],
+    )
+    out = governance_records(
+        batch, commit([], last={(TOPIC, 0): at(10), (TOPIC, 1): at(8)}), partitions=2
+    )
+    assert out == [WatermarkAdvanced(1, 2, at(10))]
+
+
+def test_records_at_or_before_the_recorded_offset_are_not_forwarded_again(
+    observation: Any,
+) -> None:
+    heartbeat = NodeHeartbeat("gpu-node-a", renewed_at=at(5), observed_at=at(20))
+    batch = view(
+        [(pos(0, 7), at(20)), (pos(0, 8), at(3))],
+        [LoggedNodeEvent(pos(0, 7), heartbeat)],
+    )
+    # offset 7 was committed already (a redelivery); the store passes no transition for it either
+    out = governance_records(batch, commit([], applied={(TOPIC, 0): 7}), partitions=1)
+    assert out == [WatermarkAdvanced(0, 1, at(3))]
+    assert governance_records(batch, commit([], applied={(TOPIC, 0): 8}), partitions=1) == []
+
+
+async def test_forwarder_sends_encoded_records_and_counts_them(observation: Any) -> None:
+    sent: list[list[tuple[bytes, bytes]]] = []
+    counted: list[tuple[str, int]] = []
+
+    async def send(records: Sequence[tuple[bytes, bytes]]) -> None:
+        sent.append(list(records))
+
+    forwarder = Forwarder(send, partitions=lambda: 3, on_sent=lambda k, n: counted.append((k, n)))
+    logged = LoggedEvent(pos(2, 0), observation(3, Health.UNKNOWN, at=1))
+    hook = forwarder.before_commit(view([(pos(2, 0), at(1))]))
+    await hook(commit([transition_of(logged)]))
+    [batch] = sent
+    assert [decode_input(v).type for _, v in batch] == ["HealthTransition", "WatermarkAdvanced"]
+    assert sorted(counted) == [("HealthTransition", 1), ("WatermarkAdvanced", 1)]
+    assert forwarder.forwarded == 2
+
+    await forwarder.before_commit(view([]))(commit([]))  # nothing to forward: nothing sent
+    assert len(sent) == 1
+
+
+async def test_agent_keeps_node_events_out_of_the_directory_but_hands_them_over(
+    tmp_path: Any, observation: Any
+) -> None:
+    heartbeat = NodeHeartbeat("gpu-node-a", renewed_at=at(1), observed_at=at(2))
+    payloads = [
+        encode_event(observation(5, at=1)),
+        encode_node_event(heartbeat),
+        encode_event(observation(5, at=3)),  # a duplicate: dropped early by the table
+        encode_node_event(WatcherTick(0, at(4))),
+    ]
+    sink = FakeSink()
+    _, dead = await _run_agent(tmp_path, payloads, sink, expected_calls=1)
+    assert dead.sent == []
+    [written] = sink.batches
+    assert [r.position.offset for r in written] == [0]
+    [kwargs] = sink.kwargs
+    assert sorted((p.offset, t) for p, t in kwargs["event_times"]) == [
+        (1, at(2)),
+        (2, at(3)),
+        (3, at(4)),
+    ]
+    assert callable(kwargs["before_commit"])

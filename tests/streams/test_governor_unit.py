@@ -1,0 +1,293 @@
+"""The governor agent's batch handling without a broker or database: a fake governance sink that
+keeps what PostgreSQL would (snapshots, offset), fake decision and dead-letter senders, the real
+state machine."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+import pytest
+
+from services.config import Settings
+from services.domain.events import DeviceSource, Health
+from services.domain.governance.decisions import decode_decision
+from services.domain.governance.inputs import (
+    GovernanceInput,
+    HealthTransition,
+    WatermarkAdvanced,
+    encode_input,
+)
+from services.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
+from services.projection.governance_store import BatchRows, GovernorSnapshot, StaleGovernorState
+from streams.app import build_worker_app
+from streams.governor import Governor
+from tests.conftest import T0
+from tests.streams.test_dedup_unit import FakeDeadLetters, FakeSink
+
+TOPIC = "unit-governance"
+
+
+class FakeGovernanceSink:
+    """Keeps the snapshots and the offset like the tables; fails the first ``fail`` writes."""
+
+    def __init__(self, fail: int = 0, error: Exception | None = None) -> None:
+        self.devices: dict[tuple[str, str], dict[str, Any]] = {}
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.fleet: dict[str, Any] | None = None
+        self.offset: int | None = None
+        self.decisions: dict[tuple[int, int], dict[str, Any]] = {}
+        self.quarantines: dict[str, dict[str, Any]] = {}
+        self.writes: list[BatchRows] = []
+        self.loads = 0
+        self.fail = fail
+        self.error = error or ConnectionResetError("db restarted")
+        self.calls = 0
+
+    async def load(self, topic: str) -> GovernorSnapshot:
+        self.loads += 1
+        return GovernorSnapshot(
+            devices=[self.devices[k] for k in sorted(self.devices)],
+            nodes=[self.nodes[k] for k in sorted(self.nodes)],
+            fleet=self.fleet,
+            offset=self.offset,
+        )
+
+    async def write(self, rows: BatchRows) -> None:
+        self.calls += 1
+        if self.calls <= self.fail:
+            raise self.error
+        if rows.expected_offset != self.offset:
+            raise StaleGovernorState(f"recorded {self.offset}, expected {rows.expected_offset}")
+        for row in orjson.loads(rows.devices or "[]"):
+            self.devices[(row["node"], row["resource_id"])] = row["snapshot"]
+        for row in orjson.loads(rows.nodes or "[]"):
+            self.nodes[row["node"]] = row["snapshot"]
+        self.fleet = orjson.loads(rows.fleet)[0]["snapshot"]
+        for row in orjson.loads(rows.quarantines or "[]"):
+            self.quarantines[row["quarantine_id"]] = row
+        for row in orjson.loads(rows.decisions or "[]"):
+            self.decisions.setdefault((row["seq"], row["idx"]), row["payload"])
+        self.offset = rows.offset
+        self.writes.append(rows)
+
+
+class Sent:
+    def __init__(self) -> None:
+        self.batches: list[list[tuple[bytes, bytes]]] = []
+
+    async def __call__(self, records: Sequence[tuple[bytes, bytes]]) -> None:
+        self.batches.append(list(records))
+
+    @property
+    def ids(self) -> list[str]:
+        return [key.decode() for batch in self.batches for key, _ in batch]
+
+
+def make_governor(
+    tmp_path: Any, sink: FakeGovernanceSink, on_fatal: Any = None, **policy: Any
+) -> tuple[Governor, Sent, FakeDeadLetters]:
+    settings = Settings(
+        worker_store="memory://",
+        worker_data_dir=str(tmp_path),
+        topic="unit-events",
+        governance_topic=TOPIC,
+        consumer_group=f"unit-gov-{id(sink)}",
+        **policy,
+    )
+    built = build_worker_app(settings, sink=FakeSink(), governance_sink=sink, on_fatal=on_fatal)
+    governor = built.governor
+    sent = Sent()
+    governor.send_decisions = sent
+    dead = FakeDeadLetters()
+    governor.dead_letter_topic = dead
+    return governor, sent, dead
+
+
+def event(offset: int, value: bytes | None) -> Any:
+    return SimpleNamespace(
+        message=SimpleNamespace(
+            topic=TOPIC,
+            partition=0,
+            offset=offset,
+            key=b"k",
+            value=value,
+            acked=False,
+            tp=(TOPIC, 0),
+        )
+    )
+
+
+def events(records: Sequence[GovernanceInput | bytes], start: int = 0) -> list[Any]:
+    return [
+        event(start + i, r if isinstance(r, bytes) else encode_input(r))
+        for i, r in enumerate(records)
+    ]
+
+
+def transition(resource_id: str, health: Health, version: int, seconds: float) -> HealthTransition:
+    return HealthTransition(
+        node="gpu-node-a",
+        resource_id=resource_id,
+        resource_name="nvidia.com/gpu",
+        source=DeviceSource.DEVICE_PLUGIN,
+        health=health,
+        status_version=version,
+        observed_at=T0 + timedelta(seconds=seconds),
+        partition=0,
+        offset=version,
+    )
+
+
+def watermark(seconds: float) -> WatermarkAdvanced:
+    return WatermarkAdvanced(0, 1, T0 + timedelta(seconds=seconds))
+
+
+def story() -> list[GovernanceInput]:
+    """Unknown at 0 (tolerated 60 s), Unhealthy at 5, Healthy at 20, the watermark to 100."""
+    return [
+        watermark(0),
+        transition("GPU-0", Health.UNKNOWN, 1, 0),
+        transition("GPU-1", Health.UNHEALTHY, 2, 5),
+        watermark(30),
+        transition("GPU-0", Health.HEALTHY, 3, 40),
+        watermark(100),
+    ]
+
+
+async def test_decisions_are_sent_then_written_and_a_restart_continues_alike(
+    tmp_path: Any,
+) -> None:
+    records = story()
+    reference_sink = FakeGovernanceSink()
+    reference, reference_sent, _ = make_governor(
+        tmp_path, reference_sink, unknown_tolerance_seconds=60
+    )
+    await reference.handle_batch(events(records))
+    assert reference_sink.offset == len(records) - 1
+    assert reference_sent.ids == [f"{s}.{i}" for s, i in sorted(reference_sink.decisions)]
+    kinds = [decode_decision(v).kind.value for b in reference_sent.batches for _, v in b]
+    assert "DeviceQuarantined" in kinds and "UnknownToleranceStarted" in kinds
+
+    # The same log in three batches, with a new governor (a restarted worker) for the last two.
+    sink = FakeGovernanceSink()
+    first, sent, _ = make_governor(tmp_path, sink, unknown_tolerance_seconds=60)
+    await first.handle_batch(events(records[:2]))
+    second, sent2, _ = make_governor(tmp_path, sink, unknown_tolerance_seconds=60)
+    await second.handle_batch(events(records[:4]))  # redelivers 0-1: skipped
+    await second.handle_batch(events(records[4:], start=4))
+    assert sink.loads == 2
+    assert sink.decisions == reference_sink.decisions
+    assert sent.ids + sent2.ids == reference_sent.ids
+    assert sink.devices == reference_sink.devices and sink.fleet == reference_sink.fleet
+
+    metrics = second.metrics
+    assert metrics.devices_by_state.labels("Quarantined")._value.get() == 1
+    assert metrics.devices_by_state.labels("Available")._value.get() == 1
+    assert metrics.active_quarantines._value.get() == 1
+    assert metrics.watermark._value.get() == (T0 + timedelta(seconds=100)).timestamp()
+    assert metrics.decisions.labels("DeviceQuarantined")._value.get() == 1
+    assert metrics.decisions.labels("UnknownToleranceStarted")._value.get() == 0  # by `first`
+    assert first.metrics.decisions.labels("UnknownToleranceStarted")._value.get() == 1
+    # GPU-0 was Unknown from 0 to 40 (event time).
+    assert reference.metrics.unknown_seconds._sum.get() == 40.0
+
+
+async def test_undecodable_records_are_dead_lettered_and_the_stream_goes_on(
+    tmp_path: Any,
+) -> None:
+    sink = FakeGovernanceSink()
+    governor, _, dead = make_governor(tmp_path, sink)
+    batch = events([watermark(0), b"{not json", transition("GPU-1", Health.UNHEALTHY, 2, 5)])
+    await governor.handle_batch(batch)
+    [letter] = dead.sent
+    assert letter["value"] == b"{not json"
+    headers = dict(letter["headers"])
+    assert headers[HEADER_STAGE] == b"governor-decode"
+    assert headers[HEADER_REASON].startswith(b"not JSON")
+    assert headers[HEADER_SOURCE] == f"{TOPIC}/0/1".encode()
+    assert sink.offset == 2 and len(sink.quarantines) == 1
+    assert governor.metrics.dead_lettered.labels("governor-decode")._value.get() == 1
+    assert not any(e.message.acked for e in batch)  # take_events acks them
+
+
+async def test_a_transient_write_error_refolds_from_the_committed_state(tmp_path: Any) -> None:
+    sink = FakeGovernanceSink(fail=2)
+    governor, sent, _ = make_governor(tmp_path, sink)
+    await governor.handle_batch(events(story()))
+    assert sink.calls == 3 and len(sink.writes) == 1
+    assert sink.loads == 3  # the state was reloaded before each attempt
+    assert governor.metrics.db_retries._value.get() == 2
+    # Every attempt sent the same decisions (same ids: consumers deduplicate).
+    assert len(sent.batches) == 3 and sent.batches[0] == sent.batches[2]
+
+
+async def test_a_stale_state_is_reloaded(tmp_path: Any) -> None:
+    sink = FakeGovernanceSink()
+    governor, _, _ = make_governor(tmp_path, sink)
+    records = story()
+    await governor.handle_batch(events(records[:3]))
+    # Another worker folded record 3 meanwhile (a rebalance) ...
+    other, _, _ = make_governor(tmp_path, sink)
+    await other.handle_batch(events(records[3:4], start=3))
+    # ... so this governor's state is behind: it reloads and skips what was folded.
+    await governor.handle_batch(events(records[3:], start=3))
+    assert sink.offset == len(records) - 1
+    reference = FakeGovernanceSink()
+    alone, _, _ = make_governor(tmp_path, reference)
+    await alone.handle_batch(events(records))
+    assert sink.decisions == reference.decisions
+
+
+async def test_a_non_transient_error_stops_without_acks(tmp_path: Any) -> None:
+    failures: list[BaseException] = []
+    sink = FakeGovernanceSink(fail=1, error=ValueError("column does not exist"))
+    governor, _, _ = make_governor(tmp_path, sink, on_fatal=failures.append)
+    batch = events(story())
+    await governor.handle_batch(batch)
+    assert [type(e).__name__ for e in failures] == ["BatchNotWritten"]
+    assert all(e.message.acked for e in batch)  # withheld: faust's ack skips them
+    later = events(story(), start=6)
+    await governor.handle_batch(later)
+    assert sink.calls == 1 and all(e.message.acked for e in later)
+
+
+async def test_shutdown_during_a_retry_abandons_the_batch_unacknowledged(tmp_path: Any) -> None:
+    sink = FakeGovernanceSink(fail=10**6)
+    governor, _, _ = make_governor(tmp_path, sink)
+    governor.writer.grace_seconds = 0.3
+    governor.begin_shutdown()
+    batch = events(story())
+    await asyncio.wait_for(governor.handle_batch(batch), 10)
+    assert all(e.message.acked for e in batch)
+    assert sink.writes == []
+
+
+@pytest.mark.parametrize("stage_result", ["passed", "failed"])
+def test_recovery_and_false_quarantine_metrics(tmp_path: Any, stage_result: str) -> None:
+    from services.domain.governance.decisions import Decision, DecisionKind
+    from streams.governor import record_decision
+    from streams.metrics import WorkerMetrics
+
+    metrics = WorkerMetrics()
+    kind = (
+        DecisionKind.RECOVERY_STAGE_PASSED
+        if stage_result == "passed"
+        else DecisionKind.RECOVERY_FAILED
+    )
+    record_decision(metrics, Decision(kind, 1, 0, T0, details={"stage": "probe"}))
+    record_decision(
+        metrics,
+        Decision(DecisionKind.QUARANTINE_RELEASED, 2, 0, T0, details={"confirmedFault": False}),
+    )
+    record_decision(
+        metrics,
+        Decision(DecisionKind.QUARANTINE_RELEASED, 3, 0, T0, details={"confirmedFault": True}),
+    )
+    assert metrics.recovery_stages.labels("probe", stage_result)._value.get() == 1
+    assert metrics.false_quarantines._value.get() == 1
+    assert metrics.decisions.labels("QuarantineReleased")._value.get() == 2
