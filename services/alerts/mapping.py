@@ -34,17 +34,13 @@ Alert: TypeAlias = dict[str, Any]
 
 ALERT_NAMES: Final[dict[str, str]] = {
     "quarantine": "DeviceQuarantined",
-    "unknown": "DeviceUnknown",
-    "device-unknown": "DeviceUnknown",
-    "unknown-tolerance": "DeviceUnknown",
+    "deferred": "QuarantineDeferred",
+    "node-unknown": "DeviceUnknown",
     "node-heartbeat": "NodeHeartbeatLost",
-    "heartbeat": "NodeHeartbeatLost",
     "device-plugin": "DevicePluginLost",
-    "plugin": "DevicePluginLost",
-    "plugin-lost": "DevicePluginLost",
     "breaker": "MassSignalBreakerOpen",
     "escalation": "NodeEscalation",
-    "node-escalation": "NodeEscalation",
+    "automation-paused": "AutomationPaused",
 }
 """Alert names of the incident types the governor opens (the incident key's first segment)."""
 

@@ -18,7 +18,9 @@ class RecoveryCheck:
     ``attempt``, ``resource_name`` (``nvidia.com/gpu``, or ``claim:<podClaim>[/<request>]`` for
     DRA), ``source`` and ``resource_claim`` (the ResourceClaim object's name, DRA only);
     ``deadline`` is the stage's deadline. From the ``RecoveryLeaseGranted`` decision: ``holder``,
-    ``fencing_token`` and ``lease_expires_at``.
+    ``fencing_token`` and ``lease_expires_at``. Both times are the governor's event time;
+    ``budget_seconds``, when set, is how long the check may still take measured on that clock
+    (the service sets it; executors prefer it to comparing those times with the wall clock).
     """
 
     node: str
@@ -33,6 +35,7 @@ class RecoveryCheck:
     resource_claim: str | None = None
     deadline: datetime | None = None
     lease_expires_at: datetime | None = None
+    budget_seconds: float | None = None
 
     @property
     def must_end_by(self) -> datetime | None:

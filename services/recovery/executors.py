@@ -141,6 +141,8 @@ class KubernetesJobExecutor:
         self._clock = clock
 
     def _seconds_left(self, check: RecoveryCheck) -> float:
+        if check.budget_seconds is not None:
+            return check.budget_seconds
         end = check.must_end_by
         if end is None:
             return DEFAULT_CHECK_SECONDS

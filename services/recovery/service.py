@@ -11,12 +11,18 @@ stage ``probe`` or ``canary`` whose deadline has not passed:
 3. run the check with the executor, bounded by the stage deadline and the lease expiry;
 4. append ``RecoveryReport`` with the grant's fencing token (the governor rejects a stale one).
 
+Deadlines and lease expiries are the governor's event time, so they are compared with the
+governor's clock as the decisions show it: the latest decision time seen plus the wall-clock time
+since (:meth:`RecoveryService.governor_now`); a recorded stream replayed hours later still works.
+At start the service first reads up to the end of the topic without asking for leases (catching up:
+stages that ended meanwhile are dropped), then asks for the stages still open.
+
 At most one check per device is in flight (a newer stage of a busy device waits its turn) and at
 most ``max_concurrent`` devices hold a slot, from the lease request to the report (a granted lease
 never waits for a slot). ``holder`` is ``<hostname>/<pid>/<8 hex>``: unique per process, so a
 restarted executor never acts on its predecessor's grants; the governor's stage timeout fails what
 a crash left unfinished. Offsets are committed after each batch has been handled (requests
-published); times come from the wall clock (UTC).
+published); ``requestedAt``/``reportedAt`` are wall-clock times (UTC).
 """
 
 from __future__ import annotations
@@ -26,16 +32,17 @@ import contextlib
 import os
 import signal
 import socket
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
 
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from services.config import Settings
@@ -191,6 +198,8 @@ class RecoveryService:
         max_concurrent: int = 4,
         metrics: RecoveryMetrics | None = None,
         clock: Callable[[], datetime] = utcnow,
+        monotonic: Callable[[], float] = time.monotonic,
+        replaying: bool = False,
     ) -> None:
         if max_concurrent < 1:
             raise ValueError("max_concurrent must be at least 1")
@@ -200,6 +209,10 @@ class RecoveryService:
         self._max = max_concurrent
         self._metrics = metrics or RecoveryMetrics()
         self._clock = clock
+        self._monotonic = monotonic
+        self._event_at: datetime | None = None
+        self._event_seen = 0.0
+        self.replaying = replaying
         self._slots: dict[DeviceKey, _Slot] = {}
         self._queue: OrderedDict[DeviceKey, StageRequest] = OrderedDict()
 
@@ -207,13 +220,33 @@ class RecoveryService:
     def in_flight(self) -> dict[DeviceKey, StageRequest]:
         return {key: slot.request for key, slot in self._slots.items()}
 
+    def governor_now(self) -> datetime:
+        """The governor's event time as the decisions show it: the latest decision time seen plus
+        the wall-clock time since; the wall clock before any decision."""
+        if self._event_at is None:
+            return self._clock()
+        return self._event_at + timedelta(seconds=self._monotonic() - self._event_seen)
+
+    def _observe(self, decision: Decision) -> None:
+        if self._event_at is None or decision.at >= self._event_at:
+            self._event_at = decision.at
+            self._event_seen = self._monotonic()
+
     def _expired(self, request: StageRequest) -> bool:
-        return request.deadline is not None and request.deadline <= self._clock()
+        return request.deadline is not None and request.deadline <= self.governor_now()
+
+    async def finish_replay(self) -> None:
+        """End of the catch-up: forget what expired, ask for the leases of the open stages."""
+        self.replaying = False
+        self.expire()
+        log.info("caught up with the decisions", open_stages=len(self._queue))
+        await self._pump()
 
     def _gauge(self) -> None:
         self._metrics.in_flight.set(len(self._slots))
 
     async def handle(self, decision: Decision) -> None:
+        self._observe(decision)
         kind = decision.kind
         if kind is DecisionKind.RECOVERY_STAGE_STARTED:
             await self._stage_started(decision)
@@ -330,8 +363,8 @@ class RecoveryService:
                 self._drop(key)
 
     async def _pump(self) -> None:
-        """Request leases for queued stages while slots are free."""
-        while len(self._slots) < self._max:
+        """Request leases for queued stages while slots are free (not while catching up)."""
+        while not self.replaying and len(self._slots) < self._max:
             key = next((k for k in self._queue if k not in self._slots), None)
             if key is None:
                 return
@@ -357,6 +390,8 @@ class RecoveryService:
 
     def _check(self, slot: _Slot) -> RecoveryCheck:
         r = slot.request
+        ends = [t for t in (r.deadline, slot.lease_expires_at) if t is not None]
+        budget = (min(ends) - self.governor_now()).total_seconds() if ends else None
         return RecoveryCheck(
             node=r.node,
             resource_id=r.resource_id,
@@ -370,12 +405,12 @@ class RecoveryService:
             resource_claim=r.resource_claim,
             deadline=r.deadline,
             lease_expires_at=slot.lease_expires_at,
+            budget_seconds=budget,
         )
 
     async def _execute(self, slot: _Slot) -> None:
         check = self._check(slot)
-        end = check.must_end_by
-        timeout = (end - self._clock()).total_seconds() if end else DEFAULT_CHECK_SECONDS
+        timeout = DEFAULT_CHECK_SECONDS if check.budget_seconds is None else check.budget_seconds
         try:
             try:
                 result = await asyncio.wait_for(self._executor.run(check), max(0.0, timeout))
@@ -496,7 +531,11 @@ async def consume(
     stop: asyncio.Event,
     poll_timeout_ms: int = 500,
 ) -> None:
-    """Feed decisions to ``service`` until ``stop``; commit after each handled batch."""
+    """Feed decisions to ``service`` until ``stop``; commit after each handled batch. While
+    ``service.replaying``, read up to the end offsets the assignment had when first seen, commit
+    nothing, then :meth:`RecoveryService.finish_replay`."""
+    targets: dict[TopicPartition, int] | None = None
+    uncommitted: dict[TopicPartition, int] = {}
     while not stop.is_set():
         batches = await consumer.getmany(timeout_ms=poll_timeout_ms, max_records=500)
         for tp, records in batches.items():
@@ -511,7 +550,20 @@ async def consume(
                     continue
                 await service.handle(decision)
             if records:
-                await consumer.commit({tp: records[-1].offset + 1})
+                uncommitted[tp] = records[-1].offset + 1
+        if service.replaying:
+            assignment = consumer.assignment()
+            if not assignment:
+                continue
+            if targets is None:
+                targets = dict(await consumer.end_offsets(list(assignment)))
+            positions = {tp: await consumer.position(tp) for tp in assignment}
+            if any(positions[tp] < targets.get(tp, 0) for tp in assignment):
+                continue
+            await service.finish_replay()
+        if uncommitted:
+            await consumer.commit(uncommitted)
+            uncommitted = {}
         service.expire()
 
 
@@ -564,6 +616,7 @@ async def run_recovery(
                 holder=holder,
                 max_concurrent=options.max_concurrent,
                 metrics=metrics,
+                replaying=True,
             )
             log.info(
                 "recovery service started",

@@ -103,6 +103,18 @@ def stage_started(resource_id: str, seq: int, deadline: datetime) -> Decision:
     )
 
 
+def ended(resource_id: str, seq: int) -> Decision:
+    return Decision(
+        DecisionKind.RECOVERY_FAILED,
+        seq,
+        0,
+        datetime.now(UTC),
+        node="gpu-node-a",
+        resource_id=resource_id,
+        details={"stage": "probe", "reason": "probe timed out"},
+    )
+
+
 def lease_granted(resource_id: str, seq: int, holder: str, token: int) -> Decision:
     return Decision(
         DecisionKind.LEASE_GRANTED,
@@ -131,6 +143,16 @@ async def test_lease_flow_over_kafka(kafka_bootstrap: str, topics: Settings) -> 
     options = RecoveryOptions(
         group_id=f"{settings.decisions_topic}.recovery", holder=HOLDER, metrics_port=0
     )
+    # History before the service starts: GPU-0's probe ended (failed), GPU-3's is still open.
+    await publish(
+        kafka_bootstrap,
+        settings.decisions_topic,
+        [
+            (None, encode_decision(stage_started("GPU-0", 1, deadline))),
+            (None, encode_decision(ended("GPU-0", 2))),
+            (None, encode_decision(stage_started("GPU-3", 3, deadline))),
+        ],
+    )
     task = asyncio.create_task(
         run_recovery(
             settings,
@@ -145,15 +167,18 @@ async def test_lease_flow_over_kafka(kafka_bootstrap: str, topics: Settings) -> 
     await reader.consumer.start()
     try:
         await asyncio.wait_for(started.wait(), 30)
+        [open_stage] = await reader.until(1)
+        assert isinstance(open_stage, RecoveryLeaseRequested)
+        assert open_stage.resource_id == "GPU-3"  # caught up: nothing for the ended GPU-0
         await publish(
             kafka_bootstrap,
             settings.decisions_topic,
             [
-                (None, encode_decision(stage_started("GPU-1", 1, deadline))),
-                (None, encode_decision(stage_started("GPU-2", 2, deadline))),
+                (None, encode_decision(stage_started("GPU-1", 4, deadline))),
+                (None, encode_decision(stage_started("GPU-2", 5, deadline))),
             ],
         )
-        requests = await reader.until(2)
+        requests = (await reader.until(3))[1:]
         assert all(isinstance(r, RecoveryLeaseRequested) for r in requests)
         assert {(r.node, r.resource_id, r.holder) for r in requests} == {  # type: ignore[union-attr]
             ("gpu-node-a", "GPU-1", HOLDER),
@@ -167,11 +192,11 @@ async def test_lease_flow_over_kafka(kafka_bootstrap: str, topics: Settings) -> 
             kafka_bootstrap,
             settings.decisions_topic,
             [
-                (None, encode_decision(lease_granted("GPU-1", 3, "other-host/9/00000000", 11))),
-                (None, encode_decision(lease_granted("GPU-2", 4, HOLDER, 12))),
+                (None, encode_decision(lease_granted("GPU-1", 6, "other-host/9/00000000", 11))),
+                (None, encode_decision(lease_granted("GPU-2", 7, HOLDER, 12))),
             ],
         )
-        await reader.until(3)
+        await reader.until(4)
         records = await reader.keep_reading(1.0)
         reports = [r for r in records if isinstance(r, RecoveryReport)]
         assert len(reports) == 1
@@ -185,6 +210,6 @@ async def test_lease_flow_over_kafka(kafka_bootstrap: str, topics: Settings) -> 
         await asyncio.wait_for(task, 30)
         await reader.consumer.stop()
     sample = metrics.registry.get_sample_value
-    assert sample("devicestate_recovery_leases_total", {"outcome": "requested"}) == 2
+    assert sample("devicestate_recovery_leases_total", {"outcome": "requested"}) == 3
     assert sample("devicestate_recovery_leases_total", {"outcome": "granted"}) == 1
     assert sample("devicestate_recovery_checks_total", {"stage": "probe", "result": "failed"}) == 1

@@ -270,14 +270,49 @@ async def test_stage_end_or_release_abandons_the_request() -> None:
 
 
 async def test_expire_forgets_requests_past_their_deadline() -> None:
-    now = [NOW]
+    ticks = [0.0]
     sink = Sink()
-    svc = RecoveryService(InProcessExecutor(), sink, holder=HOLDER, clock=lambda: now[0])
+    svc = RecoveryService(
+        InProcessExecutor(), sink, holder=HOLDER, clock=lambda: NOW, monotonic=lambda: ticks[0]
+    )
     await svc.handle(started(deadline=NOW + timedelta(seconds=30)))
     assert svc.in_flight
-    now[0] = NOW + timedelta(seconds=31)
+    ticks[0] = 31.0  # the governor's clock moves on with the wall clock
+    assert svc.governor_now() == NOW + timedelta(seconds=31)
     svc.expire()
     assert svc.in_flight == {}
+
+
+async def test_deadlines_are_read_on_the_governors_clock_not_the_wall_clock() -> None:
+    """A recorded stream replayed a day later: the decisions' times, not the wall clock, tell
+    whether a stage is still open; the check's time budget is measured the same way."""
+    run = InProcessExecutor()
+    sink = Sink()
+    svc = RecoveryService(
+        run, sink, holder=HOLDER, clock=lambda: NOW + timedelta(days=1), monotonic=lambda: 0.0
+    )
+    assert svc.governor_now() == NOW + timedelta(days=1)  # nothing seen yet: the wall clock
+    await svc.handle(started(deadline=NOW + timedelta(minutes=10)))
+    assert len(sink.of(RecoveryLeaseRequested)) == 1
+    await svc.handle(granted())  # lease expires at NOW + 5 min
+    await settle(svc)
+    assert run.runs[0].budget_seconds == 300.0
+    assert len(sink.of(RecoveryReport)) == 1
+
+
+async def test_catching_up_asks_only_for_stages_still_open() -> None:
+    svc, sink, _ = service()
+    svc.replaying = True
+    await svc.handle(started(resource_id="GPU-1"))
+    await svc.handle(started(resource_id="GPU-2"))
+    await svc.handle(granted(resource_id="GPU-2", holder="old-process/1/x"))
+    await svc.handle(
+        decided(DecisionKind.RECOVERY_STAGE_PASSED, resource_id="GPU-2", stage="probe")
+    )
+    await svc.handle(started(resource_id="GPU-3", deadline=NOW - timedelta(seconds=1)))
+    assert sink.records == []
+    await svc.finish_replay()
+    assert [r.resource_id for r in sink.of(RecoveryLeaseRequested)] == ["GPU-1"]
 
 
 async def test_a_renewed_grant_during_the_check_updates_the_token() -> None:
