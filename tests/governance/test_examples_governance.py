@@ -50,9 +50,7 @@ def directory_of(stem: str) -> dict[str, Any]:
 
 
 def quarantines(run: GovernanceRun) -> list[str]:
-    return [
-        d.details["quarantineID"] for d in run.decisions if d.kind is DecisionKind.QUARANTINED
-    ]
+    return [d.details["quarantineID"] for d in run.decisions if d.kind is DecisionKind.QUARANTINED]
 
 
 @pytest.mark.parametrize("stem", [s for s in STREAMS if directory_of(s)])
@@ -65,7 +63,7 @@ def test_final_governance_states(stem: str) -> None:
         assert device.state is STATE[want["state"]], key
         if "since" in want:
             assert device.state_since == parse_time(want["since"]), key
-        if "allocatedTo" in want and want["allocatedTo"]:
+        if want.get("allocatedTo"):
             assert sorted(device.pods) == sorted(want["allocatedTo"]), key
 
 
@@ -76,10 +74,10 @@ def test_one_quarantine_per_unhealthy_device_whatever_the_repeats(stem: str) -> 
     run = run_stream(EXAMPLES / f"{stem}.jsonl")
     ids = quarantines(run)
     assert len(ids) == len(set(ids))
-    unhealthy = {
-        k for k, d in run.state.devices.items() if d.observed_health is Health.UNHEALTHY
-    }
-    assert {(d.node, d.resource_id) for d in run.decisions if d.kind is DecisionKind.QUARANTINED} == unhealthy
+    unhealthy = {k for k, d in run.state.devices.items() if d.observed_health is Health.UNHEALTHY}
+    assert {
+        (d.node, d.resource_id) for d in run.decisions if d.kind is DecisionKind.QUARANTINED
+    } == unhealthy
 
 
 def test_stream_03_unknown_within_tolerance_quarantines_nothing_and_alerts_once() -> None:
