@@ -42,9 +42,11 @@ def watch(
 ) -> None:
     """Watch Pods and publish device-health events (KEP-4680 allocatedResourcesStatus) to Kafka.
 
-    Live: LIST, then WATCH Pods in all namespaces, node Leases (coarsened NodeHeartbeat) and
-    Nodes (extended-resource NodeResourcesChanged) until SIGTERM or Ctrl-C, and send a
-    WatcherTick to every partition every DEVICESTATE_TICK_INTERVAL_SECONDS.
+    Live: LIST, then WATCH Pods in all namespaces, node Leases (coarsened NodeHeartbeat),
+    Nodes (extended-resource NodeResourcesChanged) and the DRA inventory (ResourceSlices,
+    ResourceClaims, DeviceClasses: InventoryObserved; off with DEVICESTATE_WATCH_DRA=false, and
+    skipped with a warning on clusters without resource.k8s.io/v1) until SIGTERM or Ctrl-C, and
+    send a WatcherTick to every partition every DEVICESTATE_TICK_INTERVAL_SECONDS.
     Only what changed is published, keyed by node; malformed input is dead-lettered.
     """
     overrides = {

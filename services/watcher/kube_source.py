@@ -7,7 +7,8 @@ on 410 Gone (an ERROR event with code 410, or HTTP 410) LIST again and reconcile
 errors back off exponentially with jitter (tenacity) and resume from the last resourceVersion.
 
 The loop is :class:`ListWatchSource`; :class:`KubeSource` runs it for Pods (and
-``node_source.ObjectSource`` for node Leases and Nodes). The Kubernetes I/O sits behind
+``node_source.ObjectSource`` for node Leases and Nodes, and for the DRA objects of
+``dra_source``). The Kubernetes I/O sits behind
 :class:`PodApi` (two calls), so tests drive :class:`KubeSource` with a fake API.
 :class:`KubernetesPodApi` is the real one, on :class:`RawListWatch`: raw responses
 (``_preload_content=False``) parsed with orjson, never the client's model objects (75x the
@@ -70,6 +71,13 @@ class ApiRejected(Exception):
     """A failure that retrying will not fix (401, 403, 400...): the watcher stops."""
 
 
+class ResourceNotServed(ApiRejected):
+    """HTTP 404 on a LIST or WATCH: the API server does not serve the resource (e.g. a cluster
+    without resource.k8s.io/v1, or a namespace that does not exist). An :class:`ApiRejected`:
+    it stops the watcher, unless the loop was started as optional
+    (``node_source.ObjectSource(optional=True)``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectList:
     """A complete LIST: the objects as raw JSON and the list's resourceVersion."""
@@ -106,7 +114,8 @@ class Relisted:
 
 @dataclass(frozen=True, slots=True)
 class ObjectsListed:
-    """A LIST of Leases or Nodes (``object_kind``) was taken (at start or after 410)."""
+    """A LIST of Leases, Nodes, ResourceSlices, ResourceClaims or DeviceClasses (``object_kind``)
+    was taken (at start or after 410)."""
 
     object_kind: str
     items: list[dict[str, Any]]
@@ -312,6 +321,8 @@ def _raise_for_status(status: int, body: bytes) -> None:
         raise ResourceExpired(text)
     if status == 429 or status >= 500:
         raise ApiUnavailable(f"HTTP {status}: {text}")
+    if status == 404:
+        raise ResourceNotServed(f"HTTP {status}: {text}")
     raise ApiRejected(f"HTTP {status}: {text}")
 
 
@@ -324,6 +335,8 @@ def _mapped(exc: BaseException) -> BaseException:
             return ResourceExpired(str(exc.reason))
         if status == 0 or status == 429 or status >= 500:
             return ApiUnavailable(f"HTTP {status}: {exc.reason}")
+        if status == 404:
+            return ResourceNotServed(f"HTTP {status}: {exc.reason}")
         return ApiRejected(f"HTTP {status}: {exc.reason}")
     if isinstance(exc, aiohttp.ClientError | asyncio.TimeoutError | OSError):
         return ApiUnavailable(repr(exc))

@@ -31,7 +31,7 @@ class WatcherMetrics:
         self.dead_lettered = Counter(
             "devicestate_watcher_dead_lettered",
             "Records sent to the dead-letter topic, by stage (watch-line, pod-status, node-lease, "
-            "node-status).",
+            "node-status, dra-inventory).",
             ["stage"],
             registry=self.registry,
         )
@@ -43,7 +43,8 @@ class WatcherMetrics:
         self.watch_restarts = Counter(
             "devicestate_watcher_watch_restarts",
             "WATCH requests ended and restarted, by reason (expired = 410 Gone, relist, error, "
-            "timeout) and resource (pods, leases, nodes).",
+            "timeout) and resource (pods, leases, nodes, resourceslices, resourceclaims, "
+            "deviceclasses).",
             ["reason", "resource"],
             registry=self.registry,
         )
@@ -78,6 +79,27 @@ class WatcherMetrics:
         self.nodes_tracked = Gauge(
             "devicestate_watcher_nodes_tracked",
             "Nodes the watcher remembers a heartbeat or resource counts of.",
+            registry=self.registry,
+        )
+        self.inventory_published = Counter(
+            "devicestate_watcher_inventory_published",
+            "InventoryObserved events published, by DRA object kind (ResourceSlice, ResourceClaim, "
+            "DeviceClass) and change (observed: first sighting or a changed compact form; "
+            "deleted).",
+            ["kind", "change"],
+            registry=self.registry,
+        )
+        self.inventory_tracked = Gauge(
+            "devicestate_watcher_inventory_tracked",
+            "DRA objects the watcher remembers the last published form of, by kind.",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.dra_not_served = Gauge(
+            "devicestate_watcher_dra_not_served",
+            "1 for each DRA resource (resourceslices, resourceclaims, deviceclasses) whose watch "
+            "stopped because the API server does not serve resource.k8s.io/v1 (404).",
+            ["resource"],
             registry=self.registry,
         )
         self.pods_tracked = Gauge(

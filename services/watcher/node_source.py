@@ -5,7 +5,9 @@ renewed by kubelet every 10 s). Nodes: core/v1, cluster-scoped. Both as raw JSON
 the last resourceVersion, with bookmarks, a re-LIST after 410 Gone and backoff on errors, exactly
 as Pods (:class:`~services.watcher.kube_source.ListWatchSource`). Each LIST is handed over as
 :class:`~services.watcher.kube_source.ObjectsListed`, each watch event as
-:class:`~services.watcher.watch_lines.ObjectChange`.
+:class:`~services.watcher.watch_lines.ObjectChange`. :class:`ObjectSource` runs the DRA objects'
+loops too (``dra_source``); those are *optional*: a cluster that does not serve their API (404)
+ends the loop with a warning instead of the watcher.
 """
 
 from __future__ import annotations
@@ -14,25 +16,40 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final, Protocol
 
+import structlog
 from kubernetes_asyncio import client as k8s_client
 
 from services.config import Settings
 from services.watcher.kube_source import (
     LIST_PAGE_SIZE,
+    Handler,
     ListWatchSource,
     ObjectList,
     ObjectsListed,
     RawListWatch,
+    ResourceNotServed,
     SourceItem,
 )
 from services.watcher.watch_lines import WatchItem, decode_watch_line
 
+log = structlog.get_logger(__name__)
+
 LEASE: Final = "Lease"
 NODE: Final = "Node"
 
+PLURALS: Final = {
+    "Lease": "leases",
+    "Node": "nodes",
+    "ResourceSlice": "resourceslices",
+    "ResourceClaim": "resourceclaims",
+    "DeviceClass": "deviceclasses",
+}
+"""The API's plural resource name of each object kind (logs, metrics, dead-letter sources)."""
+
 
 class ObjectApi(Protocol):
-    """LIST and WATCH of one kind of object (``object_kind``: ``Lease`` or ``Node``). Both calls
+    """LIST and WATCH of one kind of object (``object_kind``: ``Lease``, ``Node``, or a DRA kind:
+    ``ResourceSlice``, ``ResourceClaim``, ``DeviceClass``). Both calls
     raise ``ResourceExpired``, ``ApiUnavailable`` or ``ApiRejected`` (``kube_source``), never a
     client library's exception."""
 
@@ -51,7 +68,12 @@ class ObjectApi(Protocol):
 class ObjectSource(ListWatchSource):
     """Drives LIST/WATCH over an :class:`ObjectApi` and hands every item to a handler, in order:
     ``ObjectsListed`` after each LIST, ``ObjectChange`` (and bookmarks, errors...) from the
-    watch. Options as :class:`~services.watcher.kube_source.ListWatchSource`."""
+    watch. Options as :class:`~services.watcher.kube_source.ListWatchSource`.
+
+    ``optional``: when the API server does not serve the resource (HTTP 404,
+    :class:`~services.watcher.kube_source.ResourceNotServed`), log a warning, call
+    ``on_not_served()`` and return from :meth:`run` (the other loops go on) instead of raising.
+    """
 
     def __init__(
         self,
@@ -61,6 +83,8 @@ class ObjectSource(ListWatchSource):
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_restart: Callable[[str], None] | None = None,
         on_retry: Callable[[], None] | None = None,
+        optional: bool = False,
+        on_not_served: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(
             max_backoff_seconds=max_backoff_seconds,
@@ -70,8 +94,27 @@ class ObjectSource(ListWatchSource):
         )
         self._api = api
         self.object_kind = api.object_kind
-        self.resource = f"{api.object_kind.lower()}s"
+        self.resource = PLURALS.get(api.object_kind, f"{api.object_kind.lower()}s")
         self._kinds = frozenset({api.object_kind})
+        self._optional = optional
+        self._on_not_served = on_not_served or (lambda: None)
+        self.not_served = False
+
+    async def run(self, handle: Handler, stop: asyncio.Event | None = None) -> None:
+        """As :meth:`ListWatchSource.run`; an optional source returns when the resource is not
+        served (``not_served`` is then true)."""
+        try:
+            await super().run(handle, stop)
+        except ResourceNotServed as exc:
+            if not self._optional:
+                raise
+            self.not_served = True
+            self._on_not_served()
+            log.warning(
+                f"the API server does not serve {self.resource}: not watching them",
+                resource=self.resource,
+                error=str(exc),
+            )
 
     async def _list_objects(self) -> ObjectList:
         return await self._api.list_objects()

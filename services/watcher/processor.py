@@ -1,10 +1,13 @@
-"""What the watcher does with each Pod, node Lease and Node it sees, without doing any I/O.
+"""What the watcher does with each Pod, node Lease, Node and DRA object it sees, without doing
+any I/O.
 
 :class:`WatchProcessor` reads a Pod (:func:`~services.domain.pod_status.read_pod`), asks the
 :class:`~services.domain.pod_tracker.PodTracker` what changed and says what to publish and what to
 dead-letter. :class:`NodeProcessor` does the same for Leases and Nodes with the
-:class:`~services.domain.node_tracker.NodeTracker`. The file and Kubernetes sources and the run
-loop (``run.py``) do the I/O around them; the golden tests drive them directly.
+:class:`~services.domain.node_tracker.NodeTracker`, :class:`InventoryProcessor` for ResourceSlices,
+ResourceClaims and DeviceClasses with the
+:class:`~services.domain.inventory.tracker.InventoryTracker`. The file and Kubernetes sources and
+the run loop (``run.py``) do the I/O around them; the golden tests drive them directly.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any, Final
 import orjson
 
 from services.domain.events import Event, parse_resource_version
+from services.domain.inventory.events import InventoryKind, InventoryObserved
+from services.domain.inventory.tracker import InventoryOutcome, InventoryTracker
 from services.domain.limits import field_violations
 from services.domain.node_tracker import NodeFact, NodeOutcome, NodeProblem, NodeTracker
 from services.domain.pod_status import (
@@ -39,6 +44,9 @@ STAGE_NODE_LEASE: Final = "node-lease"
 
 STAGE_NODE_STATUS: Final = "node-status"
 """Dead-letter stage of a Node whose name or extended-resource counts could not be read."""
+
+STAGE_DRA_INVENTORY: Final = "dra-inventory"
+"""Dead-letter stage of a ResourceSlice, ResourceClaim or DeviceClass that could not be read."""
 
 _NODE_STAGES: Final = {"Lease": STAGE_NODE_LEASE, "Node": STAGE_NODE_STATUS}
 
@@ -230,3 +238,69 @@ class NodeProcessor:
             original = orjson.dumps(obj) if outcome.reject_reason is not None else b""
             actions.add(outcome, object_kind, original, source)
         return actions
+
+
+@dataclass(slots=True)
+class InventoryActions:
+    """What to do after one DRA object event or one LIST of them: publish ``events`` in order,
+    dead-letter ``dead_letters`` and count ``ignored`` objects (the reason of each: ``stale``,
+    ``unchanged``, ``unknown``)."""
+
+    events: list[InventoryObserved] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+
+    def add(self, outcome: InventoryOutcome, original: bytes, source: str) -> None:
+        self.events.extend(outcome.events)
+        if outcome.ignored is not None:
+            self.ignored.append(outcome.ignored)
+        if outcome.reject_reason is not None:
+            self.dead_letters.append(
+                DeadLetter(original, outcome.reject_reason, STAGE_DRA_INVENTORY, source)
+            )
+
+
+class InventoryProcessor:
+    """ResourceSlice, ResourceClaim and DeviceClass events in, actions out. Holds the
+    :class:`InventoryTracker` (the only state)."""
+
+    def __init__(self, tracker: InventoryTracker | None = None) -> None:
+        self.tracker = tracker if tracker is not None else InventoryTracker()
+
+    def object_event(
+        self,
+        kind: WatchKind,
+        object_kind: str,
+        obj: Mapping[str, Any],
+        original: bytes,
+        source: str,
+        observed_at: datetime,
+    ) -> InventoryActions:
+        """One ADDED/MODIFIED/DELETED of a DRA object (``object_kind``); ``original`` is the line
+        as read (dead-lettered when the object is malformed). Raises ``ValueError`` for a kind
+        that is not a DRA inventory kind."""
+        outcome = self.tracker.event(kind, InventoryKind(object_kind), obj, observed_at)
+        actions = InventoryActions()
+        actions.add(outcome, original, source)
+        return actions
+
+    def listed(
+        self,
+        object_kind: str,
+        objs: list[dict[str, Any]],
+        source: str,
+        observed_at: datetime,
+    ) -> InventoryActions:
+        """A complete LIST of one DRA kind: each object read as ADDED, then ``deleted=True`` for
+        the tracked ones it no longer has."""
+        relist = self.tracker.listed(InventoryKind(object_kind), objs, observed_at)
+        actions = InventoryActions()
+        for obj, outcome in zip(objs, relist.outcomes, strict=True):
+            original = orjson.dumps(obj) if outcome.reject_reason is not None else b""
+            actions.add(outcome, original, source)
+        actions.events.extend(relist.deleted)
+        return actions
+
+    def tracked(self) -> dict[str, int]:
+        """Tracked objects by kind (every kind, zeros included)."""
+        return {kind.value: self.tracker.tracked(kind) for kind in InventoryKind}

@@ -1,19 +1,23 @@
 """Wiring of the watcher: a source (recorded file or Kubernetes API) -> :class:`WatchProcessor`
-(Pods) and :class:`NodeProcessor` (node Leases, Nodes) -> Kafka
+(Pods), :class:`NodeProcessor` (node Leases, Nodes) and :class:`InventoryProcessor` (DRA
+ResourceSlices, ResourceClaims, DeviceClasses) -> Kafka
 (:class:`~services.kafka.producer.EventPublisher`), with metrics and a summary.
 
 Time comes from the log (issue 3): besides device events the watcher publishes, on the same topic,
 coarsened ``NodeHeartbeat``s (node Leases), ``NodeResourcesChanged`` (Nodes' extended resources)
 and ``WatcherTick``s, one to every partition, so that every partition's event time moves on even
-when nothing happens there.
+when nothing happens there. The DRA inventory goes on the same topic as ``InventoryObserved``
+(issue 4), keyed by node where it has one, so a node's inventory shares its partition.
 
-File mode reads the file to its end, flushes and returns; Node and Lease objects in the stream are
-read like the live ones, and each ``_CLOCK`` directive sets the clock and sends one tick to every
-partition with its time. Live mode runs three LIST/WATCH loops (Pods; Leases unless
-``watch_leases`` is off; Nodes unless ``watch_nodes`` is off) and a ticker (every
-``tick_interval_seconds`` of wall clock) until SIGTERM or SIGINT, or until one of them fails; then
-it stops all of them and flushes the producer (for at most :data:`SHUTDOWN_FLUSH_SECONDS`; what is
-left unacknowledged is re-emitted by the next start's LISTs).
+File mode reads the file to its end, flushes and returns; Node, Lease and DRA objects in the
+stream are read like the live ones, and each ``_CLOCK`` directive sets the clock and sends one tick
+to every partition with its time. Live mode runs the LIST/WATCH loops (Pods; Leases unless
+``watch_leases`` is off; Nodes unless ``watch_nodes`` is off; DeviceClasses, ResourceSlices and
+ResourceClaims unless ``watch_dra`` is off -- each of those ends by itself, with a warning, on a
+cluster that does not serve resource.k8s.io/v1) and a ticker (every ``tick_interval_seconds`` of
+wall clock) until SIGTERM or SIGINT, or until one of them fails; then it stops all of them and
+flushes the producer (for at most :data:`SHUTDOWN_FLUSH_SECONDS`; what is left unacknowledged is
+re-emitted by the next start's LISTs).
 """
 
 from __future__ import annotations
@@ -35,11 +39,14 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_never, wait_random_
 
 from services.config import Settings
 from services.domain.events import parse_resource_version
+from services.domain.inventory.events import InventoryObserved
+from services.domain.inventory.tracker import INVENTORY_KINDS
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 from services.domain.node_tracker import NodeTracker
 from services.domain.records import TopicRecord
 from services.kafka.producer import EventPublisher, is_retriable
 from services.kafka.topics import ensure_topics
+from services.watcher.dra_source import DRA_APIS
 from services.watcher.file_source import HarnessClock, read_watch_file, source_of
 from services.watcher.kube_source import (
     KubernetesPodApi,
@@ -51,9 +58,11 @@ from services.watcher.kube_source import (
     kubernetes_api_client,
 )
 from services.watcher.metrics import WatcherMetrics
-from services.watcher.node_source import ObjectSource, lease_api, node_api
+from services.watcher.node_source import PLURALS, ObjectSource, lease_api, node_api
 from services.watcher.processor import (
     STAGE_WATCH_LINE,
+    InventoryActions,
+    InventoryProcessor,
     NodeActions,
     NodeProcessor,
     Outcome,
@@ -97,12 +106,13 @@ class Publisher(Protocol):
 
 @dataclass
 class WatchSummary:
-    """Counts of one watcher run: items read, events published by type (device and node
-    events; ticks are counted apart in ``ticks_sent``), problems by code (Pod problems from
-    ``read_pod``, Lease/Node problems from ``node_tracker``, plus ``broken-line``,
-    ``unknown-event-type``, ``watch-error``), dead-lettered records, ignored items by kind, the
-    last Pod resourceVersion (``resource_version``) and the Lease and Node ones
-    (``object_versions``)."""
+    """Counts of one watcher run: items read, events published by type (device, node and
+    inventory events; ticks are counted apart in ``ticks_sent``), problems by code (Pod problems
+    from ``read_pod``, Lease/Node problems from ``node_tracker``, plus ``broken-line``,
+    ``unknown-event-type``, ``watch-error``, ``dra-inventory``), dead-lettered records, ignored
+    items by kind, the last Pod resourceVersion (``resource_version``) and the Lease, Node and DRA
+    ones (``object_versions``), the DRA objects tracked by kind (``inventory_tracked``) and the
+    DRA resources the API server does not serve (``not_served``)."""
 
     source: str
     items: int = 0
@@ -116,6 +126,8 @@ class WatchSummary:
     heartbeats_coarsened: int = 0
     nodes_tracked: int = 0
     object_versions: dict[str, str] = field(default_factory=dict)
+    inventory_tracked: dict[str, int] = field(default_factory=dict)
+    not_served: list[str] = field(default_factory=list)
 
     @property
     def events_total(self) -> int:
@@ -133,7 +145,8 @@ class WatchSummary:
             f"({counts(self.problems)}), {self.dead_lettered} dead-lettered, "
             f"{self.pods_tracked} pods tracked, last resourceVersion {self.resource_version}, "
             f"{self.ticks_sent} ticks sent, {self.heartbeats_coarsened} heartbeats coarsened, "
-            f"{self.nodes_tracked} nodes tracked"
+            f"{self.nodes_tracked} nodes tracked, "
+            f"{sum(self.inventory_tracked.values())} DRA objects tracked"
         )
 
     def __str__(self) -> str:
@@ -145,8 +158,9 @@ class WatchSummary:
 
 class WatchSession:
     """Handles each item of a source in order: Pods through the processor, Leases and Nodes
-    through the node processor, results to the publisher, and everything counted in the summary
-    and the metrics. A ``_CLOCK`` directive sets the clock and sends a tick to every partition."""
+    through the node processor, ResourceSlices, ResourceClaims and DeviceClasses through the
+    inventory processor, results to the publisher, and everything counted in the summary and the
+    metrics. A ``_CLOCK`` directive sets the clock and sends a tick to every partition."""
 
     def __init__(
         self,
@@ -156,6 +170,7 @@ class WatchSession:
         clock: HarnessClock | None = None,
         processor: WatchProcessor | None = None,
         nodes: NodeProcessor | None = None,
+        inventory: InventoryProcessor | None = None,
     ) -> None:
         self.publisher = publisher
         self.metrics = metrics
@@ -163,6 +178,7 @@ class WatchSession:
         self.clock = clock or HarnessClock()
         self.processor = processor or WatchProcessor()
         self.nodes = nodes or NodeProcessor(NodeTracker(DEFAULT_HEARTBEAT_INTERVAL))
+        self.inventory = inventory or InventoryProcessor()
 
     def _problem(self, code: str) -> None:
         self.summary.problems[code] += 1
@@ -241,13 +257,52 @@ class WatchSession:
         self.summary.nodes_tracked = self.nodes.tracker.nodes
         self.metrics.nodes_tracked.set(self.summary.nodes_tracked)
 
+    async def _apply_inventory(self, actions: InventoryActions, what: str) -> None:
+        for event in actions.events:
+            await self._publish_inventory(event)
+        for reason in actions.ignored:
+            self.summary.ignored[f"{what} {reason}"] += 1
+        for letter in actions.dead_letters:
+            log.warning("unreadable DRA object", source=letter.source, reason=letter.reason)
+            self._problem(letter.stage)
+            await self._dead_letter(letter.original, letter.reason, letter.stage, letter.source)
+        self.summary.inventory_tracked = self.inventory.tracked()
+        for kind, count in self.summary.inventory_tracked.items():
+            self.metrics.inventory_tracked.labels(kind).set(count)
+
+    async def _publish_inventory(self, event: InventoryObserved) -> None:
+        await self.publisher.publish(event)
+        self.summary.events_published[event.type] += 1
+        self.metrics.events_published.labels(event.type).inc()
+        change = "deleted" if event.deleted else "observed"
+        self.metrics.inventory_published.labels(event.kind.value, change).inc()
+
+    def not_served(self, resource: str) -> None:
+        """A DRA loop ended because the API server does not serve ``resource``."""
+        if resource not in self.summary.not_served:
+            self.summary.not_served.append(resource)
+        self.metrics.dra_not_served.labels(resource).set(1)
+
     async def handle(self, item: SourceItem, source: str, *, stream: str = POD_STREAM) -> None:
         """Process one item; ``source`` (e.g. ``file:path:line``) goes to logs and dead letters;
-        ``stream`` names the source's resource (``Pod``, or ``Lease``/``Node`` for their live
-        watches): only the Pod stream's resourceVersions are the summary's resume point.
+        ``stream`` names the source's resource (``Pod``, or the object kind of the Lease, Node and
+        DRA live watches): only the Pod stream's resourceVersions are the summary's resume point.
         Raises only what the publisher raises."""
         self.summary.items += 1
-        if isinstance(item, ObjectChange):
+        if isinstance(item, ObjectChange) and item.object_kind in INVENTORY_KINDS:
+            inventory = self.inventory.object_event(
+                item.kind, item.object_kind, item.obj, item.raw, source, self.clock.now()
+            )
+            await self._apply_inventory(inventory, item.object_kind)
+            if stream != POD_STREAM:
+                self._object_resume_point(stream, item.resource_version)
+        elif isinstance(item, ObjectsListed) and item.object_kind in INVENTORY_KINDS:
+            inventory = self.inventory.listed(
+                item.object_kind, item.items, source, self.clock.now()
+            )
+            await self._apply_inventory(inventory, item.object_kind)
+            self._object_resume_point(item.object_kind, item.resource_version)
+        elif isinstance(item, ObjectChange):
             actions = self.nodes.object_event(
                 item.kind, item.object_kind, item.obj, item.raw, source, self.clock.now()
             )
@@ -298,7 +353,7 @@ class WatchSession:
                 expired=item.expired,
             )
         elif isinstance(item, OtherKind):
-            # ResourceClaims, ... (and Nodes/Leases when their watch is off): not read here.
+            # Kinds not read (Nodes/Leases/DRA objects whose watch is off, anything else).
             self.summary.ignored[f"kind {item.kind}"] += 1
             log.debug("object of another kind ignored", source=source, kind=item.kind)
         elif isinstance(item, UnknownType):
@@ -331,12 +386,14 @@ def _file_kinds(settings: Settings) -> frozenset[str]:
         kinds.add("Lease")
     if settings.watch_nodes:
         kinds.add("Node")
+    if settings.watch_dra:
+        kinds |= INVENTORY_KINDS
     return frozenset(kinds)
 
 
 async def run_file(session: WatchSession, path: Path, settings: Settings) -> None:
-    """Hand every line of the recorded stream at ``path`` to ``session``, in order (Leases and
-    Nodes read as such when ``settings`` watches them)."""
+    """Hand every line of the recorded stream at ``path`` to ``session``, in order (Leases,
+    Nodes and DRA objects read as such when ``settings`` watches them)."""
     for line, item in read_watch_file(path, kinds=_file_kinds(settings)):
         await session.handle(item, source_of(path, line))
 
@@ -377,6 +434,16 @@ def _live_tasks(
         sources.append(
             (ObjectSource(node_api(api_client, settings), on_restart=restarts("nodes")), "Node")
         )
+    if settings.watch_dra:
+        for make_api in DRA_APIS:
+            api = make_api(api_client, settings)
+            source = ObjectSource(
+                api,
+                on_restart=restarts(PLURALS[api.object_kind]),
+                optional=True,
+                on_not_served=functools.partial(session.not_served, PLURALS[api.object_kind]),
+            )
+            sources.append((source, api.object_kind))
     tasks: dict[str, Coroutine[Any, Any, None]] = {
         source.resource: source.run(functools.partial(session.handle, stream=stream), stop)
         for source, stream in sources

@@ -17,6 +17,7 @@ from typing import Any, Final, TypeAlias
 import orjson
 
 from services.domain.events import parse_time
+from services.domain.inventory.tracker import INVENTORY_KINDS
 from services.domain.pod_tracker import WatchKind
 
 
@@ -53,9 +54,9 @@ class PodChange:
 @dataclass(frozen=True, slots=True)
 class ObjectChange:
     """ADDED, MODIFIED or DELETED of a non-Pod object the watcher reads (``object_kind``: one of
-    :data:`NODE_KINDS`, a Node or a node Lease); ``raw`` is the line's original bytes (for dead
-    letters). Only decoded when asked for (``decode_watch_line(kinds=...)``); otherwise such an
-    object is an :class:`OtherKind`."""
+    :data:`OBJECT_KINDS`: a Node or a node Lease, or a DRA ResourceSlice, ResourceClaim or
+    DeviceClass); ``raw`` is the line's original bytes (for dead letters). Only decoded when asked
+    for (``decode_watch_line(kinds=...)``); otherwise such an object is an :class:`OtherKind`."""
 
     kind: WatchKind
     object_kind: str
@@ -93,8 +94,8 @@ class WatchError:
 
 @dataclass(frozen=True, slots=True)
 class OtherKind:
-    """A watch event about an object that is neither a Pod nor a kind asked for (e.g. a
-    ResourceClaim in stream-05b): ignored."""
+    """A watch event about an object that is neither a Pod nor a kind asked for (e.g. the
+    ResourceClaim of stream-05b when DRA objects are not read): ignored."""
 
     event_type: str
     kind: str
@@ -129,7 +130,11 @@ WatchItem: TypeAlias = (
 )
 
 NODE_KINDS: Final = frozenset({"Node", "Lease"})
-"""Object kinds besides Pods that the watcher turns into events (``ObjectChange``)."""
+"""Node-level object kinds besides Pods that the watcher turns into events (``ObjectChange``)."""
+
+OBJECT_KINDS: Final = NODE_KINDS | INVENTORY_KINDS
+"""Every object kind besides Pods that ``decode_watch_line(kinds=...)`` can be asked for: the
+node kinds and the DRA inventory kinds (:data:`INVENTORY_KINDS`)."""
 
 
 def _directive(name: str, event: dict[str, Any], raw: bytes) -> WatchItem:
@@ -149,9 +154,10 @@ def decode_watch_line(
 ) -> WatchItem:
     """Decode one line (without or with its trailing newline).
 
-    Pods are :class:`PodChange`; objects of a kind in ``kinds`` (a subset of :data:`NODE_KINDS`)
-    are :class:`ObjectChange`; others are :class:`OtherKind`. An object without ``kind`` (LIST
-    items omit it; a watch serves it) is read as ``default_kind``, the kind being watched.
+    Pods are :class:`PodChange`; objects of a kind in ``kinds`` (a subset of
+    :data:`OBJECT_KINDS`) are :class:`ObjectChange`; others are :class:`OtherKind`. An object
+    without ``kind`` (LIST items omit it; a watch serves it) is read as ``default_kind``, the kind
+    being watched.
     """
     try:
         event = orjson.loads(raw)

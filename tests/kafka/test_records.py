@@ -1,9 +1,13 @@
 """The wire form of what the producer writes on the device-health topic (no broker needed):
-device events and node events share the topic, and ``decode_record`` tells them apart."""
+device, node and inventory events share the topic, and ``decode_record`` tells them apart
+(inventory records only for a consumer that asks for them)."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -15,10 +19,34 @@ from services.domain.events import (
     EventDecodeError,
     Health,
 )
+from services.domain.inventory.events import InventoryObserved, encode_inventory, record_key
+from services.domain.inventory.objects import (
+    parse_device_class,
+    parse_resource_claim,
+    parse_resource_slice,
+)
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
 from services.domain.records import TopicRecord, decode_record, encode_record
 
 T0 = datetime(2026, 11, 29, 11, 0, 0, 123456, tzinfo=UTC)
+EXAMPLES = Path(__file__).parents[2].parent / "shared" / "examples"
+
+
+def example(name: str) -> Any:
+    return json.loads((EXAMPLES / name).read_text())
+
+
+def inventory_events() -> list[InventoryObserved]:
+    objects = [
+        parse_resource_slice(example("dra-resourceslice-gpu-node-a.json")),
+        parse_resource_claim(example("dra-resourceclaim-allocated.json")),
+        parse_device_class(example("dra-deviceclass-gpu.json")),
+    ]
+    return [
+        InventoryObserved(record_key(obj), obj, deleted, T0)
+        for obj in objects
+        for deleted in (False, True)
+    ]
 
 
 def observation(message: str | None = None, resource_id: str = "GPU-0") -> DeviceHealthObserved:
@@ -77,3 +105,34 @@ def test_node_events_with_other_spacing_are_read_too() -> None:
 def test_undecodable_records_raise_event_decode_error(payload: bytes) -> None:
     with pytest.raises(EventDecodeError):
         decode_record(payload)
+
+
+@pytest.mark.parametrize("event", inventory_events(), ids=lambda e: f"{e.kind}-{e.deleted}")
+def test_inventory_round_trip_for_a_consumer_that_reads_them(event: InventoryObserved) -> None:
+    payload = encode_record(event)
+    assert payload == encode_inventory(event)
+    assert decode_record(payload, inventory=True) == event
+    assert event.node == event.key  # the producer keys every record by .node
+
+
+@pytest.mark.parametrize("spaced", [False, True])
+def test_inventory_records_are_not_decoded_for_a_consumer_that_does_not_ask(spaced: bool) -> None:
+    payload = encode_record(inventory_events()[0])
+    if spaced:
+        payload = orjson.dumps(orjson.loads(payload), option=orjson.OPT_INDENT_2)
+        assert decode_record(payload, inventory=True) == inventory_events()[0]
+    with pytest.raises(EventDecodeError, match="does not read inventory records"):
+        decode_record(payload)
+
+
+def test_a_device_event_mentioning_the_inventory_type_is_still_a_device_event() -> None:
+    for text in ('"type":"InventoryObserved"', 'x"InventoryObserved'):
+        event = observation(message=text)
+        assert decode_record(encode_record(event), inventory=True) == event
+        assert decode_record(encode_record(event)) == event
+
+
+def test_a_broken_inventory_record_raises_event_decode_error() -> None:
+    payload = encode_record(inventory_events()[0]).replace(b'"kind":"ResourceSlice"', b'"kind":"X"')
+    with pytest.raises(EventDecodeError):
+        decode_record(payload, inventory=True)

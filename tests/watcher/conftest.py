@@ -1,5 +1,6 @@
 """Fakes of the watcher tests: a publisher that keeps what it is given (no Kafka), and a fake
-Kubernetes API server serving Pods, node Leases and Nodes (the Kubernetes API only is faked)."""
+Kubernetes API server serving Pods, node Leases and Nodes, and the DRA objects when asked to
+(the Kubernetes API only is faked)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,19 @@ from tests.watcher.test_kube_source import FakeApiServer, pod
 LEASES_PATH = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 NODES_PATH = "/api/v1/nodes"
 PODS_PATH = "/api/v1/pods"
+DRA_PATH = "/apis/resource.k8s.io/v1"
+SLICES_PATH = f"{DRA_PATH}/resourceslices"
+CLAIMS_PATH = f"{DRA_PATH}/resourceclaims"
+CLASSES_PATH = f"{DRA_PATH}/deviceclasses"
+
+NOT_FOUND = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "status": "Failure",
+    "message": "the server could not find the requested resource",
+    "reason": "NotFound",
+    "code": 404,
+}
 
 
 @dataclass
@@ -62,14 +76,36 @@ def publisher() -> FakePublisher:
 
 @dataclass
 class FakeCluster:
-    """One fake API server with three resources, each a :class:`FakeApiServer` (its LIST and
-    scripted WATCHes): ``pods``, ``leases`` (in kube-node-lease) and ``nodes``."""
+    """One fake API server with six resources, each a :class:`FakeApiServer` (its LIST and
+    scripted WATCHes): ``pods``, ``leases`` (in kube-node-lease) and ``nodes``, and the DRA
+    ``slices``, ``claims`` and ``classes`` (resource.k8s.io/v1), served only when ``dra_served``
+    (by default, like a cluster without DRA, every request there gets a 404 Status; the requests
+    are recorded all the same)."""
 
     pods: FakeApiServer
     leases: FakeApiServer
     nodes: FakeApiServer
+    slices: FakeApiServer = field(default_factory=lambda: FakeApiServer(pods=[]))
+    claims: FakeApiServer = field(default_factory=lambda: FakeApiServer(pods=[]))
+    classes: FakeApiServer = field(default_factory=lambda: FakeApiServer(pods=[]))
+    dra_served: bool = False
     host: str = ""
     port: int = 0
+
+    @property
+    def servers(self) -> tuple[FakeApiServer, ...]:
+        return (self.pods, self.leases, self.nodes, self.slices, self.claims, self.classes)
+
+    def dra(self, server: FakeApiServer) -> Any:
+        """The handler of a DRA resource: ``server``'s, or 404 unless ``dra_served``."""
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            if self.dra_served:
+                return await server.handle(request)
+            server.requests.append(dict(request.query))
+            return web.json_response(NOT_FOUND, status=404)
+
+        return handle
 
     @property
     def url(self) -> str:
@@ -100,14 +136,17 @@ async def fake_cluster() -> AsyncIterator[FakeCluster]:
     app.router.add_get(PODS_PATH, cluster.pods.handle)
     app.router.add_get(LEASES_PATH, cluster.leases.handle)
     app.router.add_get(NODES_PATH, cluster.nodes.handle)
+    app.router.add_get(SLICES_PATH, cluster.dra(cluster.slices))
+    app.router.add_get(CLAIMS_PATH, cluster.dra(cluster.claims))
+    app.router.add_get(CLASSES_PATH, cluster.dra(cluster.classes))
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     cluster.host, cluster.port = runner.addresses[0][:2]
-    for server in (cluster.pods, cluster.leases, cluster.nodes):
+    for server in cluster.servers:
         server.address = (cluster.host, cluster.port)
     yield cluster
-    for server in (cluster.pods, cluster.leases, cluster.nodes):
+    for server in cluster.servers:
         server.closing.set()
     await runner.cleanup()

@@ -14,6 +14,7 @@ from services.domain.pod_tracker import WatchKind
 from services.watcher.file_source import HarnessClock, read_watch_file, source_of
 from services.watcher.watch_lines import (
     NODE_KINDS,
+    OBJECT_KINDS,
     Bookmark,
     BrokenLine,
     ClockSet,
@@ -103,6 +104,28 @@ def test_nodes_and_leases_are_read_when_asked_for() -> None:
     assert decode_watch_line(claim, kinds=NODE_KINDS) == OtherKind("ADDED", "ResourceClaim")
     pod = b'{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"p"}}}'
     assert isinstance(decode_watch_line(pod, kinds=NODE_KINDS), PodChange)
+
+
+@pytest.mark.parametrize("kind", ["ResourceSlice", "ResourceClaim", "DeviceClass"])
+def test_dra_objects_are_read_when_asked_for(kind: str) -> None:
+    line = (
+        b'{"type":"MODIFIED","object":{"apiVersion":"resource.k8s.io/v1","kind":"%s",'
+        b'"metadata":{"name":"x","resourceVersion":"12"}}}' % kind.encode()
+    )
+    item = decode_watch_line(line, kinds=OBJECT_KINDS)
+    assert isinstance(item, ObjectChange)
+    assert (item.kind, item.object_kind, item.resource_version) == (WatchKind.MODIFIED, kind, "12")
+    assert decode_watch_line(line, kinds=NODE_KINDS) == OtherKind("MODIFIED", kind)
+    assert decode_watch_line(line) == OtherKind("MODIFIED", kind)
+
+
+def test_stream_05b_claim_is_an_object_change_when_asked_for() -> None:
+    path = EXAMPLES / "stream-05b-shared-claim-across-pods.jsonl"
+    items = dict(read_watch_file(path, kinds=OBJECT_KINDS))
+    claim = items[2]
+    assert isinstance(claim, ObjectChange) and claim.object_kind == "ResourceClaim"
+    assert claim.obj["metadata"]["name"] == "shared-gpu-pool-a"
+    assert dict(read_watch_file(path))[2] == OtherKind("ADDED", "ResourceClaim")
 
 
 def test_objects_without_kind_are_of_the_watched_kind() -> None:

@@ -270,12 +270,15 @@ class FakeApiServer:
     ``watch_script`` holds one entry per WATCH request: an HTTP status (int), or a list of body
     chunks (bytes) optionally ending with ``"cut"`` to drop the connection mid-body or ``"hold"``
     to keep it open without events (a quiet cluster; ``holding`` is set meanwhile).
+    ``next_lists``: ``(objects, resourceVersion)`` that replace ``pods`` and ``list_version``
+    after each complete LIST, in turn (what changed in the cluster meanwhile).
     """
 
     pods: list[dict[str, Any]]
     list_version: str = "100"
     list_status: int = 200
     watch_script: list[int | list[bytes | str]] = field(default_factory=list)
+    next_lists: list[tuple[list[dict[str, Any]], str]] = field(default_factory=list)
     requests: list[dict[str, str]] = field(default_factory=list)
     holding: asyncio.Event = field(default_factory=asyncio.Event)
     closing: asyncio.Event = field(default_factory=asyncio.Event)
@@ -296,6 +299,8 @@ class FakeApiServer:
         metadata: dict[str, Any] = {"resourceVersion": self.list_version}
         if start + limit < len(self.pods):
             metadata["continue"] = str(start + limit)
+        elif self.next_lists:
+            self.pods, self.list_version = self.next_lists.pop(0)
         return web.Response(
             body=orjson.dumps({"kind": "PodList", "metadata": metadata, "items": page}),
             content_type="application/json",

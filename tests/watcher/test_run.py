@@ -16,12 +16,15 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from services.config import Settings
 from services.domain.events import DeviceHealthObserved, parse_time
+from services.domain.inventory.events import InventoryObserved
+from services.domain.inventory.objects import ResourceClaimInfo, ResourceSliceInfo
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
 from services.domain.records import TopicRecord, decode_record
 from services.watcher.kube_source import ApiRejected
 from services.watcher.run import run_watch
 from tests.domain.test_node_tracker import lease, node
 from tests.watcher.conftest import FakeCluster
+from tests.watcher.test_dra_source import claim, device_class, resource_slice, unlisted
 from tests.watcher.test_kube_source import GONE, bookmark, event_line, pod
 
 pytestmark = pytest.mark.integration
@@ -78,7 +81,7 @@ def decoded(records: list[ConsumerRecord[bytes, bytes]]) -> list[TopicRecord]:
     out = []
     for record in sorted(records, key=lambda r: (r.partition, r.offset)):
         assert record.value is not None
-        value = decode_record(record.value)
+        value = decode_record(record.value, inventory=True)
         assert record.key == value.node.encode()
         if isinstance(value, WatcherTick):
             assert record.partition == value.partition
@@ -240,6 +243,9 @@ async def test_live_mode_runs_pods_leases_nodes_and_ticks_and_stops_on_sigterm(
             await server.holding.wait()  # listed, watched, now idle in the second watch
     os.kill(os.getpid(), signal.SIGTERM)
     summary = await asyncio.wait_for(watching, 30)
+    # The fake cluster serves no resource.k8s.io/v1 (404): each DRA loop ended by itself.
+    assert sorted(summary.not_served) == ["deviceclasses", "resourceclaims", "resourceslices"]
+    assert all(len(s.requests) == 1 for s in (fake_cluster.slices, fake_cluster.claims))
     assert summary.events_published == {
         "DeviceHealthObserved": 4,  # a, b, c, then a changed
         "NodeHeartbeat": 3,  # a and b listed, a again 60 s later (11:00:10 coarsened)
@@ -291,6 +297,7 @@ async def test_live_mode_without_lease_and_node_watches(
             "kubeconfig": str(fake_cluster.kubeconfig(tmp_path)),
             "watch_leases": False,
             "watch_nodes": False,
+            "watch_dra": False,
         }
     )
     watching = asyncio.create_task(run_watch(live))
@@ -299,4 +306,124 @@ async def test_live_mode_without_lease_and_node_watches(
     os.kill(os.getpid(), signal.SIGTERM)
     summary = await asyncio.wait_for(watching, 30)
     assert fake_cluster.leases.requests == [] and fake_cluster.nodes.requests == []
+    assert [s.requests for s in fake_cluster.servers[3:]] == [[], [], []]
     assert summary.events_published == {"DeviceHealthObserved": 3}
+    assert summary.not_served == []
+
+
+# --- DRA inventory ------------------------------------------------------------------------
+
+
+async def test_file_mode_slice_and_claim_land_keyed_by_their_node(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """stream-05b with a ResourceSlice of gpu-node-a and a pool-scoped one: the inventory lands
+    keyed by node, in the partition of that node's Pod observations, before them."""
+    stream_05b = SHARED / "stream-05b-shared-claim-across-pods.jsonl"
+    lines = stream_05b.read_bytes().splitlines()
+    pool_slice = resource_slice("shared-pool", "30001")
+    del pool_slice["spec"]["nodeName"]
+    extra = [
+        event_line("ADDED", resource_slice("gpu-node-a", "30000")),
+        event_line("ADDED", pool_slice),
+    ]
+    path = tmp_path / "stream-05b-with-slices.jsonl"
+    path.write_bytes(b"\n".join([lines[0], *extra, *lines[1:]]) + b"\n")
+    summary = await asyncio.wait_for(run_watch(settings, from_file=path), 60)
+    assert summary.events_published["InventoryObserved"] == 3
+    assert summary.dead_lettered == 0
+    events = summary.events_total
+    records = await read_all(settings, settings.topic, events + summary.ticks_sent)
+    values = decoded(records)  # checks every key: record.key == value.node
+    inventory = [v for v in values if isinstance(v, InventoryObserved)]
+    assert sorted((v.kind.value, v.key) for v in inventory) == [
+        ("ResourceClaim", "gpu-node-a"),
+        ("ResourceSlice", "gpu-node-a"),
+        ("ResourceSlice", "pool:gpu.example.com/shared-pool"),
+    ]
+    (node_slice,) = [r for r in records if r.key == b"gpu-node-a" and b"ResourceSlice" in r.value]
+    assert node_slice.partition == next(
+        r.partition
+        for r in records
+        if r.key == b"gpu-node-a" and b"DeviceHealthObserved" in r.value
+    )
+    on_partition = [
+        decode_record(r.value, inventory=True).type
+        for r in sorted(records, key=lambda r: r.offset)
+        if r.partition == node_slice.partition and r.key == b"gpu-node-a" and r.value
+    ]
+    assert on_partition[:2] == ["InventoryObserved", "InventoryObserved"]
+    assert set(on_partition[2:]) == {"DeviceHealthObserved"}
+    slice_value = next(
+        v for v in inventory if isinstance(v.obj, ResourceSliceInfo) and v.key == "gpu-node-a"
+    )
+    assert slice_value.observed_at == parse_time("2026-11-29T13:00:00Z")
+
+
+async def test_live_mode_watches_the_dra_inventory_and_relists_after_410(
+    settings: Settings, fake_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    fake_cluster.dra_served = True
+    fake_cluster.pods.watch_script = [["hold"]]
+    fake_cluster.classes.pods = [unlisted(device_class("gpu.example.com", "5"))]
+    fake_cluster.classes.watch_script = [["hold"]]
+    slice_a, slice_b = resource_slice("gpu-node-a", "10"), resource_slice("gpu-node-b", "11")
+    fake_cluster.slices.pods = [unlisted(slice_a), unlisted(slice_b)]
+    shrunk = resource_slice("gpu-node-a", "101", devices=7)
+    fake_cluster.slices.next_lists = [([unlisted(shrunk)], "200")]  # b is gone at the re-LIST
+    fake_cluster.slices.watch_script = [
+        [event_line("MODIFIED", shrunk) + b"\n", GONE + b"\n"],
+        ["hold"],
+    ]
+    fake_cluster.claims.pods = [unlisted(claim("c", "20", allocated=False))]
+    fake_cluster.claims.watch_script = [
+        [event_line("MODIFIED", claim("c", "21")) + b"\n", bookmark("30") + b"\n"],
+        ["hold"],
+    ]
+    live = settings.model_copy(
+        update={
+            "kubeconfig": str(fake_cluster.kubeconfig(tmp_path)),
+            "tick_interval_seconds": 3600.0,
+            "watch_leases": False,
+            "watch_nodes": False,
+        }
+    )
+    watching = asyncio.create_task(run_watch(live))
+    async with asyncio.timeout(30):
+        for server in (fake_cluster.pods, *fake_cluster.servers[3:]):
+            await server.holding.wait()
+    os.kill(os.getpid(), signal.SIGTERM)
+    summary = await asyncio.wait_for(watching, 30)
+    assert summary.not_served == []
+    assert summary.events_published == {"DeviceHealthObserved": 3, "InventoryObserved": 7}
+    assert summary.inventory_tracked == {"ResourceSlice": 1, "ResourceClaim": 1, "DeviceClass": 1}
+    assert summary.object_versions == {
+        "DeviceClass": "100",
+        "ResourceSlice": "200",
+        "ResourceClaim": "30",
+    }
+    slice_lists = [r for r in fake_cluster.slices.requests if not r.get("watch")]
+    assert len(slice_lists) == 2  # the 410 made the watcher LIST ResourceSlices again
+    values = decoded(await read_all(settings, settings.topic, 3 + 7 + PARTITIONS))
+    inventory = [
+        (v.kind.value, v.obj.name, v.key, v.deleted)
+        for v in values
+        if isinstance(v, InventoryObserved)
+    ]
+    assert sorted(inventory) == [
+        ("DeviceClass", "gpu.example.com", "class:gpu.example.com", False),
+        ("ResourceClaim", "c", "claim:ml-serving/c", False),
+        ("ResourceClaim", "c", "gpu-node-a", False),
+        ("ResourceSlice", "gpu-node-a", "gpu-node-a", False),
+        ("ResourceSlice", "gpu-node-a", "gpu-node-a", False),
+        ("ResourceSlice", "gpu-node-b", "gpu-node-b", False),
+        ("ResourceSlice", "gpu-node-b", "gpu-node-b", True),
+    ]
+    allocated = next(
+        v
+        for v in values
+        if isinstance(v, InventoryObserved)
+        and v.key == "gpu-node-a"
+        and isinstance(v.obj, ResourceClaimInfo)
+    )
+    assert isinstance(allocated.obj, ResourceClaimInfo) and len(allocated.obj.results) == 2
