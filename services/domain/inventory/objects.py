@@ -178,21 +178,21 @@ def parse_resource_slice(obj: Any) -> ResourceSliceInfo:
     if node is not None and (not isinstance(node, str) or not node):
         raise InventoryParseError("spec.nodeName must be a non-empty string when set")
     devices = []
-    for index, raw in enumerate(spec.get("devices") or []):
+    for index, raw in enumerate(_opt_list(spec.get("devices"), "spec.devices")):
         device = _dict(raw, f"spec.devices[{index}]")
-        attributes = device.get("attributes") or {}
+        attributes = _opt_dict(device.get("attributes"), f"spec.devices[{index}].attributes")
         taints = tuple(
             DeviceTaint(
                 key=str(_dict(t, "taint").get("key", "")),
                 value=None if t.get("value") is None else str(t.get("value")),
                 effect=str(t.get("effect", "")),
             )
-            for t in device.get("taints") or []
+            for t in _opt_list(device.get("taints"), f"spec.devices[{index}].taints")
         )
         devices.append(
             SliceDevice(
                 name=_name(device, f"spec.devices[{index}]"),
-                uuid=_attribute_string(_dict(attributes, "attributes"), UUID_ATTRIBUTE),
+                uuid=_attribute_string(attributes, UUID_ATTRIBUTE),
                 taints=taints,
             )
         )
@@ -213,12 +213,25 @@ def parse_resource_slice(obj: Any) -> ResourceSliceInfo:
     )
 
 
+def _opt_dict(value: Any, where: str) -> dict[str, Any]:
+    return {} if value is None else _dict(value, where)
+
+
+def _opt_list(value: Any, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InventoryParseError(f"{where} must be a list")
+    return value
+
+
 def _allocated_node(allocation: dict[str, Any]) -> str | None:
     """The node of an allocation from its ``nodeSelector`` (``metadata.name In [node]``)."""
-    selector = allocation.get("nodeSelector") or {}
-    for term in selector.get("nodeSelectorTerms") or []:
-        for field in term.get("matchFields") or []:
-            values = field.get("values") or []
+    selector = _opt_dict(allocation.get("nodeSelector"), "status.allocation.nodeSelector")
+    for term in _opt_list(selector.get("nodeSelectorTerms"), "nodeSelectorTerms"):
+        for field in _opt_list(_dict(term, "nodeSelectorTerm").get("matchFields"), "matchFields"):
+            field = _dict(field, "matchFields[]")
+            values = _opt_list(field.get("values"), "matchFields[].values")
             if (
                 field.get("key") == "metadata.name"
                 and field.get("operator") == "In"
@@ -238,11 +251,12 @@ def parse_resource_claim(obj: Any) -> ResourceClaimInfo:
     uid = metadata.get("uid")
     if not isinstance(uid, str) or not uid:
         raise InventoryParseError("metadata.uid must be a non-empty string")
-    spec = obj.get("spec") or {}
+    spec = _opt_dict(obj.get("spec"), "spec")
     requests = []
-    for index, raw in enumerate((spec.get("devices") or {}).get("requests") or []):
+    devices = _opt_dict(spec.get("devices"), "spec.devices")
+    for index, raw in enumerate(_opt_list(devices.get("requests"), "spec.devices.requests")):
         request = _dict(raw, f"spec.devices.requests[{index}]")
-        exactly = request.get("exactly") or {}
+        exactly = _opt_dict(request.get("exactly"), f"spec.devices.requests[{index}].exactly")
         requests.append(
             ClaimRequest(
                 name=_name(request, f"spec.devices.requests[{index}]"),
@@ -250,10 +264,13 @@ def parse_resource_claim(obj: Any) -> ResourceClaimInfo:
                 count=exactly.get("count") if type(exactly.get("count")) is int else None,
             )
         )
-    status = obj.get("status") or {}
-    allocation = status.get("allocation") or {}
+    status = _opt_dict(obj.get("status"), "status")
+    allocation = _opt_dict(status.get("allocation"), "status.allocation")
+    allocated = _opt_dict(allocation.get("devices"), "status.allocation.devices")
     results = []
-    for index, raw in enumerate((allocation.get("devices") or {}).get("results") or []):
+    for index, raw in enumerate(
+        _opt_list(allocated.get("results"), "status.allocation.devices.results")
+    ):
         result = _dict(raw, f"status.allocation.devices.results[{index}]")
         fields = [result.get(k) for k in ("request", "driver", "pool", "device")]
         if not all(isinstance(f, str) and f for f in fields):
@@ -263,7 +280,7 @@ def parse_resource_claim(obj: Any) -> ResourceClaimInfo:
         results.append(AllocationResult(*(str(f) for f in fields)))
     reserved = tuple(
         (str(r.get("name", "")), str(r.get("uid", "")))
-        for r in status.get("reservedFor") or []
+        for r in _opt_list(status.get("reservedFor"), "status.reservedFor")
         if isinstance(r, dict) and r.get("resource", "pods") == "pods"
     )
     return ResourceClaimInfo(
@@ -286,10 +303,11 @@ def parse_device_class(obj: Any) -> DeviceClassInfo:
     """Read a DeviceClass object."""
     obj = _dict(obj, "DeviceClass")
     metadata = _dict(obj.get("metadata"), "metadata")
-    spec = obj.get("spec") or {}
+    spec = _opt_dict(obj.get("spec"), "spec")
     drivers: list[str] = []
-    for selector in spec.get("selectors") or []:
-        expression = ((selector or {}).get("cel") or {}).get("expression")
+    for selector in _opt_list(spec.get("selectors"), "spec.selectors"):
+        cel = _opt_dict(_dict(selector, "spec.selectors[]").get("cel"), "spec.selectors[].cel")
+        expression = cel.get("expression")
         if isinstance(expression, str):
             drivers.extend(_DRIVER_SELECTOR.findall(expression))
     extended = spec.get("extendedResourceName")
