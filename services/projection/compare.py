@@ -1,4 +1,5 @@
-"""Compare two projection schemas row by row: the check behind ``devicestate replay --verify``.
+"""Compare two projection schemas row by row: the check behind ``devicestate replay --verify``
+(and ``--governance --verify``, over :data:`GOVERNANCE_COMPARED_TABLES`).
 
 Replaying the same log must give identical ``devices`` and ``device_history`` rows (every column;
 ``partition_progress`` is left out: its ``updated_at`` is wall-clock time). PostgreSQL finds the
@@ -14,10 +15,18 @@ from typing import Any, Final
 from sqlalchemy import Table, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from services.projection.governance_tables import (
+    device_governance,
+    governance_decisions,
+    quarantines,
+)
 from services.projection.tables import device_history, devices, quoted_schema
 
 COMPARED_TABLES: Final = (devices, device_history)
 """Tables whose rows a replay must reproduce exactly."""
+
+GOVERNANCE_COMPARED_TABLES: Final = (device_governance, quarantines, governance_decisions)
+"""Tables whose rows a replay of the governance topic must reproduce exactly."""
 
 MAX_REPORTED: Final = 50
 """Differences listed per table; the rest are counted."""
@@ -81,10 +90,16 @@ def _table_differences(
     return out
 
 
-async def diff_projections(engine: AsyncEngine, schema_a: str, schema_b: str) -> list[str]:
+async def diff_projections(
+    engine: AsyncEngine,
+    schema_a: str,
+    schema_b: str,
+    tables: Sequence[Table] = COMPARED_TABLES,
+) -> list[str]:
     """Human-readable differences between the projections in ``schema_a`` and ``schema_b``.
 
-    Compares every column of ``devices`` and ``device_history``, in primary-key order; an empty
+    Compares every column of ``tables`` (``devices`` and ``device_history`` by default; jsonb
+    columns compare as JSON values), in primary-key order; an empty
     list means the rows are identical. At most :data:`MAX_REPORTED` lines per table, then a count.
     Raises ``ValueError`` for a schema name that is not a plain identifier, and SQLAlchemy's
     ``ProgrammingError`` when a schema lacks the tables (not migrated).
@@ -92,7 +107,7 @@ async def diff_projections(engine: AsyncEngine, schema_a: str, schema_b: str) ->
     names = (schema_a, schema_b)
     out: list[str] = []
     async with engine.connect() as conn:
-        for table in COMPARED_TABLES:
+        for table in tables:
             only_a = await _rows_only_in(conn, table, schema_a, schema_b)
             only_b = await _rows_only_in(conn, table, schema_b, schema_a)
             out.extend(_table_differences(table, names, only_a, only_b))

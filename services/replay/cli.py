@@ -1,4 +1,5 @@
-"""``devicestate replay``: rebuild the projection from the event topic and optionally verify it.
+"""``devicestate replay``: rebuild the projection from the event topic and optionally verify it;
+``--governance`` rebuilds the governance projection from the governance topic instead.
 
 Progress goes to stderr; stdout carries the differences found by ``--verify`` and the summary
 line. Exit codes: 0 done (and identical, with ``--verify``); 1 differences found; 2 the replay
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -65,6 +66,16 @@ def replay(
         bool,
         typer.Option("--keep/--drop", help="Keep or drop the replay schema after --verify."),
     ] = True,
+    governance: Annotated[
+        bool,
+        typer.Option(
+            "--governance",
+            help="Fold the governance topic (DEVICESTATE_GOVERNANCE_TOPIC) from offset 0 through "
+            "the governor's state machine into a fresh schema; with --verify, compare "
+            "device_governance, quarantines and governance_decisions with the live schema "
+            "(a determinism check: they must be identical).",
+        ),
+    ] = False,
     batch_size: Annotated[
         int, typer.Option(min=1, help="Most events per database transaction.")
     ] = 5000,
@@ -82,6 +93,8 @@ def replay(
 
     settings = Settings()
     configure_logging(settings)
+    if governance and in_place:
+        _usage("--governance rebuilds into a fresh schema: it does not take --in-place")
     if in_place and (schema is not None or verify):
         _usage("--in-place rebuilds the live schema: it takes neither --schema nor --verify")
     if in_place and not force:
@@ -108,6 +121,7 @@ def replay(
             keep=keep,
             batch_size=batch_size,
             show_progress=progress and sys.stderr.isatty(),
+            governance=governance,
         )
     )
     if code:
@@ -129,6 +143,7 @@ async def _run(
     keep: bool,
     batch_size: int,
     show_progress: bool,
+    governance: bool = False,
 ) -> int:
     from rich.console import Console
     from rich.progress import (
@@ -140,6 +155,7 @@ async def _run(
         TimeRemainingColumn,
     )
 
+    from services.replay.governance import replay_governance, verify_governance
     from services.replay.run import (
         ReplayError,
         drop_schema,
@@ -176,24 +192,37 @@ async def _run(
             elapsed = max(loop.time() - started, 1e-9)
             bar.update(task, completed=done, rate=f"{done / elapsed:,.0f}")
 
+        summary: Any
         try:
             with bar:
-                summary = await replay(
-                    settings,
-                    engine=engine,
-                    database_url=database_url,
-                    schema=target,
-                    in_place=in_place,
-                    batch_size=batch_size,
-                    progress=on_progress,
-                    on_start=on_start,
-                )
+                if governance:
+                    summary = await replay_governance(
+                        settings,
+                        engine=engine,
+                        database_url=database_url,
+                        schema=target,
+                        batch_size=batch_size,
+                        progress=on_progress,
+                        on_start=on_start,
+                    )
+                else:
+                    summary = await replay(
+                        settings,
+                        engine=engine,
+                        database_url=database_url,
+                        schema=target,
+                        in_place=in_place,
+                        batch_size=batch_size,
+                        progress=on_progress,
+                        on_start=on_start,
+                    )
         except (ReplayError, ValueError) as exc:
             typer.echo(f"error: {exc}", err=True)
             return EXIT_ERROR
         code = 0
         if verify:
-            differences = await diff_live(engine, settings.database_schema, target)
+            compare = verify_governance if governance else diff_live
+            differences = await compare(engine, settings.database_schema, target)
             for line in differences:
                 typer.echo(line)
             if differences:
