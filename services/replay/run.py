@@ -231,12 +231,20 @@ async def drop_schema(engine: AsyncEngine, schema: str) -> None:
         await conn.execute(text(f"DROP SCHEMA IF EXISTS {quoted_schema(schema)} CASCADE"))
 
 
-async def truncate_projection(engine: AsyncEngine, schema: str) -> None:
-    """Empty the projection tables of ``schema`` (one statement, one transaction)."""
+async def truncate_projection(engine: AsyncEngine, schema: str, topic: str | None = None) -> None:
+    """Empty the projection tables of ``schema`` (one transaction). With ``topic``, only that
+    topic's ``partition_progress`` rows go: the governance projection and the governance topic's
+    progress row (the governor's, derived from another log) stay as they are."""
     s = quoted_schema(schema)
     async with engine.begin() as conn:
+        if topic is None:
+            await conn.execute(
+                text(f"TRUNCATE {s}.devices, {s}.device_history, {s}.partition_progress")
+            )
+            return
+        await conn.execute(text(f"TRUNCATE {s}.devices, {s}.device_history"))
         await conn.execute(
-            text(f"TRUNCATE {s}.devices, {s}.device_history, {s}.partition_progress")
+            text(f"DELETE FROM {s}.partition_progress WHERE topic = :topic"), {"topic": topic}
         )
 
 
@@ -263,7 +271,7 @@ async def replay(
     await topic_partitions(settings.kafka_bootstrap_servers, settings.topic)  # fail early
     if in_place:
         await migrate(database_url, schema)
-        await truncate_projection(engine, schema)
+        await truncate_projection(engine, schema, settings.topic)
         return await _rebuild(settings, engine, schema, batch_size, progress, on_start)
     if await schema_exists(engine, schema):
         raise ReplayError(

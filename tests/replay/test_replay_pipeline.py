@@ -117,3 +117,36 @@ async def test_a_failed_write_ends_the_replay_and_drops_its_schema(
         )
     assert not await schema_exists(engine, schema)
     assert gc.isenabled()
+
+
+async def test_in_place_replay_leaves_the_governance_projection_alone(
+    topic: Settings, engine: AsyncEngine, new_schema: SchemaFactory
+) -> None:
+    target = await new_schema()
+    await reference(engine, topic, target)
+    s = f'"{target}"'
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                f'INSERT INTO {s}.partition_progress (topic, "partition", "offset") '
+                "VALUES (:t, 0, 41)"
+            ),
+            {"t": topic.governance_topic},
+        )
+        await conn.execute(
+            text(
+                f"INSERT INTO {s}.governor_fleet (id, breaker_open, automation_paused, snapshot) "
+                "VALUES (1, false, true, '{}')"
+            )
+        )
+    await replay(
+        topic, engine=engine, database_url=topic.database_url, schema=target, in_place=True
+    )
+    async with engine.connect() as conn:
+        progress = await conn.execute(
+            text(f'SELECT "offset" FROM {s}.partition_progress WHERE topic = :t'),
+            {"t": topic.governance_topic},
+        )
+        assert progress.scalar_one() == 41  # the governor's progress is not the replay's
+        fleet = await conn.execute(text(f"SELECT automation_paused FROM {s}.governor_fleet"))
+        assert fleet.scalar_one() is True
