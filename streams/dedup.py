@@ -4,8 +4,9 @@ Per batch of records (``stream.take_events``):
 
 1. decode each record (:func:`~services.domain.records.decode_record`); a record that does not
    decode is sent, with its original bytes, to the dead-letter topic (reason in headers) and the
-   stream goes on. Node events (heartbeats, resource counts, watcher ticks) never touch the
-   directory or the table: they are only forwarded (step 3);
+   stream goes on. Node events (heartbeats, resource counts, watcher ticks) and DRA inventory
+   records never touch the directory or the table: heartbeats and resource counts are only
+   forwarded (step 3), and every record's event time moves its partition's watermark;
 2. drop observations the changelog-backed table ``last_applied_version`` already covers (same or
    older statusVersion rank for the device) -- early, before the database sees them. Releases are
    never filtered: only the projection knows which allocations they remove;
@@ -41,6 +42,7 @@ import structlog
 from services.config import Settings
 from services.domain.directory import version_rank
 from services.domain.events import DeviceHealthObserved
+from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
 from services.domain.records import decode_record
@@ -343,13 +345,15 @@ class DeviceDedup:
         try:
             if payload is None:
                 raise ValueError("record has no value (tombstone)")
-            decoded = decode_record(payload)
+            decoded = decode_record(payload, inventory=True)
         except Exception as exc:  # EventDecodeError, or anything a bad payload provokes
             reason = str(exc) or type(exc).__name__
             batch.dead.append(self._dead_letter(message, position, reason))
             return
         batch.order[position] = len(batch.order)
-        if isinstance(decoded, NodeHeartbeat | NodeResourcesChanged | WatcherTick):
+        if isinstance(
+            decoded, NodeHeartbeat | NodeResourcesChanged | WatcherTick | InventoryObserved
+        ):
             batch.node_events.append(LoggedNodeEvent(position, decoded))
             return
         batch.records.append(LoggedEvent(position, decoded))

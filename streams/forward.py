@@ -6,8 +6,8 @@ awaits it inside the batch's transaction, just before the commit. It sends, in t
 
 - one :class:`HealthTransition` per health transition the directory fold made (a device's health
   changed, or the device was first seen);
-- every ``NodeHeartbeat`` and ``NodeResourcesChanged`` unchanged (``WatcherTick``\\ s are not
-  forwarded: they only move the watermark);
+- every ``NodeHeartbeat`` and ``NodeResourcesChanged`` unchanged (``WatcherTick``\\ s and DRA
+  ``InventoryObserved`` records are not forwarded: they only move the watermark);
 
 then one :class:`WatermarkAdvanced` per partition the batch touched, when the partition's newest
 event time in the batch is later than the newest one recorded for it before the batch
@@ -36,6 +36,7 @@ from services.domain.governance.inputs import (
     WatermarkAdvanced,
     encode_input,
 )
+from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LogPosition
 from services.domain.node_events import NodeEvent, NodeHeartbeat, NodeResourcesChanged
 from services.projection.store import PendingCommit, Transition
@@ -43,10 +44,11 @@ from services.projection.store import PendingCommit, Transition
 
 @dataclass(frozen=True, slots=True)
 class LoggedNodeEvent:
-    """A node event of the device-health topic with the position it was read from."""
+    """A record of the device-health topic that is not a device event (a node event or a DRA
+    inventory record) with the position it was read from."""
 
     position: LogPosition
-    event: NodeEvent
+    event: NodeEvent | InventoryObserved
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,8 @@ statements (:meth:`ProjectionStore.prepare_batch` / :meth:`~ProjectionStore.writ
 two halves of ``apply_batch`` with a :class:`DeviceCache`: the replay owns its target, so it keeps
 the device rows in memory instead of reading them back). Records that do not decode are counted
 and skipped (the worker dead-lettered them already); node events (heartbeats, resource counts,
-watcher ticks) are counted and skipped too: they never touch the directory.
+watcher ticks) and DRA inventory records are counted and skipped too: they never touch the
+directory.
 
 Replaying the same log gives the same ``devices`` and ``device_history`` rows whatever the batch
 size: the store's rows come from events only, and each device's events come from one partition (the
@@ -30,8 +31,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from services.config import Settings
+from services.domain.events import DeviceHealthObserved, PodDevicesReleased
 from services.domain.log import LoggedEvent, LogPosition
-from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
 from services.domain.records import decode_record
 from services.projection.cache import DeviceCache
 from services.projection.migrate import migrate
@@ -74,7 +75,7 @@ class ReplaySummary:
     read: int = 0
     undecodable: int = 0
     node_events: int = 0
-    """Node events read (skipped: they do not change the directory)."""
+    """Node events and inventory records read (skipped: they do not change the directory)."""
     applied: int = 0
     duplicates: int = 0
     stale: int = 0
@@ -93,7 +94,7 @@ class ReplaySummary:
         return (
             f"replayed {self.read} records into schema {self.schema}: applied {self.applied}, "
             f"duplicates {self.duplicates}, stale {self.stale}, released {self.released}, "
-            f"undecodable {self.undecodable}, node events {self.node_events}; {self.batches} batches in {self.elapsed:.2f} s "
+            f"undecodable {self.undecodable}, node/inventory records {self.node_events}; {self.batches} batches in {self.elapsed:.2f} s "
             f"({self.events_per_second:,.0f} events/s)"
         )
 
@@ -165,11 +166,11 @@ async def read_log(
                         try:
                             if message.value is None:
                                 raise ValueError("record has no value")
-                            event = decode_record(message.value)
+                            event = decode_record(message.value, inventory=True)
                         except Exception:
                             undecodable += 1
                             continue
-                        if isinstance(event, NodeHeartbeat | NodeResourcesChanged | WatcherTick):
+                        if not isinstance(event, DeviceHealthObserved | PodDevicesReleased):
                             node_events += 1
                             continue
                         records.append(

@@ -150,3 +150,28 @@ async def test_in_place_replay_leaves_the_governance_projection_alone(
         assert progress.scalar_one() == 41  # the governor's progress is not the replay's
         fleet = await conn.execute(text(f"SELECT automation_paused FROM {s}.governor_fleet"))
         assert fleet.scalar_one() is True
+
+
+async def test_node_and_inventory_records_are_skipped_not_undecodable(
+    stream_settings: Settings, kafka_bootstrap: str, observation: Any
+) -> None:
+    from datetime import UTC, datetime
+
+    from services.domain.events import encode_event
+    from services.domain.node_events import NodeHeartbeat, WatcherTick
+    from services.domain.records import encode_record
+    from tests.kafka.test_records import inventory_events
+
+    now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    payloads = [
+        encode_record(NodeHeartbeat("gpu-node-a", renewed_at=now, observed_at=now)),
+        encode_record(WatcherTick(0, now)),
+        encode_record(inventory_events()[0]),
+        encode_event(observation(1)),
+    ]
+    await publish(kafka_bootstrap, stream_settings.topic, [(b"gpu-node-a", p) for p in payloads])
+    batches = [b async for b in read_log(kafka_bootstrap, stream_settings.topic, batch_size=10)]
+    assert sum(b.read for b in batches) == 4
+    assert sum(b.node_events for b in batches) == 3
+    assert sum(b.undecodable for b in batches) == 0
+    assert [r.event.type for b in batches for r in b.records] == ["DeviceHealthObserved"]

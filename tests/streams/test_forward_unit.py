@@ -207,12 +207,17 @@ async def test_forwarder_sends_encoded_records_and_counts_them(observation: Any)
 async def test_agent_keeps_node_events_out_of_the_directory_but_hands_them_over(
     tmp_path: Any, observation: Any
 ) -> None:
+    from services.domain.records import encode_record
+    from tests.kafka.test_records import inventory_events
+
     heartbeat = NodeHeartbeat("gpu-node-a", renewed_at=at(1), observed_at=at(2))
+    inventory = inventory_events()[0]
     payloads = [
         encode_event(observation(5, at=1)),
         encode_node_event(heartbeat),
         encode_event(observation(5, at=3)),  # a duplicate: dropped early by the table
         encode_node_event(WatcherTick(0, at(4))),
+        encode_record(inventory),  # a DRA inventory record: neither directory nor dead letter
     ]
     sink = FakeSink()
     _, dead = await _run_agent(tmp_path, payloads, sink, expected_calls=1)
@@ -224,5 +229,6 @@ async def test_agent_keeps_node_events_out_of_the_directory_but_hands_them_over(
         (1, at(2)),
         (2, at(3)),
         (3, at(4)),
+        (4, inventory.observed_at),
     ]
     assert callable(kwargs["before_commit"])
