@@ -17,6 +17,7 @@ from services.operator_cli.cli import register as register_operator_commands
 from services.recovery.cli import recovery
 from services.replay.cli import replay
 from services.stack.cli import app as stack_app
+from services.testenv.cli import app as testenv_app
 from services.watcher.cli import watch
 from streams.cli import worker
 
@@ -29,6 +30,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.add_typer(stack_app, name="stack")
+app.add_typer(testenv_app, name="testenv")
 app.command("watch")(watch)
 app.command("worker")(worker)
 app.command("replay")(replay)
