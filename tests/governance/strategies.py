@@ -110,6 +110,7 @@ def command(
     resource_id: str | None = None,
     expires: float | None = None,
     break_glass: bool = False,
+    quarantine_id: str | None = None,
 ) -> OperatorCommand:
     return OperatorCommand(
         command_id=command_id,
@@ -122,6 +123,7 @@ def command(
         resource_id=resource_id,
         expires_at=None if expires is None else at(expires),
         break_glass=break_glass,
+        quarantine_id=quarantine_id,
     )
 
 
@@ -404,10 +406,18 @@ def _commands(
         node, resource_id, _, _ = draw(st.sampled_from(DEVICES))
     else:
         node, resource_id = draw(_device_in(shadow, quarantined=True))
+    # Extend/release may name the quarantine the operator saw: the active one, or an old one.
+    device = shadow.devices.get((node, resource_id))
+    quarantine_id = None
+    if device is not None and device.quarantine is not None and draw(st.booleans()):
+        quarantine_id = device.quarantine.quarantine_id
+    elif draw(st.integers(0, 5)) == 0:
+        quarantine_id = f"{node}/{resource_id}@1"
     return command(
         command_id,
         action,
         now,
+        quarantine_id=quarantine_id,
         role=draw(st.sampled_from([Role.VIEWER, Role.OPERATOR, Role.ADMIN, Role.ADMIN])),
         actor=draw(st.sampled_from(["alice", "bob"])),
         reason=draw(st.sampled_from(["", "maintenance", "maintenance"])),

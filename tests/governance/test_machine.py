@@ -778,6 +778,33 @@ def test_break_glass_needs_an_admin_and_a_reason_and_releases_a_system_quarantin
     assert device(run).quarantine is None
 
 
+def test_extend_and_release_naming_another_quarantine_are_rejected() -> None:
+    run = gov()
+    run.feed(watermark(0))
+    run.feed(transition(N1, G0, H, 1, 0))
+    run.feed(
+        command("m1", CommandAction.QUARANTINE, 5, reason="r", node=N1, resource_id=G0, expires=50)
+    )
+    run.feed(watermark(50))  # manual/m1 expired
+    run.feed(command("m2", CommandAction.QUARANTINE, 60, reason="r", node=N1, resource_id=G0))
+    stale = command(
+        "e1",
+        CommandAction.EXTEND,
+        61,
+        reason="r",
+        node=N1,
+        resource_id=G0,
+        expires=500,
+        quarantine_id="manual/m1",
+    )
+    assert kinds(run.feed(stale)) == [K.COMMAND_REJECTED]
+    release_stale = replace(stale, command_id="x1", action=CommandAction.RELEASE)
+    assert kinds(run.feed(release_stale)) == [K.COMMAND_REJECTED]
+    assert device(run).state is GovState.QUARANTINED
+    release = replace(release_stale, command_id="x2", quarantine_id="manual/m2")
+    assert one(run.feed(release), K.QUARANTINE_RELEASED).details["quarantineID"] == "manual/m2"
+
+
 def test_a_repeated_command_id_is_ignored() -> None:
     run = gov()
     run.feed(transition(N1, G0, H, 1, 0))
