@@ -91,7 +91,8 @@ def test_stream_03_unknown_within_tolerance_quarantines_nothing_and_alerts_once(
     assert len(firing) == 1 and firing[0].incident is not None
     assert firing[0].incident.startswith("node-unknown/gpu-node-c/")
     assert [d.incident for d in resolved] == [firing[0].incident]
-    assert all(d.incident == firing[0].incident for d in started)
+    assert firing[0].kind is DecisionKind.INCIDENT_OPENED
+    assert firing[0].details["devices"] == [started[0].resource_id]
     assert all(d.state is GovState.AVAILABLE for d in run.state.devices.values())
 
 

@@ -122,12 +122,18 @@ def test_unknown_is_tolerated_then_restricted_at_the_deadline_then_lifted() -> N
     run.feed(watermark(0))
     run.feed(transition(N1, G0, H, 1, 0))
     decisions = run.feed(transition(N1, G0, UNK, 2, 10))
-    assert kinds(decisions) == [K.UNKNOWN_TOLERANCE_STARTED, K.STATE_CHANGED]
+    assert kinds(decisions) == [
+        K.UNKNOWN_TOLERANCE_STARTED,
+        K.STATE_CHANGED,
+        K.INCIDENT_OPENED,
+    ]
     started = decisions[0]
     assert started.details["toleranceSeconds"] == 60.0
     assert started.details["deadline"] == "2026-11-29T12:01:10Z"
     assert started.details["reason"] == "pod-status-unknown"
-    assert started.alert is AlertAction.FIRING  # alerting during the window
+    opened = decisions[2]
+    assert opened.alert is AlertAction.FIRING  # alerting during the window: one node incident
+    assert opened.incident is not None and opened.incident.startswith("node-unknown/node-1/")
     assert device(run).state is GovState.UNKNOWN_TOLERATED
 
     assert run.feed(watermark(69)) == []  # before the deadline: nothing
@@ -141,7 +147,9 @@ def test_unknown_is_tolerated_then_restricted_at_the_deadline_then_lifted() -> N
     decisions = run.feed(transition(N1, G0, H, 3, 100))
     assert K.RESTRICTION_LIFTED in kinds(decisions)
     resolved = [d for d in decisions if d.alert is AlertAction.RESOLVED]
-    assert [d.incident for d in resolved] == [started.incident]
+    assert [d.incident for d in resolved] == [opened.incident]
+    back = [d for d in decisions if d.kind is K.STATE_CHANGED and d.details["state"] == "Available"]
+    assert [d.details["unknownSeconds"] for d in back] == [90.0]
     assert device(run).state is GovState.AVAILABLE
 
 
@@ -911,3 +919,100 @@ def test_decision_ids_are_seq_and_index() -> None:
         assert [d.index for d in decisions] == list(range(len(decisions)))
         assert [d.decision_id for d in decisions] == [f"{seq}.{i}" for i in range(len(decisions))]
     assert sorted(by_seq) == [d.seq for d in run.decisions if d.index == 0]
+
+
+# --- found bugs (these fail until the core is fixed) -----------------------------------------------
+
+
+def test_a_recovery_started_after_a_watermark_jump_gets_its_whole_stage_timeout() -> None:
+    """After the hold-down, a recovery started by a watermark that jumped past the hold-down end
+    (e.g. the watcher was down) must leave the executor its stage timeout: no RecoveryFailed in
+    the same step, and the probe can still be leased."""
+    run, _ = quarantined_then_healthy()
+    run.feed(lease(N1, G0, "A", 11))
+    run.feed(report(N1, G0, RecoveryStage.PROBE, False, "A", 1, 12))  # hold-down until 310
+    decisions = run.feed(watermark(1000))
+    assert without_state_changes(decisions) == [K.RECOVERY_STAGE_STARTED]
+    assert device(run).state is GovState.RECOVERING
+    assert K.LEASE_GRANTED in kinds(run.feed(lease(N1, G0, "A", 1000)))
+
+
+def test_break_glass_never_reuses_the_released_quarantine_id() -> None:
+    """A break-glass release of a device that still reads Unhealthy (same statusVersion) must not
+    quarantine it again under the id just released (the quarantines table's key)."""
+    run = gov()
+    run.feed(transition(N1, G0, U, 1, 0))
+    glass = command(
+        "b1",
+        CommandAction.RELEASE,
+        5,
+        role=Role.ADMIN,
+        reason="vendor: false alarm",
+        node=N1,
+        resource_id=G0,
+        break_glass=True,
+    )
+    decisions = run.feed(glass)
+    released = one(decisions, K.QUARANTINE_RELEASED)
+    again = [d for d in decisions if d.kind is K.QUARANTINED]
+    assert [d.details["quarantineID"] for d in again] != [released.details["quarantineID"]]
+
+
+def test_the_node_bucket_bounds_restrictions_by_their_decision_time() -> None:
+    """Burst 2: at most 2 automatic restrictions of a node at one decision time. A tolerance
+    deadline fired late (a lagging partition held the watermark) must not be dated in a past
+    interval whose budget was already spent."""
+    policy = replace(
+        POLICY,
+        unknown_tolerance_seconds=100.0,
+        restrict_node_burst=2,
+        restrict_node_refill_seconds=60.0,
+    )
+    run = gov(policy)
+    run.feed(transition(N1, G0, UNK, 1, 100))  # deadline 200
+    run.feed(transition(N1, G1, U, 1, 200))  # quarantined at 200
+    run.feed(transition(N1, G2, U, 1, 200))  # quarantined at 200: the burst is spent
+    run.feed(transition(N1, G3, U, 1, 1000))  # quarantined at 1000
+    run.feed(watermark(1000, 0, 2))
+    run.feed(watermark(1000, 1, 2))  # G0's deadline fires now
+    automatic = [
+        d.at
+        for d in run.decisions
+        if d.kind is K.RESTRICTED or (d.kind is K.QUARANTINED and d.details["actor"] == "system")
+    ]
+    assert len(automatic) == 4
+    assert automatic.count(at(200)) <= 2
+
+
+def test_the_fleet_bucket_bounds_restrictions_by_their_decision_time() -> None:
+    """Fleet burst 2: partition 1 runs ahead of partition 0; its quarantine at 1000 refills the
+    fleet bucket, and a third quarantine dated 100 takes a token earned after 100."""
+    run = gov(replace(POLICY, restrict_fleet_burst=2, restrict_fleet_refill_seconds=20.0))
+    run.feed(transition(N1, G0, U, 1, 100, partition=0))
+    run.feed(transition(N1, G1, U, 1, 100, partition=0))  # the fleet burst is spent at 100
+    run.feed(transition(N2, G0, U, 1, 1000, partition=1))
+    run.feed(transition(N1, G2, U, 1, 100, partition=0))
+    times = [d.at for d in run.decisions if d.kind is K.QUARANTINED]
+    assert times.count(at(100)) <= 2
+
+
+def test_a_node_unknown_alert_stays_open_while_a_device_reads_unknown() -> None:
+    """A device reading Unknown in Pod status opened the node's Unknown incident; the node's
+    heartbeat is lost and comes back. The device still reads Unknown (and is Restricted), so an
+    Unknown incident of the node must be firing at the end."""
+    run = gov()
+    run.feed(watermark(0))
+    run.feed(heartbeat(N1, 0))
+    run.feed(transition(N1, G0, UNK, 1, 0))  # node-unknown incident fires
+    run.feed(watermark(95))  # heartbeat lost at 30; G0's window ends at 60
+    run.feed(heartbeat(N1, 95))  # heartbeat back
+    assert device(run).state is GovState.RESTRICTED
+    assert device(run).effective_reason == "pod-status-unknown"
+    firing: set[str] = set()
+    for d in run.decisions:
+        if d.incident is not None and d.incident.startswith(f"node-unknown/{N1}/"):
+            if d.alert is AlertAction.FIRING:
+                firing.add(d.incident)
+            elif d.alert is AlertAction.RESOLVED:
+                firing.discard(d.incident)
+    assert firing, "no node-unknown incident is firing for a Restricted device reading Unknown"

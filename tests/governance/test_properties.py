@@ -9,15 +9,16 @@ from collections import defaultdict
 from datetime import datetime
 
 import orjson
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from services.domain.events import Health
 from services.domain.governance.decisions import Decision, DecisionKind, encode_decision
-from services.domain.governance.inputs import GovernanceInput, HealthTransition
+from services.domain.governance.inputs import CommandAction, GovernanceInput, HealthTransition, Role
 from services.domain.governance.machine import step
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
-from tests.governance.strategies import Generated, governance_runs
+from tests.governance.strategies import Generated, command, governance_runs, transition
 
 K = DecisionKind
 PROPERTY_SETTINGS = settings(
@@ -195,3 +196,76 @@ def test_one_lease_holder_at_a_time_and_tokens_grow(g: Generated) -> None:
                 granted.details["holder"],
                 granted.details["fencingToken"],
             )
+
+
+# --- found bugs (these fail until the core is fixed) -----------------------------------------------
+
+RATE_LIMIT_CASE = Generated(
+    GovernancePolicy(restrict_fleet_burst=2, restrict_fleet_refill_seconds=20.0),
+    [
+        transition("node-a", "GPU-0", Health.UNHEALTHY, 1, 100, partition=0),
+        transition("node-a", "GPU-1", Health.UNHEALTHY, 1, 100, partition=0),
+        transition("node-b", "GPU-0", Health.UNHEALTHY, 1, 1000, partition=1),
+        transition("node-a", "GPU-2", Health.UNHEALTHY, 1, 100, partition=0),
+    ],
+)
+BREAK_GLASS_CASE = Generated(
+    GovernancePolicy(),
+    [
+        transition("node-a", "GPU-0", Health.UNHEALTHY, 1, 0),
+        command(
+            "b1",
+            CommandAction.RELEASE,
+            5,
+            role=Role.ADMIN,
+            reason="vendor: false alarm",
+            node="node-a",
+            resource_id="GPU-0",
+            break_glass=True,
+        ),
+    ],
+)
+
+
+def assert_rate_limited(times: list[datetime], burst: int, refill_seconds: float) -> None:
+    """Within every interval [t, t + d] of decision times: at most burst + d / refill."""
+    times = sorted(times)
+    for i in range(len(times)):
+        for j in range(i, len(times)):
+            d = (times[j] - times[i]).total_seconds()
+            assert j - i + 1 <= burst + d / refill_seconds + 1e-9, (
+                f"{j - i + 1} automatic restrictions within {d:g} s "
+                f"({times[i].isoformat()} .. {times[j].isoformat()}), burst {burst}, "
+                f"refill {refill_seconds:g} s"
+            )
+
+
+@PROPERTY_SETTINGS
+@given(governance_runs())
+@example(RATE_LIMIT_CASE)
+def test_automatic_restrictions_stay_within_the_node_and_fleet_buckets(g: Generated) -> None:
+    decisions, _ = run(g.policy, g.records)
+    automatic = [d for d in decisions if automatic_restriction(d)]
+    by_node: dict[str | None, list[datetime]] = defaultdict(list)
+    for d in automatic:
+        by_node[d.node].append(d.at)
+    for times in by_node.values():
+        assert_rate_limited(
+            times, g.policy.restrict_node_burst, g.policy.restrict_node_refill_seconds
+        )
+    assert_rate_limited(
+        [d.at for d in automatic],
+        g.policy.restrict_fleet_burst,
+        g.policy.restrict_fleet_refill_seconds,
+    )
+
+
+@PROPERTY_SETTINGS
+@given(governance_runs())
+@example(BREAK_GLASS_CASE)
+def test_every_quarantine_has_its_own_id(g: Generated) -> None:
+    """The quarantine id is the record's key (and the idempotency key of a system quarantine):
+    no two DeviceQuarantined decisions of a run share one."""
+    decisions, _ = run(g.policy, g.records)
+    ids = [d.details["quarantineID"] for d in decisions if d.kind is K.QUARANTINED]
+    assert len(ids) == len(set(ids)), ids

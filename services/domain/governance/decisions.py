@@ -33,7 +33,8 @@ class DecisionKind(StrEnum):
     RESTRICTION_LIFTED = "RestrictionLifted"
     RESTRICTION_DEFERRED = "RestrictionDeferred"
     UNKNOWN_TOLERANCE_STARTED = "UnknownToleranceStarted"
-    INCIDENT_RESOLVED = "DeviceIncidentResolved"  # a device's Unknown/deferred alert is over
+    INCIDENT_OPENED = "DeviceIncidentOpened"  # devices of a node read Unknown: one node alert
+    INCIDENT_RESOLVED = "DeviceIncidentResolved"  # that alert (or a deferral alert) is over
     RECOVERY_STAGE_STARTED = "RecoveryStageStarted"
     RECOVERY_STAGE_PASSED = "RecoveryStagePassed"
     RECOVERY_FAILED = "RecoveryFailed"

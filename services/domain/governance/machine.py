@@ -263,6 +263,18 @@ def _set_state(ctx: _Ctx, device: DeviceGov, new: GovState, at: datetime, reason
     device.state = new
     device.state_since = at
     ctx.touch(device)
+    leaving_unknown = (
+        old in (GovState.UNKNOWN_TOLERATED, GovState.RESTRICTED, GovState.DEFERRED)
+        and new not in (GovState.UNKNOWN_TOLERATED, GovState.RESTRICTED, GovState.DEFERRED)
+        and device.unknown_since is not None
+    )
+    unknown_seconds = (
+        (at - device.unknown_since).total_seconds()
+        if leaving_unknown and device.unknown_since is not None
+        else None
+    )
+    if leaving_unknown:
+        device.unknown_since = None
     ctx.emit(
         DecisionKind.STATE_CHANGED,
         at,
@@ -273,9 +285,9 @@ def _set_state(ctx: _Ctx, device: DeviceGov, new: GovState, at: datetime, reason
         reason=reason,
         observedHealth=device.observed_health.value,
         statusVersion=None if device.status_version is None else str(device.status_version),
+        unknownSeconds=unknown_seconds,
     )
-    if old in (GovState.UNKNOWN_TOLERATED, GovState.RESTRICTED, GovState.DEFERRED):
-        _maybe_close_unknown_incident(ctx, device.node, at)
+    _sync_unknown_incident(ctx, device.node, at)
 
 
 # --- the per-device rules -----------------------------------------------------------------------
@@ -287,10 +299,16 @@ def _evaluate(ctx: _Ctx, device: DeviceGov, at: datetime) -> None:
     if device.effective_reason != reason:
         device.effective_reason = reason
         ctx.touch(device)
+        _sync_unknown_incident(ctx, device.node, at)
     if device.state in (GovState.QUARANTINED, GovState.RECOVERING):
         _evaluate_quarantined(ctx, device, at, health)
         return
     if health is Health.UNHEALTHY:
+        if device.cleared and device.cleared_version == device.status_version:
+            # An admin's break-glass released this very observation: wait for a new one.
+            if device.state is not GovState.AVAILABLE:
+                _back_to_available(ctx, device, at)
+            return
         _want(ctx, device, PendingAction.QUARANTINE, at, reason or REASON_UNHEALTHY)
         return
     if health is Health.UNKNOWN:
@@ -315,20 +333,10 @@ def _start_tolerance(ctx: _Ctx, device: DeviceGov, at: datetime, reason: str) ->
     device.unknown_since = at
     device.deadline = at + timedelta(seconds=window)
     ctx.state.schedule(device.deadline, TimerKind.DEVICE, device.node, device.resource_id)
-    # One incident per node, not one per device: devices of a node that go Unknown while its
-    # incident is open join it. Heartbeat and plugin loss have their own node incidents.
-    node = _node(ctx, device.node)
-    opens = reason not in NODE_LEVEL_REASONS and node.unknown_incident is None
-    if opens:
-        node.unknown_incident = f"node-unknown/{device.node}/{format_time(at)}"
-    incident = node.unknown_incident if reason not in NODE_LEVEL_REASONS else None
     ctx.emit(
         DecisionKind.UNKNOWN_TOLERANCE_STARTED,
         at,
         device=device,
-        incident=incident,
-        alert=AlertAction.FIRING if opens else None,
-        severity=Severity.WARNING if opens else None,
         summary=f"{_device_name(device)} reads Unknown ({reason}); tolerated for {window:g} s",
         reason=reason,
         toleranceSeconds=window,
@@ -339,21 +347,38 @@ def _start_tolerance(ctx: _Ctx, device: DeviceGov, at: datetime, reason: str) ->
 
 
 def _unknown_family(device: DeviceGov) -> bool:
-    """Device counts toward its node's Unknown incident."""
-    if device.effective_reason in NODE_LEVEL_REASONS:
+    """Device counts toward its node's Unknown incident: Unknown for a device-level reason."""
+    if device.effective_reason not in (REASON_UNKNOWN, REASON_UNRECOGNISED):
         return False
     return device.state in (GovState.UNKNOWN_TOLERATED, GovState.RESTRICTED) or (
         device.state is GovState.DEFERRED and device.pending is PendingAction.RESTRICT
     )
 
 
-def _maybe_close_unknown_incident(ctx: _Ctx, name: str, at: datetime) -> None:
+def _sync_unknown_incident(ctx: _Ctx, name: str, at: datetime) -> None:
+    """One alert per node, not one per device: the node's Unknown incident is open while any of
+    its devices reads Unknown for a device-level reason (Pod status). Heartbeat and plugin loss
+    have their own node incidents, so devices Unknown for those reasons do not count."""
     node = ctx.state.nodes.get(name)
-    if node is None or node.unknown_incident is None:
+    open_now = node is not None and node.unknown_incident is not None
+    wanted = any(_unknown_family(d) for d in ctx.state.devices_on(name))
+    if wanted == open_now:
         return
-    if any(_unknown_family(d) for d in ctx.state.devices_on(name)):
+    node = _node(ctx, name)
+    if wanted:
+        members = [d for d in ctx.state.devices_on(name) if _unknown_family(d)]
+        node.unknown_incident = f"node-unknown/{name}/{format_time(at)}"
+        ctx.emit(
+            DecisionKind.INCIDENT_OPENED,
+            at,
+            node=name,
+            incident=node.unknown_incident,
+            alert=AlertAction.FIRING,
+            severity=Severity.WARNING,
+            summary=f"node {name}: devices read Unknown ({members[0].effective_reason})",
+            devices=[d.resource_id for d in members],
+        )
         return
-    ctx.state.dirty_nodes.add(name)
     ctx.emit(
         DecisionKind.INCIDENT_RESOLVED,
         at,
@@ -383,7 +408,6 @@ def _back_to_available(ctx: _Ctx, device: DeviceGov, at: datetime) -> None:
         ctx.state.fleet.deferred.remove((device.node, device.resource_id))
     device.pending = None
     device.pending_reason = None
-    device.unknown_since = None
     device.deadline = None
     _set_state(ctx, device, GovState.AVAILABLE, at, "healthy")
 
@@ -411,6 +435,11 @@ def _want(ctx: _Ctx, device: DeviceGov, action: PendingAction, at: datetime, rea
     if device.pending is PendingAction.QUARANTINE:
         action = PendingAction.QUARANTINE  # never downgrade a deferred quarantine
     fleet = ctx.state.fleet
+    # Automatic restrictions are dated on one monotonic clock (the fleet bucket's), so the
+    # buckets bound them by decision time even when observations arrive out of time order.
+    clock = None if fleet.fleet_bucket is None else fleet.fleet_bucket.updated_at
+    if clock is not None and clock > at:
+        at = clock
     blocked: str | None = None
     if fleet.automation_paused:
         blocked = f"automation paused by {fleet.paused_by}"
@@ -600,6 +629,10 @@ def _start_stage(ctx: _Ctx, device: DeviceGov, stage: RecoveryStage, at: datetim
         if stage is RecoveryStage.STABILITY
         else ctx.policy.recovery_stage_timeout_seconds
     )
+    # A stage started by a watermark that jumped (the watcher was down) starts now, so the
+    # executor gets its whole timeout.
+    if ctx.now is not None and ctx.now > at:
+        at = ctx.now
     q.recovery_stage = stage
     q.status = QuarantineStatus.RECOVERING
     q.stage_deadline = at + timedelta(seconds=seconds)
@@ -730,10 +763,14 @@ def _on_watermark(ctx: _Ctx, w: WatermarkAdvanced) -> None:
         return
     fleet.watermark = low
     _fire_due(ctx)
-    # A full bucket is the same as no bucket: drop them so the fleet snapshot stays small.
+    # A bucket full at the restriction clock is the same as no bucket (every later restriction
+    # is dated at or after that clock): drop them so the fleet snapshot stays small.
+    clock = None if fleet.fleet_bucket is None else fleet.fleet_bucket.updated_at
     for name, bucket in sorted(fleet.node_buckets.items()):
+        if clock is None:
+            break
         limits.refill(
-            bucket, low, ctx.policy.restrict_node_burst, ctx.policy.restrict_node_refill_seconds
+            bucket, clock, ctx.policy.restrict_node_burst, ctx.policy.restrict_node_refill_seconds
         )
         if bucket.tokens >= ctx.policy.restrict_node_burst:
             del fleet.node_buckets[name]
@@ -1084,6 +1121,9 @@ def _command_extend(ctx: _Ctx, c: OperatorCommand, device: DeviceGov) -> None:
     if c.expires_at is None or c.expires_at <= c.requested_at:
         _reject(ctx, c, "extend needs an expiresAt later than the request")
         return
+    if q.kind is QuarantineKind.MANUAL and q.expires_at is None:
+        _reject(ctx, c, "the quarantine has no expiry: it holds until released")
+        return
     current = q.expires_at if q.kind is QuarantineKind.MANUAL else q.next_recovery_at
     if current is not None and c.expires_at <= current:
         _reject(ctx, c, f"the quarantine already holds until {format_time(current)}")
@@ -1091,7 +1131,9 @@ def _command_extend(ctx: _Ctx, c: OperatorCommand, device: DeviceGov) -> None:
     _accept(ctx, c, quarantineID=q.quarantine_id)
     if device.state is GovState.RECOVERING:
         _fail_recovery(ctx, device, c.requested_at, f"extended by {c.actor}: {c.reason}")
-    _extend(ctx, device, c.requested_at, c.reason or "extended", c.expires_at, c.actor)
+    held = q.expires_at if q.kind is QuarantineKind.MANUAL else q.next_recovery_at
+    if held is None or c.expires_at > held:
+        _extend(ctx, device, c.requested_at, c.reason or "extended", c.expires_at, c.actor)
 
 
 def _command_release(ctx: _Ctx, c: OperatorCommand, device: DeviceGov) -> None:
@@ -1105,6 +1147,7 @@ def _command_release(ctx: _Ctx, c: OperatorCommand, device: DeviceGov) -> None:
             _reject(ctx, c, "a break-glass release needs a reason")
             return
         reason = f"break-glass: {c.reason}"
+        device.cleared, device.cleared_version = True, device.status_version
     elif q.kind is QuarantineKind.MANUAL or passed:
         reason = c.reason or "released by operator"
     else:

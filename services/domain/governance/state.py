@@ -215,6 +215,8 @@ class DeviceGov:
     quarantine: QuarantineRecord | None = None
     fencing_token: int = 0
     alert_incident: str | None = None
+    cleared: bool = False
+    cleared_version: int | None = None
 
     @property
     def key(self) -> DeviceKey:
@@ -245,6 +247,8 @@ class DeviceGov:
             "quarantine": None if self.quarantine is None else self.quarantine.to_json(),
             "fencingToken": self.fencing_token,
             "alertIncident": self.alert_incident,
+            "cleared": self.cleared,
+            "clearedVersion": None if self.cleared_version is None else str(self.cleared_version),
         }
 
     @classmethod
@@ -276,6 +280,10 @@ class DeviceGov:
             quarantine=None if quarantine is None else QuarantineRecord.from_json(quarantine),
             fencing_token=int(obj.get("fencingToken") or 0),
             alert_incident=obj.get("alertIncident"),
+            cleared=bool(obj.get("cleared")),
+            cleared_version=None
+            if obj.get("clearedVersion") is None
+            else int(obj["clearedVersion"]),
         )
 
 
