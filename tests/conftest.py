@@ -216,14 +216,18 @@ async def stream_settings(
     kafka_admin: Any, fresh_schema: str, tmp_path: Any
 ) -> AsyncIterator[Settings]:
     """Settings private to one test: topics ``t<tag>.events`` (3 partitions) and
-    ``t<tag>.dead-letter`` (created, as ``ensure_topics`` would), consumer group ``t<tag>.worker``, the test's fresh schema,
-    a RocksDB data directory under ``tmp_path``, metrics off, small batches."""
+    ``t<tag>.dead-letter`` (created, as ``ensure_topics`` would), ``t<tag>.governance`` and
+    ``t<tag>.decisions`` (named only; the worker's ``ensure_topics`` creates them), consumer group
+    ``t<tag>.worker``, the test's fresh schema, a RocksDB data directory under ``tmp_path``,
+    metrics off, small batches. No test worker touches the shared default topics."""
     from aiokafka.admin import NewTopic
 
     tag = f"t{uuid4().hex[:12]}"
     settings = Settings(
         topic=f"{tag}.events",
         dead_letter_topic=f"{tag}.dead-letter",
+        governance_topic=f"{tag}.governance",
+        decisions_topic=f"{tag}.decisions",
         topic_partitions=3,
         consumer_group=f"{tag}.worker",
         database_schema=fresh_schema,
