@@ -48,6 +48,7 @@ class DecisionKind(StrEnum):
     BREAKER_RESET = "BreakerReset"
     AUTOMATION_PAUSED = "AutomationPaused"
     AUTOMATION_RESUMED = "AutomationResumed"
+    DATA_QUALITY = "DataQualityFlagged"  # an inventory conflict raised or cleared
     COMMAND_ACCEPTED = "CommandAccepted"
     COMMAND_REJECTED = "CommandRejected"
 

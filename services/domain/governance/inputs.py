@@ -47,6 +47,12 @@ class HealthTransition:
     ``transition`` set. ``partition``/``offset`` locate the observation on the device-health topic;
     ``(node, resource_id, status_version)`` is its idempotency key. ``pods`` lists
     ``namespace/name`` of the Pods holding the device after the observation.
+
+    ``device_id`` is the device's physical identity on its node when the worker resolved one
+    (:mod:`services.domain.inventory.identity`: ``driver/pool/device`` for DRA, the physical GPU
+    for device-plugin replicas); the governor keys the device on it (``resource_id`` otherwise),
+    so a quarantine follows the GPU across claims whose CDI-form resourceIDs differ.
+    ``identity`` is the resolution status and ``uuid`` the GPU UUID where known.
     """
 
     node: str
@@ -62,7 +68,30 @@ class HealthTransition:
     raw_health: str | None = None
     resource_claim: str | None = None
     pods: tuple[str, ...] = ()
+    device_id: str | None = None
+    identity: str | None = None
+    uuid: str | None = None
     type: str = field(default="HealthTransition", init=False)
+
+    @property
+    def device_key(self) -> tuple[str, str]:
+        """``(node, device_id or resource_id)``: the governor's key of the device."""
+        return (self.node, self.device_id or self.resource_id)
+
+
+@dataclass(frozen=True, slots=True)
+class InventoryConflict:
+    """A data-quality finding of the inventory (issue 4): ``kind`` (e.g. ``plugin-and-dra``,
+    ``ambiguous-resource-id``, ``resource-id-reused``, ``vanished-from-slice``) about ``subject``
+    on ``node``; ``active`` false when it is over. Raised and cleared as an alert, never merged."""
+
+    kind: str
+    node: str
+    subject: str
+    detail: str
+    active: bool
+    observed_at: datetime
+    type: str = field(default="InventoryConflict", init=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +192,7 @@ GovernanceInput: TypeAlias = (
     | OperatorCommand
     | RecoveryLeaseRequested
     | RecoveryReport
+    | InventoryConflict
 )
 
 
@@ -190,6 +220,18 @@ def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
             rawHealth=record.raw_health,
             resourceClaim=record.resource_claim,
             pods=list(record.pods),
+            deviceID=record.device_id,
+            identity=record.identity,
+            uuid=record.uuid,
+        )
+    elif isinstance(record, InventoryConflict):
+        base.update(
+            kind=record.kind,
+            node=record.node,
+            subject=record.subject,
+            detail=record.detail,
+            active=record.active,
+            observedAt=format_time(record.observed_at),
         )
     elif isinstance(record, WatermarkAdvanced):
         base.update(
@@ -318,6 +360,18 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
             raw_health=_opt_str(obj, "rawHealth"),
             resource_claim=_opt_str(obj, "resourceClaim"),
             pods=tuple(pods),
+            device_id=_opt_str(obj, "deviceID"),
+            identity=_opt_str(obj, "identity"),
+            uuid=_opt_str(obj, "uuid"),
+        )
+    if kind == "InventoryConflict":
+        return InventoryConflict(
+            kind=_str(obj, "kind"),
+            node=_str(obj, "node"),
+            subject=_str(obj, "subject"),
+            detail=_str(obj, "detail", empty=True),
+            active=_bool(obj, "active"),
+            observed_at=_time(obj, "observedAt"),
         )
     if kind == "WatermarkAdvanced":
         return WatermarkAdvanced(

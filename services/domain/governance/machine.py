@@ -32,6 +32,7 @@ from services.domain.governance.inputs import (
     CommandAction,
     GovernanceInput,
     HealthTransition,
+    InventoryConflict,
     OperatorCommand,
     RecoveryLeaseRequested,
     RecoveryReport,
@@ -158,6 +159,8 @@ def step(
         _on_command(ctx, record)
     elif isinstance(record, RecoveryLeaseRequested):
         _on_lease_request(ctx, record)
+    elif isinstance(record, InventoryConflict):
+        _on_conflict(ctx, record)
     else:
         _on_report(ctx, record)
     _fire_due(ctx)
@@ -190,7 +193,7 @@ def _fire_due(ctx: _Ctx) -> None:
 
 def _on_transition(ctx: _Ctx, t: HealthTransition) -> None:
     state = ctx.state
-    device = state.devices.get((t.node, t.resource_id))
+    device = state.devices.get(t.device_key)
     if device is not None:
         if device.status_version is not None and version_rank(t.status_version) <= version_rank(
             device.status_version
@@ -205,7 +208,7 @@ def _on_transition(ctx: _Ctx, t: HealthTransition) -> None:
     if device is None:
         device = DeviceGov(
             node=t.node,
-            resource_id=t.resource_id,
+            resource_id=t.device_key[1],
             resource_name=t.resource_name,
             source=t.source,
             observed_health=t.health,
@@ -226,6 +229,8 @@ def _on_transition(ctx: _Ctx, t: HealthTransition) -> None:
     device.source = t.source
     device.resource_claim = t.resource_claim or device.resource_claim
     device.pods = t.pods
+    device.reported_id = t.resource_id
+    device.uuid = t.uuid or device.uuid
     if t.health is Health.UNHEALTHY and previous is not Health.UNHEALTHY:
         horizon = t.observed_at - timedelta(seconds=ctx.policy.flap_window_seconds)
         device.unhealthy_transitions = [x for x in device.unhealthy_transitions if x > horizon] + [
@@ -1268,3 +1273,23 @@ def _on_report(ctx: _Ctx, r: RecoveryReport) -> None:
         else RecoveryStage.STABILITY
     )
     _start_stage(ctx, device, following, at)
+
+
+# --- data quality -------------------------------------------------------------------------------
+
+
+def _on_conflict(ctx: _Ctx, c: InventoryConflict) -> None:
+    """An inventory conflict is an alert of its own (issue 4: flagged, never merged silently)."""
+    ctx.emit(
+        DecisionKind.DATA_QUALITY,
+        c.observed_at,
+        node=c.node,
+        incident=f"data-quality/{c.kind}/{c.node}/{c.subject}",
+        alert=AlertAction.FIRING if c.active else AlertAction.RESOLVED,
+        severity=Severity.WARNING if c.active else Severity.INFO,
+        summary=f"{c.kind} on {c.node}: {c.subject}: {c.detail}",
+        conflict=c.kind,
+        subject=c.subject,
+        detail=c.detail,
+        active=c.active,
+    )

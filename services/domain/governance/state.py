@@ -190,7 +190,12 @@ class QuarantineRecord:
 
 @dataclass(slots=True)
 class DeviceGov:
-    """Governance state of one device ``(node, resourceID)``."""
+    """Governance state of one device ``(node, resource_id)``.
+
+    ``resource_id`` is the device's key on its node: its physical identity when the worker
+    resolved one (``HealthTransition.device_id``), else the resourceID as reported;
+    ``reported_id`` is the resourceID of the latest observation (a CDI-form ID changes per claim).
+    """
 
     node: str
     resource_id: str
@@ -217,6 +222,8 @@ class DeviceGov:
     alert_incident: str | None = None
     cleared: bool = False
     cleared_version: int | None = None
+    reported_id: str | None = None
+    uuid: str | None = None
 
     @property
     def key(self) -> DeviceKey:
@@ -247,6 +254,8 @@ class DeviceGov:
             "quarantine": None if self.quarantine is None else self.quarantine.to_json(),
             "fencingToken": self.fencing_token,
             "alertIncident": self.alert_incident,
+            "reportedID": self.reported_id,
+            "uuid": self.uuid,
             "cleared": self.cleared,
             "clearedVersion": None if self.cleared_version is None else str(self.cleared_version),
         }
@@ -280,6 +289,8 @@ class DeviceGov:
             quarantine=None if quarantine is None else QuarantineRecord.from_json(quarantine),
             fencing_token=int(obj.get("fencingToken") or 0),
             alert_incident=obj.get("alertIncident"),
+            reported_id=obj.get("reportedID"),
+            uuid=obj.get("uuid"),
             cleared=bool(obj.get("cleared")),
             cleared_version=None
             if obj.get("clearedVersion") is None
