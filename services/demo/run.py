@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.markup import escape
@@ -26,6 +27,26 @@ from services.directory_client.cli import fetch_devices, make_console, render_ta
 from services.logs import configure_logging
 
 BUNDLED_STREAM = Path(__file__).resolve().parents[1] / "examples" / "demo-stream.jsonl"
+
+
+def _print_governance(api_url: str, console: Any) -> None:
+    """The quarantines and the governor's status, as ``devicestate quarantine list`` and
+    ``devicestate governance`` show them."""
+    import httpx
+
+    quarantines = httpx.get(f"{api_url}/v1/quarantines", params={"limit": 100}, timeout=10).json()
+    status = httpx.get(f"{api_url}/v1/governance", timeout=10).json()
+    for q in quarantines.get("items", []):
+        console.print(
+            f"[bold red]QUARANTINED[/] {escape(q['quarantineID'])} ({escape(q['status'])}, "
+            f"{escape(q['kind'])} by {escape(q['actor'])}): {escape(q['reason'])}"
+        )
+    console.print(f"governance: {escape(status.get('message', ''))}")
+    console.print(
+        f"  devices by state {status.get('devicesByState')}, breaker "
+        f"{'OPEN' if (status.get('breaker') or {}).get('open') else 'closed'}, "
+        f"watermark {status.get('watermark')}"
+    )
 
 
 def _stack_up() -> None:
@@ -87,21 +108,28 @@ def demo(
         console.rule(f"4/5 watcher publishes {input_path.name}")
         summary = asyncio.run(run_watch(settings, from_file=input_path))
         console.print(escape(str(summary)))
-        asyncio.run(
-            wait_caught_up(
-                settings.kafka_bootstrap_servers,
-                settings.topic,
-                settings.consumer_group,
-                timeout,
-                on_progress=lambda lag: console.print(f"  worker lag: {lag} records"),
-                still_alive=worker.check_alive,
-            )
-        )
+        # The health agent first, then the governor, which folds what the health agent forwarded.
+        for topic, what in ((settings.topic, "worker"), (settings.governance_topic, "governor")):
 
-        console.rule("5/5 device directory")
+            def progress(lag: int, what: str = what) -> None:
+                console.print(f"  {what} lag: {lag} records")
+
+            asyncio.run(
+                wait_caught_up(
+                    settings.kafka_bootstrap_servers,
+                    topic,
+                    settings.consumer_group,
+                    timeout,
+                    on_progress=progress,
+                    still_alive=worker.check_alive,
+                )
+            )
+
+        console.rule("5/5 device directory and governance")
         api_url = f"http://{settings.api_host}:{settings.api_port}"
         devices = fetch_devices(api_url, {})
-        render_table(devices, console)
+        render_table(devices, console, wide=True)
+        _print_governance(api_url, console)
         for d in devices:
             if d["health"] == "Unhealthy":
                 console.print(
