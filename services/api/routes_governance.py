@@ -622,7 +622,12 @@ def governance_status(fleet: FleetStatus, now: datetime, settings: Settings) -> 
             f"{age:.0f} s behind the wall clock (threshold {threshold:.0f} s)"
         )
     else:
-        message = f"observations current (watermark {age:.0f} s behind the wall clock)"
+        message = (
+            f"observations current (watermark {age:.0f} s behind the wall clock)"
+            if age is None or age >= 0
+            else f"observations current (watermark {-age:.0f} s ahead of the wall clock: a "
+            "recorded stream or clock skew)"
+        )
     if fleet.breaker_open:
         message += "; circuit breaker OPEN"
     if fleet.automation_paused:
