@@ -21,6 +21,7 @@ from alembic import command
 from alembic.config import Config
 
 import services.projection.governance_tables  # noqa: F401  (all tables on ``metadata``)
+import services.projection.inventory_tables  # noqa: F401  (registers its tables on ``metadata``)
 from services.projection.tables import check_schema_name
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]

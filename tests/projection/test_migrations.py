@@ -17,6 +17,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import services.projection.governance_tables  # noqa: F401  (registers its tables on ``metadata``)
+import services.projection.inventory_tables  # noqa: F401  (registers its tables on ``metadata``)
 from services.projection.migrate import REPO_ROOT, migrate
 from services.projection.tables import check_schema_name, metadata
 
@@ -29,6 +30,13 @@ GOVERNANCE_TABLES = (
     "quarantines",
     "governance_decisions",
     "governance_commands",
+)
+
+INVENTORY_TABLES = (
+    "inventory_objects",
+    "node_resources",
+    "device_identities",
+    "inventory_conflicts",
 )
 
 
@@ -81,9 +89,20 @@ async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
         "device_history",
         "partition_progress",
         *GOVERNANCE_TABLES,
+        *INVENTORY_TABLES,
     }
     current = await asyncio.to_thread(alembic_cli, database_url, schema_name, "current")
-    assert "0002_governance (head)" in current.stdout
+    assert "0003_inventory (head)" in current.stdout
+
+    back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
+    assert back.returncode == 0, back.stderr
+    assert await tables_in(engine, schema_name) == {
+        "alembic_version",
+        "devices",
+        "device_history",
+        "partition_progress",
+        *GOVERNANCE_TABLES,
+    }
 
     back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
     assert back.returncode == 0, back.stderr
@@ -111,7 +130,7 @@ async def test_migrate_is_idempotent_and_safe_to_run_concurrently(
         version = await conn.execute(
             text(f'SELECT version_num FROM "{schema_name}".alembic_version')
         )
-        assert [r[0] for r in version] == ["0002_governance"]
+        assert [r[0] for r in version] == ["0003_inventory"]
 
 
 async def test_revisions_match_the_table_metadata(engine: AsyncEngine, fresh_schema: str) -> None:
