@@ -19,8 +19,8 @@ from alembic import context
 from sqlalchemy import Connection, create_engine, pool, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-import services.projection.governance_tables  # noqa: F401  (registers its tables on ``metadata``)
-import services.projection.inventory_tables  # noqa: F401  (registers its tables on ``metadata``)
+import services.projection.governance_tables  # (the imports register their tables on ``metadata``)
+import services.projection.inventory_tables  # noqa: F401
 from services.config import Settings
 from services.projection.tables import check_schema_name, metadata, quoted_schema
 

@@ -20,8 +20,8 @@ from typing import Final
 from alembic import command
 from alembic.config import Config
 
-import services.projection.governance_tables  # noqa: F401  (all tables on ``metadata``)
-import services.projection.inventory_tables  # noqa: F401  (registers its tables on ``metadata``)
+import services.projection.governance_tables  # (the imports register their tables on ``metadata``)
+import services.projection.inventory_tables  # noqa: F401
 from services.projection.tables import check_schema_name
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-import services.projection.governance_tables  # noqa: F401  (registers its tables on ``metadata``)
-import services.projection.inventory_tables  # noqa: F401  (registers its tables on ``metadata``)
+import services.projection.governance_tables  # (the imports register their tables on ``metadata``)
+import services.projection.inventory_tables  # noqa: F401
 from services.projection.migrate import REPO_ROOT, migrate
 from services.projection.tables import check_schema_name, metadata
 
