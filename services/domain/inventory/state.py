@@ -7,12 +7,18 @@ conflicts issue 4 asks to flag (never merge silently):
   capacity) and DRA (a DeviceClass with that ``extendedResourceName`` whose driver publishes on the
   node), or one physical GPU (same UUID) is reported by both (KEP-5004: never both);
 - ``vanished-from-slice``: a device left its ResourceSlice.
+
+The state keeps indexes beside its dicts (the slices of each pool, the slices and aliases of each
+node), so that resolving an observation and checking one node's ownership cost what that pool or
+node holds, not the whole fleet. They follow :meth:`InventoryState.apply`,
+:meth:`~InventoryState.resolve` and :meth:`~InventoryState.set_capacity`; after filling the dicts
+directly (a load from storage), call :meth:`~InventoryState.reindex`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -49,22 +55,87 @@ class Conflict:
     detail: str
 
 
+SliceKey = tuple[str, str, str]
+"""``(driver, pool, slice name)``."""
+
+
 @dataclass(slots=True)
 class InventoryState:
     """Everything the inventory knows (mutable; one owner)."""
 
-    slices: dict[tuple[str, str, str], ResourceSliceInfo] = field(default_factory=dict)
+    slices: dict[SliceKey, ResourceSliceInfo] = field(default_factory=dict)
     claims: dict[tuple[str, str], ResourceClaimInfo] = field(default_factory=dict)
     classes: dict[str, DeviceClassInfo] = field(default_factory=dict)
     node_capacity: dict[str, dict[str, int]] = field(default_factory=dict)
     aliases: dict[tuple[str, str], Identity] = field(default_factory=dict)
+    # Indexes (see the module docstring): pool -> its slices sorted by name; node -> the keys of
+    # its slices; node -> the resourceIDs it has aliases for.
+    _pools: dict[tuple[str, str], list[ResourceSliceInfo]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _node_slices: dict[str, set[SliceKey]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _node_aliases: dict[str, set[str]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
-    def slice_index(self) -> dict[tuple[str, str], list[ResourceSliceInfo]]:
-        """``(driver, pool)`` -> slices, for :func:`~.identity.dra_identity`."""
-        index: dict[tuple[str, str], list[ResourceSliceInfo]] = defaultdict(list)
-        for (driver, pool, _), resource_slice in sorted(self.slices.items()):
-            index[(driver, pool)].append(resource_slice)
-        return index
+    def __post_init__(self) -> None:
+        self.reindex()
+
+    def reindex(self) -> None:
+        """Rebuild the indexes from the dicts (after changing them other than through the
+        methods)."""
+        self._pools = {}
+        self._node_slices = {}
+        self._node_aliases = {}
+        for key, resource_slice in sorted(self.slices.items()):
+            self._pools.setdefault(key[:2], []).append(resource_slice)
+            if resource_slice.node:
+                self._node_slices.setdefault(resource_slice.node, set()).add(key)
+        for node, resource_id in self.aliases:
+            self._node_aliases.setdefault(node, set()).add(resource_id)
+
+    def slice_index(self) -> Mapping[tuple[str, str], list[ResourceSliceInfo]]:
+        """``(driver, pool)`` -> slices (sorted by name), for :func:`~.identity.dra_identity`.
+        The state's own index: read it, do not change it."""
+        return self._pools
+
+    def nodes(self) -> list[str]:
+        """Nodes with at least one ResourceSlice, sorted."""
+        return sorted(self._node_slices)
+
+    def nodes_with_drivers(self, drivers: Iterable[str]) -> set[str]:
+        """Nodes with a ResourceSlice of one of ``drivers``."""
+        wanted = set(drivers)
+        if not wanted:
+            return set()
+        return {
+            node
+            for node, keys in self._node_slices.items()
+            if any(key[0] in wanted for key in keys)
+        }
+
+    def _put_slice(self, key: SliceKey, new: ResourceSliceInfo | None) -> None:
+        """Set (``new``) or remove (``None``) one slice, keeping the indexes."""
+        old = self.slices.pop(key, None)
+        if old is not None and old.node:
+            held = self._node_slices.get(old.node)
+            if held is not None:
+                held.discard(key)
+                if not held:
+                    del self._node_slices[old.node]
+        pool = [s for s in self._pools.get(key[:2], ()) if s.name != key[2]]
+        if new is not None:
+            self.slices[key] = new
+            pool.append(new)
+            pool.sort(key=lambda s: s.name)
+            if new.node:
+                self._node_slices.setdefault(new.node, set()).add(key)
+        if pool:
+            self._pools[key[:2]] = pool
+        else:
+            self._pools.pop(key[:2], None)
 
     def apply(self, event: InventoryObserved) -> list[Conflict]:
         """Apply one inventory event; returns the devices that vanished from a slice."""
@@ -72,12 +143,12 @@ class InventoryState:
         if isinstance(obj, ResourceSliceInfo):
             key = (obj.driver, obj.pool, obj.name)
             old = self.slices.get(key)
-            if event.deleted:
-                self.slices.pop(key, None)
-            else:
-                self.slices[key] = obj
+            self._put_slice(key, None if event.deleted else obj)
             before = {d.name for d in old.devices} if old else set()
             after = set() if event.deleted else {d.name for d in obj.devices}
+            vanished = sorted(before - after)
+            if not vanished:
+                return []
             allocated = {r.device_id for c in self.claims.values() for r in c.results}
             return [
                 Conflict(
@@ -89,7 +160,7 @@ class InventoryState:
                         " while allocated" if f"{obj.driver}/{obj.pool}/{name}" in allocated else ""
                     ),
                 )
-                for name in sorted(before - after)
+                for name in vanished
             ]
         if isinstance(obj, ResourceClaimInfo):
             if event.deleted:
@@ -113,7 +184,7 @@ class InventoryState:
             identity = plugin_identity(event.resource_id)
         else:
             identity = dra_identity(
-                event.resource_id, event.namespace, event.claim, self.claims, self.slice_index()
+                event.resource_id, event.namespace, event.claim, self.claims, self._pools
             )
         conflicts: list[Conflict] = []
         if identity.status is IdentityStatus.AMBIGUOUS:
@@ -145,30 +216,36 @@ class InventoryState:
             )
         if identity.status is not IdentityStatus.UNRESOLVED or previous is None:
             self.aliases[alias] = identity
+            if previous is None:
+                self._node_aliases.setdefault(event.node, set()).add(event.resource_id)
         return identity, conflicts
 
-    def ownership_conflicts(self) -> list[Conflict]:
-        """Nodes where a device plugin and DRA both offer a resource or a GPU (KEP-5004)."""
+    def ownership_conflicts(self, nodes: Iterable[str] | None = None) -> list[Conflict]:
+        """Nodes where a device plugin and DRA both offer a resource or a GPU (KEP-5004); only
+        those of ``nodes`` when given (each node's findings depend on that node's slices,
+        capacity and aliases, and on the DeviceClasses)."""
         found: set[Conflict] = set()
-        drivers_on_node: dict[str, set[str]] = defaultdict(set)
-        uuids_on_node: dict[str, dict[str, str]] = defaultdict(dict)
-        for resource_slice in self.slices.values():
-            if resource_slice.node:
-                drivers_on_node[resource_slice.node].add(resource_slice.driver)
+        wanted = self._node_slices if nodes is None else set(nodes)
+        extended = [c for c in self.classes.values() if c.extended_resource_name is not None]
+        for node in wanted:
+            keys = self._node_slices.get(node)
+            if not keys:
+                continue
+            drivers: set[str] = set()
+            uuids: dict[str, str] = {}
+            for key in keys:
+                resource_slice = self.slices[key]
+                drivers.add(resource_slice.driver)
                 for device in resource_slice.devices:
                     if device.uuid:
-                        uuids_on_node[resource_slice.node][device.uuid] = (
+                        uuids[device.uuid] = (
                             f"{resource_slice.driver}/{resource_slice.pool}/{device.name}"
                         )
-        for device_class in self.classes.values():
-            resource = device_class.extended_resource_name
-            if resource is None:
-                continue
-            for node, drivers in drivers_on_node.items():
-                if (
-                    drivers & set(device_class.drivers)
-                    and self.node_capacity.get(node, {}).get(resource, 0) > 0
-                ):
+            capacity = self.node_capacity.get(node, {})
+            for device_class in extended:
+                resource = device_class.extended_resource_name
+                assert resource is not None
+                if drivers & set(device_class.drivers) and capacity.get(resource, 0) > 0:
                     found.add(
                         Conflict(
                             ConflictKind.PLUGIN_AND_DRA,
@@ -178,19 +255,20 @@ class InventoryState:
                             f"DRA through DeviceClass {device_class.name}",
                         )
                     )
-        for (node, resource_id), identity in self.aliases.items():
-            if identity.owner is DeviceSource.DEVICE_PLUGIN and identity.uuid:
-                dra_device = uuids_on_node.get(node, {}).get(identity.uuid)
-                if dra_device is not None:
-                    found.add(
-                        Conflict(
-                            ConflictKind.PLUGIN_AND_DRA,
-                            node,
-                            identity.uuid,
-                            f"GPU {identity.uuid} is reported by a device plugin ({resource_id}) "
-                            f"and published by DRA as {dra_device}",
+            for resource_id in self._node_aliases.get(node, ()):
+                identity = self.aliases[(node, resource_id)]
+                if identity.owner is DeviceSource.DEVICE_PLUGIN and identity.uuid:
+                    dra_device = uuids.get(identity.uuid)
+                    if dra_device is not None:
+                        found.add(
+                            Conflict(
+                                ConflictKind.PLUGIN_AND_DRA,
+                                node,
+                                identity.uuid,
+                                f"GPU {identity.uuid} is reported by a device plugin "
+                                f"({resource_id}) and published by DRA as {dra_device}",
+                            )
                         )
-                    )
         return sorted(found)
 
     def dra_capacity_devices(self) -> list[CapacityDevice]:
