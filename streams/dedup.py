@@ -6,15 +6,19 @@ Per batch of records (``stream.take_events``):
    decode is sent, with its original bytes, to the dead-letter topic (reason in headers) and the
    stream goes on. Node events (heartbeats, resource counts, watcher ticks) and DRA inventory
    records never touch the directory or the table: heartbeats and resource counts are only
-   forwarded (step 3), and every record's event time moves its partition's watermark;
+   forwarded (step 3), and every record's event time moves its partition's watermark. DRA
+   inventory records, resource counts and the observations the directory applies also maintain
+   the inventory (:mod:`services.projection.inventory_fold`: objects, identities, conflicts) in
+   the same transaction;
 2. drop observations the changelog-backed table ``last_applied_version`` already covers (same or
    older statusVersion rank for the device) -- early, before the database sees them. Releases are
    never filtered: only the projection knows which allocations they remove;
 3. write what is left with ONE :meth:`ProjectionStore.apply_batch` (one transaction), retrying
    transient database (and Kafka) errors with backoff inside the loop, shielded from
    cancellation. Inside the transaction, just before the commit, the batch's health
-   transitions, node facts and watermarks are forwarded to the governance topic
-   (:mod:`streams.forward`) and their delivery awaited;
+   transitions (with the identity each observation resolved to), node facts, inventory conflicts
+   and watermarks are forwarded to the governance topic (:mod:`streams.forward`) and their
+   delivery awaited;
 4. only after the commit, raise the table's ranks, so the table never drops an event PostgreSQL
    did not get.
 
@@ -90,6 +94,7 @@ class BatchSink(Protocol):
         *,
         event_times: Sequence[tuple[LogPosition, datetime]] = (),
         before_commit: CommitHook | None = None,
+        inventory_items: Sequence[tuple[LogPosition, object]] | None = None,
     ) -> Awaitable[BatchResult]: ...
 
 
@@ -204,6 +209,8 @@ class _Batch:
     sources: list[Any] = field(default_factory=list)  # faust event of each record
     node_events: list[LoggedNodeEvent] = field(default_factory=list)
     order: dict[LogPosition, int] = field(default_factory=dict)  # decoded records' batch index
+    # What the inventory folds, in batch order: observations, DRA objects, resource counts.
+    items: list[tuple[LogPosition, object]] = field(default_factory=list)
     dead: list[Awaitable[Any]] = field(default_factory=list)
 
 
@@ -313,7 +320,7 @@ class DeviceDedup:
             if batch.dead:
                 await asyncio.gather(*batch.dead)
             result, cancelled = await self._write(
-                selection.records, highwaters, consumed, event_times, hook
+                selection.records, highwaters, consumed, event_times, hook, batch.items
             )
         except asyncio.CancelledError:
             self._withhold_acks(events)
@@ -351,6 +358,8 @@ class DeviceDedup:
             batch.dead.append(self._dead_letter(message, position, reason))
             return
         batch.order[position] = len(batch.order)
+        if isinstance(decoded, DeviceHealthObserved | InventoryObserved | NodeResourcesChanged):
+            batch.items.append((position, decoded))
         if isinstance(
             decoded, NodeHeartbeat | NodeResourcesChanged | WatcherTick | InventoryObserved
         ):
@@ -427,12 +436,15 @@ class DeviceDedup:
         consumed: Mapping[tuple[str, int], int],
         event_times: Sequence[tuple[LogPosition, datetime]] = (),
         hook: CommitHook | None = None,
+        inventory_items: Sequence[tuple[LogPosition, object]] = (),
     ) -> tuple[BatchResult | None, bool]:
         """Commit the batch (:meth:`BatchWriter.write <streams.batchwrite.BatchWriter.write>`:
         retried, shielded). Returns the store's result (``None``: not committed) and whether the
         agent was cancelled meanwhile. Raises :class:`BatchNotWritten` for a non-transient error.
+        ``inventory_items`` (the batch's observations, DRA objects and resource counts in batch
+        order) make the store maintain the inventory with the directory.
         """
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = {"inventory_items": inventory_items}
         if event_times:
             extra["event_times"] = event_times
         if hook is not None:

@@ -5,9 +5,13 @@ The health agent (:mod:`streams.dedup`) hands :meth:`Forwarder.before_commit` to
 awaits it inside the batch's transaction, just before the commit. It sends, in the batch's order:
 
 - one :class:`HealthTransition` per health transition the directory fold made (a device's health
-  changed, or the device was first seen);
+  changed, or the device was first seen), with the identity the inventory resolved for that
+  observation (``device_id`` only when resolved or as reported: for an ambiguous or unresolved
+  one the governor keys the device on its reported resourceID);
 - every ``NodeHeartbeat`` and ``NodeResourcesChanged`` unchanged (``WatcherTick``\\ s and DRA
   ``InventoryObserved`` records are not forwarded: they only move the watermark);
+- one :class:`InventoryConflict` per inventory conflict the batch raised (``active``) or cleared
+  (the governor turns it into a ``DataQualityFlagged`` alert), after the record that caused it;
 
 then one :class:`WatermarkAdvanced` per partition the batch touched, when the partition's newest
 event time in the batch is later than the newest one recorded for it before the batch
@@ -33,12 +37,15 @@ from services.domain.directory import DeviceRecord
 from services.domain.governance.inputs import (
     GovernanceInput,
     HealthTransition,
+    InventoryConflict,
     WatermarkAdvanced,
     encode_input,
 )
 from services.domain.inventory.events import InventoryObserved
+from services.domain.inventory.identity import Identity
 from services.domain.log import LogPosition
 from services.domain.node_events import NodeEvent, NodeHeartbeat, NodeResourcesChanged
+from services.projection.inventory_fold import ConflictChange, forwards
 from services.projection.store import PendingCommit, Transition
 
 
@@ -69,8 +76,9 @@ def pods_of(record: DeviceRecord) -> tuple[str, ...]:
     return tuple(sorted({f"{a.namespace}/{a.pod_name}" for a in record.allocations}))
 
 
-def health_transition(transition: Transition) -> HealthTransition:
-    """The governance record of one transition of the directory fold."""
+def health_transition(transition: Transition, identity: Identity | None = None) -> HealthTransition:
+    """The governance record of one transition of the directory fold; ``identity`` is what the
+    inventory resolved the observation to (``None``: the inventory was not maintained)."""
     event, record, position = transition.event, transition.change.record, transition.position
     claim = event.claim
     return HealthTransition(
@@ -87,16 +95,36 @@ def health_transition(transition: Transition) -> HealthTransition:
         raw_health=event.raw_health,
         resource_claim=None if claim is None else claim.resource_claim_name,
         pods=pods_of(record),
+        device_id=identity.device_id if identity is not None and forwards(identity) else None,
+        identity=None if identity is None else identity.status.value,
+        uuid=None if identity is None else identity.uuid,
+    )
+
+
+def inventory_conflict(change: ConflictChange) -> InventoryConflict:
+    """The governance record of a conflict raised or cleared."""
+    row = change.row
+    return InventoryConflict(
+        kind=row.kind,
+        node=row.node,
+        subject=row.subject,
+        detail=row.detail,
+        active=row.active,
+        observed_at=change.at,
     )
 
 
 def governance_records(
     batch: BatchView, commit: PendingCommit, partitions: int
 ) -> list[GovernanceInput]:
-    """What one batch forwards: transitions and node facts in batch order, then the watermarks
-    (partition order). ``partitions`` is the health topic's partition count."""
+    """What one batch forwards: transitions, node facts and inventory conflicts in batch order
+    (a conflict after the record that caused it), then the watermarks (partition order).
+    ``partitions`` is the health topic's partition count."""
+    inventory = commit.inventory
+    resolved = {} if inventory is None else inventory.resolved
     ordered: list[tuple[int, GovernanceInput]] = [
-        (batch.order[t.position], health_transition(t)) for t in commit.transitions
+        (batch.order[t.position], health_transition(t, resolved.get(t.position)))
+        for t in commit.transitions
     ]
     for node_event in batch.node_events:
         event = node_event.event
@@ -104,7 +132,12 @@ def governance_records(
             node_event.position
         ):
             ordered.append((batch.order[node_event.position], event))
-    ordered.sort(key=lambda item: item[0])
+    if inventory is not None:
+        ordered.extend(
+            (batch.order[change.position], inventory_conflict(change))
+            for change in inventory.changes
+        )
+    ordered.sort(key=lambda item: item[0])  # stable: a conflict stays after its record
     out: list[GovernanceInput] = [record for _, record in ordered]
     out.extend(watermarks(batch.event_times, commit, partitions))
     return out

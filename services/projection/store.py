@@ -44,6 +44,8 @@ from services.domain.events import (
 )
 from services.domain.log import LoggedEvent, LogPosition
 from services.projection.cache import DeviceCache, same_pods
+from services.projection.inventory_fold import InventoryPlan
+from services.projection.inventory_store import InventoryProjection, fresh_items, write_plan
 from services.projection.tables import (
     device_history,
     devices,
@@ -74,11 +76,14 @@ class PendingCommit:
     recorded offsets: a redelivered record is skipped whole and makes none). ``applied_through``
     and ``last_event_at`` are each partition's recorded offset and newest event time *before* this
     batch (read with the rows locked until commit; partitions without a row are absent).
+    ``inventory`` is what the batch did to the inventory (identities resolved, conflicts raised
+    or cleared), when the batch maintained it (``inventory_items``).
     """
 
     transitions: list[Transition]
     applied_through: dict[tuple[str, int], int]
     last_event_at: dict[tuple[str, int], datetime]
+    inventory: InventoryPlan | None = None
 
     def fresh(self, position: LogPosition) -> bool:
         """Whether a record at ``position`` is after its partition's recorded offset."""
@@ -130,6 +135,8 @@ class PreparedBatch:
     released_rows: dict[str, str] | None
     history_rows: dict[str, str] | None
     progress: dict[str, list[Any]]
+    inventory: InventoryPlan | None = None
+    """The inventory rows to write (when prepared with ``inventory_items``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -574,6 +581,29 @@ def _history_rows(plan: _BatchPlan) -> dict[str, str]:
     return _json_rows(rows)
 
 
+def _applied_positions(plan: _BatchPlan) -> set[LogPosition]:
+    """Positions of the observations the fold applied (the inventory resolves their identity)."""
+    applied = Outcome.APPLIED
+    return {
+        position
+        for position, change, event in plan.history
+        if change.outcome is applied and isinstance(event, DeviceHealthObserved)
+    }
+
+
+def _recorded_offsets(
+    progress: Mapping[str, list[Any]], before: Mapping[tuple[str, int], int]
+) -> dict[tuple[str, int], int]:
+    """The offsets ``partition_progress`` holds once ``progress`` is written over ``before``."""
+    out = dict(before)
+    for topic, partition, offset in zip(
+        progress["topic"], progress["partition"], progress["offset"], strict=True
+    ):
+        if offset is not None and offset > out.get((topic, partition), -1):
+            out[(topic, partition)] = offset
+    return out
+
+
 def _transitions(plan: _BatchPlan) -> list[Transition]:
     return [
         Transition(position, change, event)
@@ -626,6 +656,8 @@ class ProjectionStore:
         self._schema = schema
         self._options = in_schema(schema)
         self._sql = _Statements(schema)
+        self.inventory = InventoryProjection(schema)
+        """The inventory this store maintains when batches come with ``inventory_items``."""
 
     @property
     def schema(self) -> str:
@@ -642,6 +674,7 @@ class ProjectionStore:
         cache: DeviceCache | None = None,
         event_times: Sequence[tuple[LogPosition, datetime]] = (),
         before_commit: CommitHook | None = None,
+        inventory_items: Sequence[tuple[LogPosition, object]] | None = None,
     ) -> BatchStats:
         """Apply ``records`` (in log order) in one transaction; return what they did.
 
@@ -675,15 +708,30 @@ class ProjectionStore:
         awaited inside the transaction after every write, just before the commit, with the
         batch's :class:`PendingCommit` (its health transitions): what it does before returning
         happens before the commit, and an exception from it rolls the batch back.
+
+        ``inventory_items`` (every decoded record of the batch with its position, in log order:
+        the records, the node events and the DRA inventory records) makes the batch maintain the
+        inventory tables too, in the same transaction (:attr:`inventory`,
+        :mod:`services.projection.inventory_fold`): records after the recorded offsets are
+        folded, an observation only when the directory fold applied it; the hook then sees the
+        result in :attr:`PendingCommit.inventory`.
         """
         highwaters = highwaters or {}
         consumed_through = consumed_through or {}
-        if not records and not highwaters and not consumed_through and not event_times:
+        if (
+            not records
+            and not highwaters
+            and not consumed_through
+            and not event_times
+            and not inventory_items
+        ):
             return BatchStats()
         if cache is not None:
             if before_commit is not None:
                 raise ValueError("apply_batch: before_commit cannot be used with a cache")
-            prepared = self.prepare_batch(records, cache, highwaters, consumed_through)
+            prepared = self.prepare_batch(
+                records, cache, highwaters, consumed_through, inventory_items=inventory_items
+            )
             stats = await self.write_prepared(prepared)
             cache.update(prepared.written, prepared.offsets)
             return stats
@@ -691,6 +739,7 @@ class ProjectionStore:
             parts = {(r.position.topic, r.position.partition) for r in records}
             parts.update(consumed_through)
             parts.update((p.topic, p.partition) for p, _ in event_times)
+            parts.update((p.topic, p.partition) for p, _ in inventory_items or ())
             applied_through, last_event_at = await self._lock_progress(conn, parts)
 
             def fresh_position(position: LogPosition) -> bool:
@@ -707,14 +756,23 @@ class ProjectionStore:
             if plan.history:
                 await conn.execute(self._sql.insert_history, _history_rows(plan))
             times = [(p, t) for p, t in event_times if fresh_position(p)]
-            await conn.execute(
-                self._sql.upsert_progress,
-                _progress_params(records, highwaters, consumed_through, times),
-            )
+            progress = _progress_params(records, highwaters, consumed_through, times)
+            await conn.execute(self._sql.upsert_progress, progress)
+            inventory = None
+            if inventory_items is not None:
+                inventory = await self.inventory.apply(
+                    conn,
+                    fresh_items(inventory_items, applied_through),
+                    _applied_positions(plan),
+                    applied_through,
+                    parts,
+                )
             if before_commit is not None:
                 await before_commit(
-                    PendingCommit(_transitions(plan), applied_through, last_event_at)
+                    PendingCommit(_transitions(plan), applied_through, last_event_at, inventory)
                 )
+        if inventory_items is not None:
+            self.inventory.committed(_recorded_offsets(progress, applied_through))
         return BatchStats(
             applied=plan.counts[Outcome.APPLIED],
             duplicates=plan.counts[Outcome.DUPLICATE],
@@ -731,6 +789,8 @@ class ProjectionStore:
         cache: DeviceCache,
         highwaters: Mapping[tuple[str, int], int] | None = None,
         consumed_through: Mapping[tuple[str, int], int] | None = None,
+        *,
+        inventory_items: Sequence[tuple[LogPosition, object]] | None = None,
     ) -> PreparedBatch:
         """The in-memory half of :meth:`apply_batch` with a ``cache``: drop the records at or before
         the offsets the cache recorded (``redelivered``), fold the rest over the cached devices and
@@ -740,11 +800,26 @@ class ProjectionStore:
         ``cache.update(prepared.written, prepared.offsets)`` while :meth:`write_prepared` writes
         this one, provided the writes then happen in order and a failed one ends the whole run
         (the cache is then ahead of the tables).
+
+        With ``inventory_items`` (see :meth:`apply_batch`) the inventory is folded too, over
+        :attr:`inventory`'s in-memory state from an empty inventory (the writer owns the schema:
+        nothing is loaded), and its rows written by :meth:`write_prepared`. ``inventory`` then
+        folds on from this batch: prepared batches must be written in order.
         """
         highwaters = highwaters or {}
         consumed_through = consumed_through or {}
         fresh = cache.fresh(records)
         plan = _plan_batch(cache.current(fresh), fresh)
+        inventory = None
+        if inventory_items is not None:
+            recorded = {
+                (p.topic, p.partition): offset
+                for p, _ in inventory_items
+                if (offset := cache.offset(p.topic, p.partition)) is not None
+            }
+            inventory = self.inventory.fold_owned(
+                fresh_items(inventory_items, recorded), _applied_positions(plan)
+            )
         observed = [r for k, r in plan.written.items() if k in plan.observed]
         released = [r for k, r in plan.written.items() if k not in plan.observed]
         progress = _progress_params(fresh, highwaters, consumed_through)
@@ -771,6 +846,7 @@ class ProjectionStore:
             released_rows=_device_rows(released) if released else None,
             history_rows=_history_rows(plan) if plan.history else None,
             progress=progress,
+            inventory=inventory,
         )
 
     async def write_prepared(self, prepared: PreparedBatch) -> BatchStats:
@@ -785,6 +861,8 @@ class ProjectionStore:
             if prepared.history_rows is not None:
                 await conn.execute(self._sql.insert_history, prepared.history_rows)
             await conn.execute(self._sql.upsert_progress, prepared.progress)
+            if prepared.inventory is not None:
+                await write_plan(conn, self.inventory.sql, prepared.inventory)
         return prepared.stats
 
     async def _lock_progress(
