@@ -1,8 +1,10 @@
 """Compare two projection schemas row by row: the check behind ``devicestate replay --verify``
 (and ``--governance --verify``, over :data:`GOVERNANCE_COMPARED_TABLES`).
 
-Replaying the same log must give identical ``devices`` and ``device_history`` rows (every column;
-``partition_progress`` is left out: its ``updated_at`` is wall-clock time). PostgreSQL finds the
+Replaying the same log must give identical ``devices`` and ``device_history`` rows, and identical
+inventory rows (``inventory_objects``, ``node_resources``, ``device_identities``,
+``inventory_conflicts``), every column; ``partition_progress`` is left out: its ``updated_at`` is
+wall-clock time. PostgreSQL finds the
 differing rows (``EXCEPT ALL`` both ways, so identical schemas cost two scans and no transfer);
 rows are then paired by primary key to say which columns differ.
 """
@@ -20,10 +22,24 @@ from services.projection.governance_tables import (
     governance_decisions,
     quarantines,
 )
+from services.projection.inventory_tables import (
+    device_identities,
+    inventory_conflicts,
+    inventory_objects,
+    node_resources,
+)
 from services.projection.tables import device_history, devices, quoted_schema
 
-COMPARED_TABLES: Final = (devices, device_history)
-"""Tables whose rows a replay must reproduce exactly."""
+INVENTORY_COMPARED_TABLES: Final = (
+    inventory_objects,
+    node_resources,
+    device_identities,
+    inventory_conflicts,
+)
+"""The inventory tables the health agent maintains (issue 4)."""
+
+COMPARED_TABLES: Final = (devices, device_history, *INVENTORY_COMPARED_TABLES)
+"""Tables whose rows a replay of the health topic must reproduce exactly."""
 
 GOVERNANCE_COMPARED_TABLES: Final = (device_governance, quarantines, governance_decisions)
 """Tables whose rows a replay of the governance topic must reproduce exactly."""
@@ -98,8 +114,8 @@ async def diff_projections(
 ) -> list[str]:
     """Human-readable differences between the projections in ``schema_a`` and ``schema_b``.
 
-    Compares every column of ``tables`` (``devices`` and ``device_history`` by default; jsonb
-    columns compare as JSON values), in primary-key order; an empty
+    Compares every column of ``tables`` (:data:`COMPARED_TABLES` by default; jsonb columns
+    compare as JSON values), in primary-key order; an empty
     list means the rows are identical. At most :data:`MAX_REPORTED` lines per table, then a count.
     Raises ``ValueError`` for a schema name that is not a plain identifier, and SQLAlchemy's
     ``ProgrammingError`` when a schema lacks the tables (not migrated).

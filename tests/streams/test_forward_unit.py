@@ -232,3 +232,115 @@ async def test_agent_keeps_node_events_out_of_the_directory_but_hands_them_over(
         (4, inventory.observed_at),
     ]
     assert callable(kwargs["before_commit"])
+
+
+# --- identities and inventory conflicts (issue 4) ---------------------------------------------
+
+
+def test_a_transition_carries_the_device_id_only_when_resolved_or_as_reported(
+    observation: Any,
+) -> None:
+    from services.domain.inventory.identity import Identity, IdentityStatus
+
+    logged = LoggedEvent(
+        pos(0, 3), observation(1, source=DeviceSource.DRA, resource_id="cdi=x-gpu-2")
+    )
+    transition = transition_of(logged)
+    for status, device_id in (
+        (IdentityStatus.RESOLVED, "gpu.example.com/gpu-node-a/gpu-2"),
+        (IdentityStatus.REPORTED, "gpu.example.com/gpu-node-a/gpu-2"),
+        (IdentityStatus.AMBIGUOUS, None),
+        (IdentityStatus.UNRESOLVED, None),
+    ):
+        identity = Identity(
+            "gpu.example.com/gpu-node-a/gpu-2", DeviceSource.DRA, status, uuid="GPU-1234"
+        )
+        record = health_transition(transition, identity)
+        assert (record.device_id, record.identity, record.uuid) == (
+            device_id,
+            status.value,
+            "GPU-1234",
+        )
+        assert record.device_key == ("gpu-node-a", device_id or "cdi=x-gpu-2")
+        assert decode_input(encode_input(record)) == record
+    plain = health_transition(transition)
+    assert (plain.device_id, plain.identity, plain.uuid) == (None, None, None)
+
+
+def test_conflicts_follow_the_record_that_raised_them(observation: Any) -> None:
+    from services.domain.governance.inputs import InventoryConflict
+    from services.domain.inventory.identity import Identity, IdentityStatus
+    from services.projection.inventory_fold import ConflictChange, ConflictRow, InventoryPlan
+
+    first = LoggedEvent(pos(0, 0), observation(1, at=1))
+    second = LoggedEvent(pos(0, 2), observation(1, at=3, resource_id="GPU-1"))
+    resources = NodeResourcesChanged(
+        "gpu-node-a", (("example.com/gpu", 8),), (("example.com/gpu", 8),), 4, at(2)
+    )
+    nodes = [LoggedNodeEvent(pos(0, 1), resources)]
+    batch = view([(pos(0, 0), at(1)), (pos(0, 1), at(2)), (pos(0, 2), at(3))], nodes)
+
+    def change(position: LogPosition, subject: str, active: bool, seconds: float) -> ConflictChange:
+        row = ConflictRow(
+            "plugin-and-dra", "gpu-node-a", subject, "why", active, at(0), at(seconds)
+        )
+        return ConflictChange(position, at(seconds), row)
+
+    plan = InventoryPlan(
+        resolved={
+            first.position: Identity("GPU-0", DeviceSource.DEVICE_PLUGIN, IdentityStatus.REPORTED),
+        },
+        changes=[
+            change(pos(0, 0), "GPU-0", True, 1),
+            change(pos(0, 1), "example.com/gpu", True, 2),
+            change(pos(0, 2), "GPU-0", False, 3),
+        ],
+    )
+    pending = PendingCommit([transition_of(first), transition_of(second)], {}, {}, plan)
+    out = governance_records(batch, pending, partitions=1)
+    assert [type(r).__name__ for r in out] == [
+        "HealthTransition",
+        "InventoryConflict",
+        "NodeResourcesChanged",
+        "InventoryConflict",
+        "HealthTransition",
+        "InventoryConflict",
+        "WatermarkAdvanced",
+    ]
+    assert isinstance(out[0], HealthTransition) and out[0].device_id == "GPU-0"
+    assert isinstance(out[4], HealthTransition) and out[4].identity is None  # not resolved
+    conflicts = [r for r in out if isinstance(r, InventoryConflict)]
+    assert [(c.subject, c.active, c.observed_at) for c in conflicts] == [
+        ("GPU-0", True, at(1)),
+        ("example.com/gpu", True, at(2)),
+        ("GPU-0", False, at(3)),
+    ]
+    assert all(decode_input(encode_input(c)) == c for c in conflicts)
+    assert record_key(conflicts[0]) == b"gpu-node-a"
+
+
+async def test_agent_hands_the_inventory_its_records_in_batch_order(
+    tmp_path: Any, observation: Any
+) -> None:
+    from services.domain.records import encode_record
+    from tests.kafka.test_records import inventory_events
+
+    inventory = inventory_events()[0]
+    resources = NodeResourcesChanged("gpu-node-a", (), (), 1, at(2))
+    payloads = [
+        encode_record(inventory),
+        encode_event(observation(5, at=1)),
+        encode_node_event(WatcherTick(0, at(4))),
+        encode_node_event(resources),
+        encode_event(observation(5, at=3)),  # a duplicate: dropped early, still handed over
+    ]
+    sink = FakeSink()
+    await _run_agent(tmp_path, payloads, sink, expected_calls=1)
+    [kwargs] = sink.kwargs
+    items = kwargs["inventory_items"]
+    assert [(p.offset, type(r).__name__) for p, r in items] == [
+        (0, "InventoryObserved"),
+        (1, "DeviceHealthObserved"),
+        (3, "NodeResourcesChanged"),
+        (4, "DeviceHealthObserved"),
+    ]
