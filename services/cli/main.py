@@ -13,6 +13,7 @@ from services.alerts.cli import alerts
 from services.api.cli import api
 from services.demo.run import demo
 from services.directory_client.cli import devices
+from services.enforcement.cli import enforce
 from services.operator_cli.cli import register as register_operator_commands
 from services.recovery.cli import recovery
 from services.replay.cli import replay
@@ -40,6 +41,7 @@ app.command("demo")(demo)
 register_operator_commands(app)  # quarantine, automation, breaker, governance, timeline, ...
 app.command("alerts")(alerts)
 app.command("recovery")(recovery)
+app.command("enforce")(enforce)
 
 if __name__ == "__main__":  # pragma: no cover
     app()
