@@ -58,8 +58,9 @@ def replay(
         bool,
         typer.Option(
             "--verify",
-            help="After rebuilding into a fresh schema, compare it with the live schema; print "
-            "every difference and exit 1 if there is any. The worker should have caught up.",
+            help="After rebuilding into a fresh schema, compare it with the live schema (devices, "
+            "device_history and the inventory tables); print every difference and exit 1 if "
+            "there is any. The worker should have caught up.",
         ),
     ] = False,
     keep: Annotated[
@@ -83,7 +84,8 @@ def replay(
         bool, typer.Option("--progress/--no-progress", help="Show a progress bar on stderr.")
     ] = True,
 ) -> None:
-    """Rebuild the device projection from the beginning of the event topic.
+    """Rebuild the device projection (directory and DRA inventory) from the beginning of the
+    event topic.
 
     Reads every partition from its first record up to the end offsets seen at the start (no
     consumer group, nothing committed), and writes through the worker's own fold and write path.

@@ -8,17 +8,24 @@ statements (:meth:`ProjectionStore.prepare_batch` / :meth:`~ProjectionStore.writ
 two halves of ``apply_batch`` with a :class:`DeviceCache`: the replay owns its target, so it keeps
 the device rows in memory instead of reading them back). Records that do not decode are counted
 and skipped (the worker dead-lettered them already); node events (heartbeats, resource counts,
-watcher ticks) and DRA inventory records are counted and skipped too: they never touch the
-directory.
+watcher ticks) and DRA inventory records are counted apart: they never touch the directory, but
+DRA objects, resource counts and the applied observations rebuild the inventory tables
+(``inventory_objects``, ``node_resources``, ``device_identities``, ``inventory_conflicts``) through
+the worker's inventory fold (:mod:`services.projection.inventory_fold`), in the same transactions.
 
 Replaying the same log gives the same ``devices`` and ``device_history`` rows whatever the batch
 size: the store's rows come from events only, and each device's events come from one partition (the
-topic is keyed by node), in order.
+topic is keyed by node), in order. The inventory rows are the same too as long as what decides them
+is in one partition: a node's slices, allocated claims, capacity and observations are (all keyed by
+the node); a DeviceClass or a pool-scoped ResourceSlice is keyed apart, so a finding that depends on
+one of them (``plugin-and-dra`` through a DeviceClass's ``extendedResourceName``) may be dated
+differently when the worker read the partitions in another interleaving.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import re
 import time
@@ -32,7 +39,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from services.config import Settings
 from services.domain.events import DeviceHealthObserved, PodDevicesReleased
+from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LoggedEvent, LogPosition
+from services.domain.node_events import NodeResourcesChanged
 from services.domain.records import decode_record
 from services.projection.cache import DeviceCache
 from services.projection.migrate import migrate
@@ -43,8 +52,23 @@ REPLAY_SCHEMA_PREFIX: Final = "replay_"
 _REPLAY_SCHEMA: Final = re.compile(r"^replay_(\d+)$")
 
 
-_DEFERRED_INDEX_TABLES: Final = ("devices", "device_history")
+_DEFERRED_INDEX_TABLES: Final = (
+    "devices",
+    "device_history",
+    "inventory_objects",
+    "device_identities",
+    "inventory_conflicts",
+)
 """Tables whose secondary indexes a replay into a new schema builds at the end."""
+_HEALTH_TABLES: Final = (
+    "devices",
+    "device_history",
+    "inventory_objects",
+    "node_resources",
+    "device_identities",
+    "inventory_conflicts",
+)
+"""Tables built from the health topic (what an in-place replay truncates and rebuilds)."""
 _COLLECT_EVERY: Final = 1_000_000
 """Records between two collections of the young generations during a replay."""
 _READ_SLICE: Final = 100
@@ -63,6 +87,8 @@ class LogBatch:
     undecodable: int
     read: int
     node_events: int = 0
+    items: list[tuple[LogPosition, object]] = field(default_factory=list)
+    """What the inventory folds, in read order: observations, DRA objects, resource counts."""
 
 
 @dataclass(slots=True)
@@ -146,6 +172,7 @@ async def read_log(
             consumer.pause(*done)
         while remaining:
             records: list[LoggedEvent] = []
+            items: list[tuple[LogPosition, object]] = []
             undecodable = read = node_events = 0
             # A batch is gathered from small reads with a yield to the event loop after each:
             # decoding then runs while PostgreSQL works on the previous batch, and the writer
@@ -170,18 +197,21 @@ async def read_log(
                         except Exception:
                             undecodable += 1
                             continue
+                        position = LogPosition(tp.topic, tp.partition, message.offset)
+                        if isinstance(
+                            event, DeviceHealthObserved | InventoryObserved | NodeResourcesChanged
+                        ):
+                            items.append((position, event))
                         if not isinstance(event, DeviceHealthObserved | PodDevicesReleased):
                             node_events += 1
                             continue
-                        records.append(
-                            LoggedEvent(LogPosition(tp.topic, tp.partition, message.offset), event)
-                        )
+                        records.append(LoggedEvent(position, event))
                     if tp in remaining and await consumer.position(tp) >= stop:
                         remaining.discard(tp)
                         consumer.pause(tp)
                 await asyncio.sleep(0)
             if read:
-                yield LogBatch(records, undecodable, read, node_events)
+                yield LogBatch(records, undecodable, read, node_events, items)
     finally:
         await consumer.stop()
 
@@ -233,17 +263,17 @@ async def drop_schema(engine: AsyncEngine, schema: str) -> None:
 
 
 async def truncate_projection(engine: AsyncEngine, schema: str, topic: str | None = None) -> None:
-    """Empty the projection tables of ``schema`` (one transaction). With ``topic``, only that
-    topic's ``partition_progress`` rows go: the governance projection and the governance topic's
-    progress row (the governor's, derived from another log) stay as they are."""
+    """Empty the projection tables of ``schema`` (one transaction): the directory and the
+    inventory. With ``topic``, only that topic's ``partition_progress`` rows go: the governance
+    projection and the governance topic's progress row (the governor's, derived from another log)
+    stay as they are."""
     s = quoted_schema(schema)
+    health = ", ".join(f"{s}.{name}" for name in _HEALTH_TABLES)
     async with engine.begin() as conn:
         if topic is None:
-            await conn.execute(
-                text(f"TRUNCATE {s}.devices, {s}.device_history, {s}.partition_progress")
-            )
+            await conn.execute(text(f"TRUNCATE {health}, {s}.partition_progress"))
             return
-        await conn.execute(text(f"TRUNCATE {s}.devices, {s}.device_history"))
+        await conn.execute(text(f"TRUNCATE {health}"))
         await conn.execute(
             text(f"DELETE FROM {s}.partition_progress WHERE topic = :topic"), {"topic": topic}
         )
@@ -398,11 +428,17 @@ async def _rebuild(
             uncollected = 0
             while (batch := await queue.get()) is not None:
                 prepared = None
-                if batch.records:
+                if batch.records or batch.items:
                     # In a thread, so that the event loop keeps driving the write in flight and
                     # the reader meanwhile (the GIL changes hands every few milliseconds).
                     prepared = await asyncio.to_thread(
-                        store.prepare_batch, batch.records, cache, summary.end_offsets
+                        functools.partial(
+                            store.prepare_batch,
+                            batch.records,
+                            cache,
+                            summary.end_offsets,
+                            inventory_items=batch.items,
+                        )
                     )
                     cache.update(prepared.written, prepared.offsets)  # the next batch folds on it
                 if in_flight is not None:

@@ -175,3 +175,105 @@ async def test_node_and_inventory_records_are_skipped_not_undecodable(
     assert sum(b.node_events for b in batches) == 3
     assert sum(b.undecodable for b in batches) == 0
     assert [r.event.type for b in batches for r in b.records] == ["DeviceHealthObserved"]
+    # What the inventory folds: the DRA object and the observation, in log order.
+    assert [(p.offset, type(e).__name__) for b in batches for p, e in b.items] == [
+        (2, "InventoryObserved"),
+        (3, "DeviceHealthObserved"),
+    ]
+
+
+# --- the inventory (issue 4) ------------------------------------------------------------------
+
+
+@pytest.fixture
+async def inventory_topic(stream_settings: Settings, kafka_bootstrap: str) -> Settings:
+    """A realistic log with the shared DRA examples, pod-04, a device-plugin GPU that DRA also
+    publishes and a slice update among its records."""
+    from services.domain.events import encode_event
+    from services.domain.records import encode_record
+    from tests.projection.inventory_examples import (
+        inventory_events,
+        plugin_gpu,
+        pod_04,
+        slice_event,
+    )
+
+    records: list[tuple[bytes | None, bytes | None]] = list(
+        synthetic_log(600, nodes=5, seed=7).records
+    )
+    extra: list[tuple[bytes | None, bytes | None]] = [
+        *((e.key.encode(), encode_record(e)) for e in inventory_events()),
+        *((b"gpu-node-a", encode_event(o)) for o in pod_04()),
+        (b"gpu-node-a", encode_event(plugin_gpu())),
+        (b"gpu-node-a", encode_record(slice_event(30, without=("gpu-3",)))),
+    ]
+    for index, record in enumerate(extra):
+        records.insert(50 + 80 * index, record)
+    await publish(kafka_bootstrap, stream_settings.topic, records)
+    return stream_settings
+
+
+async def inventory_reference(engine: AsyncEngine, settings: Settings, schema: str) -> None:
+    """The worker's path: ``apply_batch`` without a cache, maintaining the inventory."""
+    store = ProjectionStore(engine, schema)
+    end_offsets: dict[tuple[str, int], int] = {}
+    async for batch in read_log(
+        settings.kafka_bootstrap_servers, settings.topic, batch_size=64, end_offsets=end_offsets
+    ):
+        await store.apply_batch(batch.records, end_offsets, inventory_items=batch.items)
+
+
+async def test_replay_rebuilds_the_inventory_the_worker_path_writes(
+    inventory_topic: Settings, engine: AsyncEngine, new_schema: SchemaFactory
+) -> None:
+    from services.projection.compare import INVENTORY_COMPARED_TABLES, diff_projections
+
+    expected = await new_schema()
+    await inventory_reference(engine, inventory_topic, expected)
+    replayed = f"{expected}_r"
+    try:
+        await replay(
+            inventory_topic,
+            engine=engine,
+            database_url=inventory_topic.database_url,
+            schema=replayed,
+            batch_size=29,
+        )
+        assert await diff_projections(engine, expected, replayed) == []
+        async with engine.connect() as conn:
+            counts = {
+                table.name: (
+                    await conn.execute(text(f'SELECT count(*) FROM "{replayed}".{table.name}'))
+                ).scalar_one()
+                for table in INVENTORY_COMPARED_TABLES
+            }
+        assert counts["inventory_objects"] == 3
+        assert counts["inventory_conflicts"] == 2  # plugin-and-dra, vanished-from-slice
+        assert counts["device_identities"] > 4  # pod-04's, the plugin GPU, the synthetic ones
+        assert await index_definitions(engine, replayed) == await index_definitions(
+            engine, expected
+        )
+    finally:
+        await replay_run.drop_schema(engine, replayed)
+
+
+async def test_in_place_replay_rebuilds_the_inventory(
+    inventory_topic: Settings, engine: AsyncEngine, new_schema: SchemaFactory
+) -> None:
+    from services.projection.compare import diff_projections
+
+    expected, target = await new_schema(), await new_schema()
+    await inventory_reference(engine, inventory_topic, expected)
+    await inventory_reference(engine, inventory_topic, target)
+    async with engine.begin() as conn:
+        await conn.execute(text(f'UPDATE "{target}".inventory_conflicts SET active = NOT active'))
+        await conn.execute(text(f'DELETE FROM "{target}".device_identities'))
+    assert await diff_projections(engine, expected, target) != []
+    await replay(
+        inventory_topic,
+        engine=engine,
+        database_url=inventory_topic.database_url,
+        schema=target,
+        in_place=True,
+    )
+    assert await diff_projections(engine, expected, target) == []
