@@ -22,10 +22,17 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from services.api import routes_devices, routes_governance, routes_ops
+from services.api import (
+    routes_devices,
+    routes_extender,
+    routes_governance,
+    routes_inventory,
+    routes_ops,
+)
 from services.api.auth import Authenticator, describe, read_access
 from services.api.commands import CommandLogUnavailable, CommandPublisher
 from services.api.governance_reads import GovernanceReads
+from services.api.inventory_reads import InventoryReads
 from services.api.routes_ops import GovernanceGaugeCache
 from services.config import Settings
 from services.domain.events import now_utc
@@ -59,6 +66,21 @@ the governor's reason. `GET /v1/commands/{commandID}` reads an outcome later. An
 `Idempotency-Key` header becomes the commandID, so retries do not duplicate a command.
 Quarantine IDs contain `/` and `@` and are written unescaped; actions come last:
 `POST /v1/quarantines/{quarantineID}/extend`, `.../release`.
+
+**Inventory** (issue 4). `/v1/inventory/devices` lists every device, idle ones included (DRA
+devices of the ResourceSlices, device-plugin devices whose IDs Pods reported), keyed by
+`(node, deviceID)` with the physical identity; `/v1/inventory/unseen` counts device-plugin
+capacity never reported (plugins publish no IDs for idle devices); `/v1/inventory/conflicts`
+lists data-quality findings. `/v1/capacity?view=node|pool|deviceClass|namespace` gives total,
+allocated, idle, unavailable (quarantined, recovering, restricted, deferred, Unhealthy, tainted)
+and fragmented counts; `/v1/capacity/divergence` compares what ResourceSlices advertise for a
+DeviceClass's `extendedResourceName` with the Node's capacity.
+
+**Scheduler extender.** With `DEVICESTATE_SCHEDULER_EXTENDER=true`, `POST /scheduler/filter`
+answers kube-scheduler's extender `filter` verb (no token: the scheduler sends none; off: 404).
+It drops nodes whose only free devices of a requested device-plugin resource are quarantined or
+restricted, passes nodes it knows nothing about, and reports internal errors in the result's
+`Error` field with status 200 (configure the extender `ignorable: true` to fail open).
 """
 
 log = structlog.get_logger(__name__)
@@ -104,6 +126,7 @@ def create_app(settings: Settings, *, clock: Callable[[], datetime] = now_utc) -
         )
         app.state.store = ProjectionStore(engine, settings.database_schema)
         app.state.reads = GovernanceReads(engine, settings.database_schema)
+        app.state.inventory = InventoryReads(engine, settings.database_schema)
         publisher = CommandPublisher(settings)
         app.state.publisher = publisher
         await publisher.start()
@@ -124,11 +147,16 @@ def create_app(settings: Settings, *, clock: Callable[[], datetime] = now_utc) -
     app.state.authenticator = authenticator
     app.state.recent_commands = OrderedDict()
     app.state.governance_gauges = GovernanceGaugeCache()
+    app.state.inventory_gauges = routes_inventory.InventoryGaugeCache()
+    app.state.extender_stats = routes_extender.ExtenderStats()
     app.add_exception_handler(SQLAlchemyError, database_unavailable)
     app.add_exception_handler(OSError, database_unavailable)
     app.add_exception_handler(CommandLogUnavailable, command_log_unavailable)
     app.include_router(routes_devices.router, dependencies=[Depends(read_access)])
     app.include_router(routes_governance.writes)
     app.include_router(routes_governance.reads_router)
+    app.include_router(routes_inventory.router, dependencies=[Depends(read_access)])
     app.include_router(routes_ops.router)
+    if settings.scheduler_extender:  # off by default: the route does not exist (404)
+        app.include_router(routes_extender.router)  # no token: the scheduler sends none
     return app

@@ -10,15 +10,18 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Annotated
 
 import structlog
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 from sqlalchemy.exc import SQLAlchemyError
 
 from services.api.governance_reads import FleetStatus, GovernanceReads
 from services.api.routes_devices import Store
+from services.api.routes_extender import extender_metrics
+from services.api.routes_inventory import CAPACITY_NODE_VIEW_METRICS, inventory_gauges
 from services.api.schemas import PartitionOut, ReadyOut
 
 log = structlog.get_logger(__name__)
@@ -78,7 +81,17 @@ def _unavailable(reason: str) -> JSONResponse:
 
 
 @router.get("/metrics", response_class=Response)
-async def metrics(request: Request, store: Store) -> Response:
+async def metrics(
+    request: Request,
+    store: Store,
+    capacity_node_view: Annotated[
+        bool,
+        Query(
+            alias="capacityNodeView",
+            description="false: leave out the per-node capacity series (large fleets).",
+        ),
+    ] = CAPACITY_NODE_VIEW_METRICS,
+) -> Response:
     """Prometheus metrics of the projection, read when scraped.
 
     ``devicestate_projection_freshness_seconds``: now minus the newest applied event's
@@ -92,6 +105,14 @@ async def metrics(request: Request, store: Store) -> Response:
     absent before the first watermark), ``devicestate_breaker_open``,
     ``devicestate_automation_paused``; ``devicestate_api_governance_up``: 1 when those reads
     succeeded (0 also while the governance tables do not exist yet).
+
+    Inventory (read at most every 5 s): ``devicestate_capacity_devices{view,key,kind}`` (kind
+    total/allocated/idle/unavailable/fragmented; the node view unless ``capacityNodeView=false``),
+    ``devicestate_capacity_request_size``, ``devicestate_inventory_divergence{node,resource}``
+    (ResourceSlice devices minus Node capacity where both offer the resource),
+    ``devicestate_api_inventory_up``. With the scheduler extender enabled:
+    ``devicestate_scheduler_extender_calls_total{outcome}`` and
+    ``devicestate_scheduler_extender_failed_nodes_total``.
     """
     clock = request.app.state.clock
     registry = CollectorRegistry()
@@ -133,6 +154,9 @@ async def metrics(request: Request, store: Store) -> Response:
         for health, count in fleet.by_health.items():
             devices.labels(health.value).set(count)
     await _governance_gauges(request, registry, clock())
+    await inventory_gauges(request, registry, capacity_node_view, DATABASE_ERRORS)
+    if request.app.state.settings.scheduler_extender:
+        extender_metrics(request, registry)
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 

@@ -1,5 +1,6 @@
 """Operator commands of ``devicestate``: quarantines, automation, breaker, governance status, the
-device timeline, command outcomes, and API tokens.
+device timeline, command outcomes, API tokens, and (``inventory_cli``) the inventory, capacity
+views and inventory conflicts.
 
 Every command talks to the API (``--api-url``, env ``DEVICESTATE_API_URL``, default
 ``http://DEVICESTATE_API_HOST:DEVICESTATE_API_PORT``) with the bearer token of ``--token`` or env
@@ -635,3 +636,6 @@ def register(app: typer.Typer) -> None:
     app.command("timeline")(timeline)
     app.command("command")(command)
     app.add_typer(token_app, name="token")
+    from services.operator_cli.inventory_cli import register as register_inventory
+
+    register_inventory(app)  # inventory, capacity, conflicts (issue 4)

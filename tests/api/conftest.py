@@ -254,3 +254,191 @@ async def read_commands(
     finally:
         await consumer.stop()
     return found
+
+
+# --- inventory (issue 4) ----------------------------------------------------------------------
+# The health agent writes the inventory tables; these helpers write the same rows from the tests.
+# Until Alembic revision 0003_inventory lands, the tables are created in the test's schema from
+# the SQLAlchemy metadata (``checkfirst``: a migrated schema keeps its own).
+
+INVENTORY_TABLES = (
+    "inventory_objects",
+    "node_resources",
+    "device_identities",
+    "inventory_conflicts",
+)
+
+
+def example_object(name: str) -> Any:
+    """A ``../shared/examples/dra-*.json`` object parsed into its compact record."""
+    from services.domain.inventory.objects import (
+        parse_device_class,
+        parse_resource_claim,
+        parse_resource_slice,
+    )
+    from tests.conftest import SHARED_EXAMPLES
+
+    raw = orjson.loads((SHARED_EXAMPLES / name).read_bytes())
+    parse = {
+        "ResourceSlice": parse_resource_slice,
+        "ResourceClaim": parse_resource_claim,
+        "DeviceClass": parse_device_class,
+    }[raw["kind"]]
+    return parse(raw)
+
+
+def example_raw(name: str) -> dict[str, Any]:
+    from tests.conftest import SHARED_EXAMPLES
+
+    value: dict[str, Any] = orjson.loads((SHARED_EXAMPLES / name).read_bytes())
+    return value
+
+
+class InventoryWriter:
+    """Writes inventory projection rows into the test's schema, as the health agent would."""
+
+    def __init__(self, engine: AsyncEngine, schema: str) -> None:
+        self.engine = engine
+        self.schema = schema
+        self.options = in_schema(schema)
+
+    async def create_tables(self) -> None:
+        import services.projection.inventory_tables  # noqa: F401 - registers the tables
+        from services.projection.tables import metadata
+
+        tables = [metadata.tables[name] for name in INVENTORY_TABLES]
+        async with self.engine.begin() as conn:
+            await conn.execution_options(**self.options)
+            await conn.run_sync(lambda c: metadata.create_all(c, tables=tables, checkfirst=True))
+
+    async def _insert(self, table: Any, rows: list[dict[str, Any]]) -> None:
+        async with self.engine.begin() as conn:
+            await conn.execute(insert(table), rows, execution_options=self.options)
+
+    async def objects(self, *objs: Any, deleted: bool = False, at: datetime = T0) -> None:
+        """``inventory_objects`` rows of DRA records (compact JSON of ``object_to_json``)."""
+        from services.domain.inventory.events import InventoryKind, object_to_json, record_key
+        from services.domain.inventory.objects import ResourceClaimInfo, ResourceSliceInfo
+        from services.projection.inventory_tables import inventory_objects
+
+        rows = []
+        for obj in objs:
+            if isinstance(obj, ResourceSliceInfo):
+                kind, key, node = (
+                    InventoryKind.RESOURCE_SLICE,
+                    f"{obj.driver}/{obj.pool}/{obj.name}",
+                    obj.node,
+                )
+            elif isinstance(obj, ResourceClaimInfo):
+                kind, key, node = (
+                    InventoryKind.RESOURCE_CLAIM,
+                    f"{obj.namespace}/{obj.name}",
+                    obj.node,
+                )
+            else:
+                kind, key, node = InventoryKind.DEVICE_CLASS, obj.name, None
+            rows.append(
+                dict(
+                    kind=kind.value,
+                    object_key=key,
+                    record_key=record_key(obj),
+                    node=node,
+                    object=object_to_json(obj),
+                    deleted=deleted,
+                    observed_at=at,
+                )
+            )
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        async with self.engine.begin() as conn:
+            stmt = pg_insert(inventory_objects).values(rows)
+            stmt = stmt.on_conflict_do_update(
+                index_elements=["kind", "object_key"],
+                set_={c: stmt.excluded[c] for c in ("record_key", "node", "object", "deleted")},
+            )
+            await conn.execute(stmt, execution_options=self.options)
+
+    async def node(
+        self, node: str, capacity: dict[str, int], allocatable: dict[str, int] | None = None
+    ) -> None:
+        from services.projection.inventory_tables import node_resources
+
+        await self._insert(
+            node_resources,
+            [
+                dict(
+                    node=node,
+                    capacity=capacity,
+                    allocatable=capacity if allocatable is None else allocatable,
+                    observed_at=T0,
+                )
+            ],
+        )
+
+    async def identities(self, pairs: list[tuple[Any, Any]]) -> None:
+        """``device_identities`` rows of ``(DeviceHealthObserved, Identity)`` pairs."""
+        from services.projection.inventory_tables import device_identities
+
+        await self._insert(
+            device_identities,
+            [
+                dict(
+                    node=event.node,
+                    resource_id=event.resource_id,
+                    device_id=identity.device_id,
+                    owner=identity.owner.value,
+                    status=identity.status.value,
+                    uuid=identity.uuid,
+                    candidates=list(identity.candidates),
+                    reason=identity.reason,
+                    observed_at=event.observed_at,
+                )
+                for event, identity in pairs
+            ],
+        )
+
+    async def conflicts(self, conflicts: list[Any], active: bool = True) -> None:
+        from services.projection.inventory_tables import inventory_conflicts
+
+        await self._insert(
+            inventory_conflicts,
+            [
+                dict(
+                    kind=c.kind.value,
+                    node=c.node,
+                    subject=c.subject,
+                    detail=c.detail,
+                    active=active,
+                    first_seen=T0,
+                    last_seen=T0,
+                )
+                for c in conflicts
+            ],
+        )
+
+
+@pytest.fixture
+async def inventory_writer(engine: AsyncEngine, fresh_schema: str) -> InventoryWriter:
+    writer = InventoryWriter(engine, fresh_schema)
+    await writer.create_tables()
+    return writer
+
+
+@pytest.fixture
+def make_inventory_api(database_url: str, fresh_schema: str) -> ApiFactory:
+    """``async with make_inventory_api(**setting_overrides) as client``: the app on the test's
+    schema (no governance topic: these tests only read)."""
+
+    @asynccontextmanager
+    async def make(**overrides: Any) -> AsyncIterator[httpx.AsyncClient]:
+        values: dict[str, Any] = {"database_url": database_url, "database_schema": fresh_schema}
+        settings = Settings(**{**values, **overrides})
+        app = create_app(settings)
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url="http://api", timeout=60) as client,
+        ):
+            yield client
+
+    return make

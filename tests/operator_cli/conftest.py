@@ -17,7 +17,12 @@ import uvicorn
 from services.api.app import create_app
 from services.config import Settings
 from services.operator_cli.cli import register
-from tests.api.conftest import api_settings, governance_topic, governor  # noqa: F401 - fixtures
+from tests.api.conftest import (  # noqa: F401 - fixtures
+    api_settings,
+    governance_topic,
+    governor,
+    inventory_writer,
+)
 
 
 class ServerThread:
