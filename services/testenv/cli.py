@@ -15,7 +15,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from services.stack.supervisor import StackError, StackLayout, file_lock
-from services.testenv import kubeapi
+from services.testenv import kubeapi, kustomize
 
 app = typer.Typer(
     help=(
@@ -55,13 +55,16 @@ def _print_env(api: kubeapi.KubeAPI) -> None:
 def build(
     force: Annotated[bool, typer.Option("--force", help="Rebuild even if cached.")] = False,
 ) -> None:
-    """Build kube-apiserver and etcd (pinned in tools/kube-apiserver), or reuse the cached ones."""
+    """Build kube-apiserver and etcd (pinned in tools/kube-apiserver) and kustomize (pinned in
+    services/testenv/kustomize-go, for the deploy/ tests), or reuse the cached ones."""
     try:
         binaries = kubeapi.ensure_binaries(_report, force=force)
+        kustomize_binary = kustomize.ensure_kustomize(_report, force=force)
     except (kubeapi.KubeAPIError, StackError, OSError) as exc:
         _fail(exc)
     print(f"KUBE_APISERVER={binaries.kube_apiserver}")
     print(f"ETCD={binaries.etcd}")
+    print(f"KUSTOMIZE={kustomize_binary}")
 
 
 @app.command()

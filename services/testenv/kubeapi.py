@@ -32,7 +32,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -596,8 +596,12 @@ def start(
     report: Reporter = _stderr,
     timeout: float = 120.0,
     binaries: Binaries | None = None,
+    extra_flags: Sequence[str] = (),
 ) -> KubeAPI:
-    """Start etcd and kube-apiserver with all their state in ``work_dir``; wait for /readyz."""
+    """Start etcd and kube-apiserver with all their state in ``work_dir``; wait for /readyz.
+
+    ``extra_flags`` go to kube-apiserver after :func:`apiserver_flags` (a later flag wins), e.g.
+    ``--watch-cache=false`` for a server whose watches read etcd directly."""
     started = time.monotonic()
     binaries = ensure_binaries(report) if binaries is None else binaries
     work_dir = work_dir.resolve()
@@ -627,7 +631,11 @@ def start(
         report(f"etcd v{binaries.versions.etcd} ready at {etcd_url} in {waited:.1f} s")
         apiserver = _spawn(
             "kube-apiserver",
-            [str(binaries.kube_apiserver), *apiserver_flags(work_dir, pki, etcd_url, api_port)],
+            [
+                str(binaries.kube_apiserver),
+                *apiserver_flags(work_dir, pki, etcd_url, api_port),
+                *extra_flags,
+            ],
             work_dir / "kube-apiserver.log",
         )
         context = ssl.create_default_context(cafile=str(pki / "ca.crt"))

@@ -4,26 +4,92 @@
 a step of its own) and stops them at the end. A failure to build or start FAILS the tests that
 use it; set ``DEVICESTATE_KUBEAPI=off`` to skip them instead on a machine without Go.
 ``admin_client`` and ``service_client`` are kubernetes_asyncio clients from the two kubeconfigs.
+
+For the deploy/ and live-watcher tests: ``kustomize_binary`` (built like the API server, see
+``services.testenv.kustomize``), ``rendered`` (``kustomize build`` of deploy/base and every overlay,
+parsed), and ``kube_api_etcd_watch``, a second API server started on first use with
+``--watch-cache=false``: its WATCHes read etcd directly, so compacting etcd
+(``kube_rest.compact_etcd``) makes an older resourceVersion 410 Expired, as a real cluster answers
+once a resourceVersion has left its watch cache (the first server's cache answers from its own
+history however etcd is compacted).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
 from kubernetes_asyncio import client, config
 
 from services.stack.supervisor import StackError
-from services.testenv import kubeapi
+from services.testenv import kubeapi, kustomize
 
 NAMESPACE = kubeapi.SERVICE_NAMESPACE
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+OVERLAYS = ("dev", "production", "enforcement")
+"""deploy/overlays/*, each rendered and applied by the tests."""
+
+
+def _harness_off() -> bool:
+    return os.environ.get("DEVICESTATE_KUBEAPI", "").strip().lower() == "off"
+
+
+def _start(
+    tmp_path_factory: pytest.TempPathFactory, name: str, extra_flags: tuple[str, ...] = ()
+) -> kubeapi.KubeAPI:
+    if _harness_off():
+        pytest.skip("DEVICESTATE_KUBEAPI=off: no test kube-apiserver")
+    try:
+        return kubeapi.start(tmp_path_factory.mktemp(name), extra_flags=extra_flags)
+    except (kubeapi.KubeAPIError, StackError, OSError) as exc:
+        pytest.fail(
+            f"the test kube-apiserver could not be built or started "
+            f"(DEVICESTATE_KUBEAPI=off skips these tests): {exc}",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def kube_api_etcd_watch(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[kubeapi.KubeAPI]:
+    """A second API server (etcd of its own) without watch cache: WATCHes go to etcd."""
+    api = _start(tmp_path_factory, "kubeapi-etcd-watch", ("--watch-cache=false",))
+    try:
+        yield api
+    finally:
+        kubeapi.stop(api)
+
+
+@pytest.fixture(scope="session")
+def kustomize_binary() -> Path:
+    if _harness_off():
+        pytest.skip("DEVICESTATE_KUBEAPI=off: no Go, so no kustomize either")
+    try:
+        return kustomize.ensure_kustomize()
+    except (kubeapi.KubeAPIError, StackError, OSError) as exc:
+        pytest.fail(f"kustomize could not be built: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def rendered(kustomize_binary: Path) -> dict[str, list[dict[str, Any]]]:
+    """``kustomize build`` of deploy/base and of each overlay: name -> its manifests."""
+    from tests.kubeapi.kube_rest import load_manifests
+
+    paths = {"base": DEPLOY / "base", **{o: DEPLOY / "overlays" / o for o in OVERLAYS}}
+    return {
+        name: load_manifests(kustomize.render(path, kustomize_binary))
+        for name, path in paths.items()
+    }
 
 
 @pytest.fixture(scope="session")
 def kube_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kubeapi.KubeAPI]:
-    if os.environ.get("DEVICESTATE_KUBEAPI", "").strip().lower() == "off":
+    if _harness_off():
         pytest.skip("DEVICESTATE_KUBEAPI=off: no test kube-apiserver")
     try:
         api = kubeapi.start(tmp_path_factory.mktemp("kubeapi"))
