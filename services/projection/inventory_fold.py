@@ -55,6 +55,9 @@ from services.domain.inventory.state import Conflict, ConflictKind, InventorySta
 from services.domain.log import LogPosition
 from services.domain.node_events import NodeResourcesChanged
 
+_DEVICE_PLUGIN = DeviceSource.DEVICE_PLUGIN
+_AMBIGUOUS = ConflictKind.AMBIGUOUS_RESOURCE_ID.value
+
 ConflictKey: TypeAlias = tuple[str, str, str]
 """``(kind, node, subject)``: the primary key of ``inventory_conflicts``."""
 
@@ -260,21 +263,30 @@ class InventoryFold:
         self, plan: InventoryPlan, position: LogPosition, event: DeviceHealthObserved
     ) -> None:
         state = self.state
-        alias = (event.node, event.resource_id)
+        node = event.node
+        alias = (node, event.resource_id)
         before = state.aliases.get(alias)
+        if before is not None and event.source is _DEVICE_PLUGIN and before.owner is _DEVICE_PLUGIN:
+            # The common case, fast: a device-plugin ID's identity depends on the ID alone
+            # (plugin_identity), so resolving it again gives ``before`` and no conflict.
+            plan.resolved[position] = before
+            if node in self._by_node:
+                self._clear(
+                    plan, (_AMBIGUOUS, node, event.resource_id), position, event.observed_at
+                )
+            return
         identity, conflicts = state.resolve(event)
         plan.resolved[position] = identity
         after = state.aliases.get(alias)
         at = event.observed_at
         if after is not None and after != before:
-            plan.identities[alias] = identity_row(event.node, event.resource_id, after, at)
+            plan.identities[alias] = identity_row(node, event.resource_id, after, at)
         for conflict in conflicts:
             self._raise(plan, conflict, position, at)
-        if forwards(identity):  # resolved cleanly: no longer ambiguous
-            key = (ConflictKind.AMBIGUOUS_RESOURCE_ID.value, event.node, event.resource_id)
-            self._clear(plan, key, position, at)
+        if forwards(identity) and node in self._by_node:  # resolved cleanly: not ambiguous
+            self._clear(plan, (_AMBIGUOUS, node, event.resource_id), position, at)
         if after != before and (_plugin_uuid(before) or _plugin_uuid(after)):
-            self._ownership(plan, (event.node,), position, at)
+            self._ownership(plan, (node,), position, at)
 
     def _inventory(
         self, plan: InventoryPlan, position: LogPosition, event: InventoryObserved
@@ -325,6 +337,8 @@ class InventoryFold:
     ) -> None:
         """Re-check ``plugin-and-dra`` on ``nodes``: raise what is found, clear what is gone."""
         for node in nodes:
+            if not self.state.has_slices(node) and node not in self._by_node:
+                continue  # no DRA on the node and nothing to clear: nothing to find
             found = by_key(self.state.ownership_conflicts((node,)))
             for conflict in found.values():
                 self._raise(plan, conflict, position, at)

@@ -101,6 +101,10 @@ class InventoryState:
         The state's own index: read it, do not change it."""
         return self._pools
 
+    def has_slices(self, node: str) -> bool:
+        """Whether ``node`` has a ResourceSlice (no slice: no DRA ownership on it)."""
+        return node in self._node_slices
+
     def nodes(self) -> list[str]:
         """Nodes with at least one ResourceSlice, sorted."""
         return sorted(self._node_slices)
