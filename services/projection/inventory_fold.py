@@ -11,8 +11,8 @@ so replaying the log gives the same rows.
 Per record, in order:
 
 - ``InventoryObserved``: the object is applied to the state (its row upserted, a deletion kept as a
-  tombstone); devices that left a ResourceSlice raise ``vanished-from-slice``, devices present in
-  a slice again clear it;
+  tombstone); devices that left a ResourceSlice (and are in no other slice of its pool) raise
+  ``vanished-from-slice``, devices present in a slice again clear it;
 - ``NodeResourcesChanged``: the node's extended-resource capacity (row upserted);
 - ``DeviceHealthObserved`` the directory fold *applied* (others are skipped): its identity is
   resolved against the inventory as the log had it at that point
@@ -304,6 +304,12 @@ class InventoryFold:
                 drivers = set(obj.drivers) | set(old_class.drivers if old_class else ())
                 nodes = state.nodes_with_drivers(drivers)
         vanished = state.apply(event)
+        if vanished and isinstance(obj, ResourceSliceInfo):
+            # Still published by another slice of the pool (a driver replacing its slices): not
+            # vanished.
+            pool = state.slice_index().get((obj.driver, obj.pool), ())
+            present = {f"{obj.driver}/{obj.pool}/{d.name}" for s in pool for d in s.devices}
+            vanished = [c for c in vanished if c.subject not in present]
         row = object_row(event)
         plan.objects[(row["kind"], row["object_key"])] = row
         for conflict in vanished:

@@ -199,6 +199,16 @@ def test_a_device_leaving_its_slice_is_raised_then_cleared_when_back() -> None:
     assert len([c for c in plan.changes if c.row.active]) == 7  # gpu-7 still active from before
 
 
+def test_a_driver_replacing_its_slice_makes_nothing_vanish() -> None:
+    fold = InventoryFold()
+    fold_all(fold, inventory_events())
+    renamed = dataclasses.replace(resource_slice(), name="gpu-node-a-gpu.example.com-x9y8z")
+    old = inventory_record(resource_slice(), 2, deleted=True)
+    plan, _ = fold_all(fold, [inventory_record(renamed, 1), old], start=3)
+    assert plan.changes == [] and fold.active == {}
+    assert len(plan.objects) == 2
+
+
 def test_an_ambiguous_id_is_raised_once_and_cleared_when_it_resolves() -> None:
     fold = InventoryFold()
     fold_all(fold, inventory_events())
