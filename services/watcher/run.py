@@ -39,10 +39,13 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_never, wait_random_
 
 from services.config import Settings
 from services.domain.events import parse_resource_version
-from services.domain.inventory.events import InventoryObserved
+from services.domain.inventory.events import InventoryKind, InventoryObserved
+from services.domain.inventory.objects import ResourceClaimInfo
 from services.domain.inventory.tracker import INVENTORY_KINDS
+from services.domain.lifecycle_tracker import LifecycleTracker
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 from services.domain.node_tracker import NodeTracker
+from services.domain.pod_tracker import WatchKind
 from services.domain.records import TopicRecord
 from services.kafka.producer import EventPublisher, is_retriable
 from services.kafka.topics import ensure_topics
@@ -160,7 +163,10 @@ class WatchSession:
     """Handles each item of a source in order: Pods through the processor, Leases and Nodes
     through the node processor, ResourceSlices, ResourceClaims and DeviceClasses through the
     inventory processor, results to the publisher, and everything counted in the summary and the
-    metrics. A ``_CLOCK`` directive sets the clock and sends a tick to every partition."""
+    metrics. A ``_CLOCK`` directive sets the clock and sends a tick to every partition. Pods also
+    go through the :class:`LifecycleTracker`: a Pod first seen Ready by a watch event (a line of a
+    recorded stream is one) has its claim lifecycle stages observed, with its ResourceClaims as
+    the inventory tracker last saw them; a LIST only remembers the Pods already Ready."""
 
     def __init__(
         self,
@@ -171,6 +177,7 @@ class WatchSession:
         processor: WatchProcessor | None = None,
         nodes: NodeProcessor | None = None,
         inventory: InventoryProcessor | None = None,
+        lifecycle: LifecycleTracker | None = None,
     ) -> None:
         self.publisher = publisher
         self.metrics = metrics
@@ -179,6 +186,7 @@ class WatchSession:
         self.processor = processor or WatchProcessor()
         self.nodes = nodes or NodeProcessor(NodeTracker(DEFAULT_HEARTBEAT_INTERVAL))
         self.inventory = inventory or InventoryProcessor()
+        self.lifecycle = lifecycle if lifecycle is not None else LifecycleTracker()
 
     def _problem(self, code: str) -> None:
         self.summary.problems[code] += 1
@@ -277,6 +285,25 @@ class WatchSession:
         change = "deleted" if event.deleted else "observed"
         self.metrics.inventory_published.labels(event.kind.value, change).inc()
 
+    def _claim(self, namespace: str, name: str) -> ResourceClaimInfo | None:
+        form = self.inventory.tracker.form(InventoryKind.RESOURCE_CLAIM, f"{namespace}/{name}")
+        return form if isinstance(form, ResourceClaimInfo) else None
+
+    def _observe_lifecycle(self, kind: WatchKind, pod: dict[str, Any], name: str) -> None:
+        """Claim lifecycle stages of a Pod first seen Ready (see :class:`LifecycleTracker`)."""
+        report = self.lifecycle.watched(kind, pod, self._claim)
+        for latency in report.latencies:
+            self.metrics.claim_stage_seconds.labels(
+                latency.stage.value, latency.device_class, latency.path.value
+            ).observe(latency.seconds)
+        if report.unknown_claims:
+            self.metrics.claim_stage_claims_unknown.inc(len(report.unknown_claims))
+            log.info(
+                "claim of a Ready pod not known: claim stages not observed",
+                pod=name,
+                claims=[claim.label for claim in report.unknown_claims],
+            )
+
     def not_served(self, resource: str) -> None:
         """A DRA loop ended because the API server does not serve ``resource``."""
         if resource not in self.summary.not_served:
@@ -323,12 +350,14 @@ class WatchSession:
                 item.kind, item.pod, item.raw, source, self.clock.now()
             )
             await self._apply(outcome, source, pod)
+            self._observe_lifecycle(item.kind, item.pod, pod)
             self._resume_point(item.resource_version)
         elif isinstance(item, Relisted):
             outcome = self.processor.relisted(
                 item.pods, item.resource_version, source, self.clock.now()
             )
             await self._apply(outcome, source, f"{len(item.pods)} listed")
+            self.lifecycle.listed(item.pods)
             self._resume_point(item.resource_version)
         elif isinstance(item, Bookmark):
             if stream == POD_STREAM:
