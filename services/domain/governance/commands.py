@@ -1,0 +1,217 @@
+"""Operator commands in the governor: role checks, idempotency by command ID, manual quarantines,
+extend, release (break-glass), pause/resume automation, breaker reset."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from services.domain.events import format_time
+from services.domain.governance import context, rules
+from services.domain.governance.decisions import AlertAction, DecisionKind, Severity
+from services.domain.governance.inputs import (
+    CommandAction,
+    OperatorCommand,
+    RecoveryStage,
+    Role,
+)
+from services.domain.governance.state import (
+    DeviceGov,
+    GovState,
+    QuarantineKind,
+)
+
+# --- operator commands --------------------------------------------------------------------------
+
+
+def reject(ctx: context.Ctx, c: OperatorCommand, reason: str) -> None:
+    ctx.emit(
+        DecisionKind.COMMAND_REJECTED,
+        c.requested_at,
+        node=c.node,
+        summary=f"{c.action.value} by {c.actor} rejected: {reason}",
+        commandID=c.command_id,
+        action=c.action.value,
+        actor=c.actor,
+        role=c.role.value,
+        reason=reason,
+    )
+
+
+def accept(ctx: context.Ctx, c: OperatorCommand, **extra: Any) -> None:
+    ctx.emit(
+        DecisionKind.COMMAND_ACCEPTED,
+        c.requested_at,
+        node=c.node,
+        summary=f"{c.action.value} by {c.actor} accepted",
+        commandID=c.command_id,
+        action=c.action.value,
+        actor=c.actor,
+        role=c.role.value,
+        reason=c.reason,
+        **extra,
+    )
+
+
+def on_command(ctx: context.Ctx, c: OperatorCommand) -> None:
+    fleet = ctx.state.fleet
+    if c.command_id in fleet.commands_seen:
+        return  # a client retry of a command already decided
+    fleet.commands_seen.append(c.command_id)
+    del fleet.commands_seen[: -context.COMMANDS_REMEMBERED]
+    needed = Role.ADMIN if c.action is CommandAction.RESET_BREAKER else Role.OPERATOR
+    if c.break_glass:
+        needed = Role.ADMIN
+    if context.ROLE_RANK[c.role] < context.ROLE_RANK[needed]:
+        reject(ctx, c, f"role {c.role.value} may not {c.action.value}; {needed.value} needed")
+        return
+    at = c.requested_at
+    if c.action is CommandAction.PAUSE:
+        fleet.automation_paused, fleet.paused_by, fleet.pause_reason = True, c.actor, c.reason
+        accept(ctx, c)
+        ctx.emit(
+            DecisionKind.AUTOMATION_PAUSED,
+            at,
+            incident="automation-paused",
+            alert=AlertAction.FIRING,
+            severity=Severity.WARNING,
+            summary=f"automatic restriction paused by {c.actor}: {c.reason}",
+            actor=c.actor,
+            reason=c.reason,
+        )
+        return
+    if c.action is CommandAction.RESUME:
+        fleet.automation_paused, fleet.paused_by, fleet.pause_reason = False, None, None
+        accept(ctx, c)
+        ctx.emit(
+            DecisionKind.AUTOMATION_RESUMED,
+            at,
+            incident="automation-paused",
+            alert=AlertAction.RESOLVED,
+            severity=Severity.INFO,
+            summary=f"automatic restriction resumed by {c.actor}",
+            actor=c.actor,
+        )
+        retry_deferred(ctx, at)
+        return
+    if c.action is CommandAction.RESET_BREAKER:
+        if not fleet.breaker_open:
+            reject(ctx, c, "the breaker is not open")
+            return
+        incident = fleet.breaker_incident
+        fleet.breaker_open, fleet.breaker_opened_at, fleet.breaker_incident = False, None, None
+        fleet.signals = []
+        accept(ctx, c)
+        ctx.emit(
+            DecisionKind.BREAKER_RESET,
+            at,
+            incident=incident,
+            alert=AlertAction.RESOLVED,
+            severity=Severity.INFO,
+            summary=f"breaker reset by {c.actor}: {c.reason}",
+            actor=c.actor,
+            reason=c.reason,
+        )
+        retry_deferred(ctx, at)
+        return
+    device = ctx.state.devices.get((c.node or "", c.resource_id or ""))
+    if device is None:
+        reject(ctx, c, f"device {c.node}/{c.resource_id} is not in the directory")
+        return
+    if (
+        c.quarantine_id is not None
+        and c.action is not CommandAction.QUARANTINE
+        and (device.quarantine is None or device.quarantine.quarantine_id != c.quarantine_id)
+    ):
+        reject(ctx, c, f"quarantine {c.quarantine_id} is not the device's active quarantine")
+        return
+    if c.action is CommandAction.QUARANTINE:
+        command_quarantine(ctx, c, device)
+    elif c.action is CommandAction.EXTEND:
+        command_extend(ctx, c, device)
+    else:
+        command_release(ctx, c, device)
+
+
+def retry_deferred(ctx: context.Ctx, at: datetime) -> None:
+    for key in list(ctx.state.fleet.deferred):
+        device = ctx.state.devices.get(key)
+        if device is not None and device.state is GovState.DEFERRED:
+            rules.evaluate(ctx, device, at)
+
+
+def command_quarantine(ctx: context.Ctx, c: OperatorCommand, device: DeviceGov) -> None:
+    if device.quarantine is not None:
+        reject(ctx, c, f"already quarantined ({device.quarantine.quarantine_id}); extend it")
+        return
+    if c.expires_at is not None and c.expires_at <= c.requested_at:
+        reject(ctx, c, "expiresAt must be later than the request")
+        return
+    if not c.reason:
+        reject(ctx, c, "a reason is required")
+        return
+    quarantine_id = f"manual/{c.command_id}"
+    accept(ctx, c, quarantineID=quarantine_id)
+    if device.key in ctx.state.fleet.deferred:
+        ctx.state.fleet.deferred.remove(device.key)
+    device.pending = None
+    device.pending_reason = None
+    rules.quarantine(
+        ctx,
+        device,
+        c.requested_at,
+        kind=QuarantineKind.MANUAL,
+        reason=c.reason,
+        actor=c.actor,
+        quarantine_id=quarantine_id,
+        expires_at=c.expires_at,
+    )
+
+
+def command_extend(ctx: context.Ctx, c: OperatorCommand, device: DeviceGov) -> None:
+    q = device.quarantine
+    if q is None:
+        reject(ctx, c, "the device has no active quarantine")
+        return
+    if c.expires_at is None or c.expires_at <= c.requested_at:
+        reject(ctx, c, "extend needs an expiresAt later than the request")
+        return
+    if q.kind is QuarantineKind.MANUAL and q.expires_at is None:
+        reject(ctx, c, "the quarantine has no expiry: it holds until released")
+        return
+    current = q.expires_at if q.kind is QuarantineKind.MANUAL else q.next_recovery_at
+    if current is not None and c.expires_at <= current:
+        reject(ctx, c, f"the quarantine already holds until {format_time(current)}")
+        return
+    accept(ctx, c, quarantineID=q.quarantine_id)
+    if device.state is GovState.RECOVERING:
+        rules.fail_recovery(ctx, device, c.requested_at, f"extended by {c.actor}: {c.reason}")
+    held = q.expires_at if q.kind is QuarantineKind.MANUAL else q.next_recovery_at
+    if held is None or c.expires_at > held:
+        rules.extend(ctx, device, c.requested_at, c.reason or "extended", c.expires_at, c.actor)
+
+
+def command_release(ctx: context.Ctx, c: OperatorCommand, device: DeviceGov) -> None:
+    q = device.quarantine
+    if q is None:
+        reject(ctx, c, "the device has no active quarantine")
+        return
+    passed = device.state is GovState.RECOVERING and q.recovery_stage is RecoveryStage.STABILITY
+    if c.break_glass:
+        if not c.reason:
+            reject(ctx, c, "a break-glass release needs a reason")
+            return
+        reason = f"break-glass: {c.reason}"
+        device.cleared, device.cleared_version = True, device.status_version
+    elif q.kind is QuarantineKind.MANUAL or passed:
+        reason = c.reason or "released by operator"
+    else:
+        reject(
+            ctx,
+            c,
+            "a system quarantine is released only after a passed recovery (probe and canary), "
+            "or by an admin's break-glass with a reason",
+        )
+        return
+    accept(ctx, c, quarantineID=q.quarantine_id)
+    rules.release(ctx, device, c.requested_at, reason, c.actor)

@@ -1,0 +1,237 @@
+"""Node facts and time in the governor: watermarks (firing timers), Lease heartbeats, device-plugin
+loss, node escalation, and the circuit breaker's signals."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from services.domain.events import DeviceSource, Health, format_time
+from services.domain.governance import context, limits, machine, rules
+from services.domain.governance.decisions import AlertAction, DecisionKind, Severity
+from services.domain.governance.inputs import (
+    WatermarkAdvanced,
+)
+from services.domain.governance.state import (
+    GovState,
+    NodeGov,
+    TimerKind,
+)
+from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
+
+# --- time ---------------------------------------------------------------------------------------
+
+
+def on_watermark(ctx: context.Ctx, w: WatermarkAdvanced) -> None:
+    fleet = ctx.state.fleet
+    fleet.partitions = w.partitions
+    previous = fleet.watermarks.get(w.partition)
+    if previous is None or w.event_time > previous:
+        fleet.watermarks[w.partition] = w.event_time
+    if any(p not in fleet.watermarks for p in range(fleet.partitions)):
+        return
+    low = min(fleet.watermarks[p] for p in range(fleet.partitions))
+    if fleet.watermark is not None and low <= fleet.watermark:
+        return
+    fleet.watermark = low
+    machine.fire_due(ctx)
+    # A bucket full at the restriction clock is the same as no bucket (every later restriction
+    # is dated at or after that clock): drop them so the fleet snapshot stays small.
+    clock = None if fleet.fleet_bucket is None else fleet.fleet_bucket.updated_at
+    for name, bucket in sorted(fleet.node_buckets.items()):
+        if clock is None:
+            break
+        limits.refill(
+            bucket, clock, ctx.policy.restrict_node_burst, ctx.policy.restrict_node_refill_seconds
+        )
+        if bucket.tokens >= ctx.policy.restrict_node_burst:
+            del fleet.node_buckets[name]
+    for key in list(fleet.deferred):
+        device = ctx.state.devices.get(key)
+        if device is not None and device.state is GovState.DEFERRED:
+            rules.evaluate(ctx, device, low)
+
+
+# --- nodes --------------------------------------------------------------------------------------
+
+
+def node_of(ctx: context.Ctx, name: str) -> NodeGov:
+    node = ctx.state.nodes.get(name)
+    if node is None:
+        node = ctx.state.nodes[name] = NodeGov(name)
+    ctx.state.dirty_nodes.add(name)
+    return node
+
+
+def on_heartbeat(ctx: context.Ctx, h: NodeHeartbeat) -> None:
+    node = node_of(ctx, h.node)
+    if node.last_renewed_at is not None and h.renewed_at <= node.last_renewed_at:
+        return
+    node.last_renewed_at = h.renewed_at
+    ctx.state.schedule(
+        h.renewed_at + timedelta(seconds=ctx.policy.heartbeat_grace_seconds),
+        TimerKind.HEARTBEAT,
+        h.node,
+    )
+    if node.heartbeat_lost_since is not None:
+        ctx.emit(
+            DecisionKind.NODE_INCIDENT_CLOSED,
+            h.renewed_at,
+            node=h.node,
+            incident=node.incident,
+            alert=AlertAction.RESOLVED,
+            severity=Severity.INFO,
+            summary=f"node {h.node}: heartbeat back",
+            reason=context.REASON_HEARTBEAT,
+            lostSince=node.heartbeat_lost_since,
+        )
+        node.heartbeat_lost_since = None
+        node.incident = None
+        for device in ctx.state.devices_on(h.node):
+            rules.evaluate(ctx, device, h.renewed_at)
+
+
+def check_heartbeat(ctx: context.Ctx, name: str, due: datetime) -> None:
+    node = ctx.state.nodes.get(name)
+    grace = timedelta(seconds=ctx.policy.heartbeat_grace_seconds)
+    if node is None or node.heartbeat_lost_since is not None or node.last_renewed_at is None:
+        return
+    if node.last_renewed_at + grace > due:
+        return  # renewed since this timer was set
+    ctx.state.dirty_nodes.add(name)
+    node.heartbeat_lost_since = node.last_renewed_at
+    node.incident = f"node-heartbeat/{name}/{format_time(node.last_renewed_at)}"
+    devices = ctx.state.devices_on(name)
+    ctx.emit(
+        DecisionKind.NODE_INCIDENT_OPENED,
+        due,
+        node=name,
+        incident=node.incident,
+        alert=AlertAction.FIRING,
+        severity=Severity.CRITICAL,
+        summary=f"node {name}: heartbeat lost since {format_time(node.last_renewed_at)}; "
+        f"its {len(devices)} devices read Unknown",
+        reason=context.REASON_HEARTBEAT,
+        lastRenewedAt=node.last_renewed_at,
+        devices=len(devices),
+    )
+    signal(ctx, due, name, "")
+    for device in devices:
+        rules.evaluate(ctx, device, due)
+
+
+def on_resources(ctx: context.Ctx, r: NodeResourcesChanged) -> None:
+    node = node_of(ctx, r.node)
+    node.capacity = dict(r.capacity)
+    node.allocatable = dict(r.allocatable)
+    missing = r.missing()
+    changed: set[str] = set()
+    for name, count in sorted(missing.items()):
+        if name in node.plugin_lost:
+            continue
+        node.plugin_lost[name] = r.observed_at
+        node.plugin_incidents[name] = f"device-plugin/{r.node}/{name}/{format_time(r.observed_at)}"
+        changed.add(name)
+        ctx.emit(
+            DecisionKind.NODE_INCIDENT_OPENED,
+            r.observed_at,
+            node=r.node,
+            incident=node.plugin_incidents[name],
+            alert=AlertAction.FIRING,
+            severity=Severity.WARNING,
+            summary=f"node {r.node}: {count} of {dict(r.capacity)[name]} {name} not allocatable "
+            "(device plugin lost devices)",
+            reason=context.REASON_PLUGIN,
+            resourceName=name,
+            missing=count,
+            capacity=dict(r.capacity)[name],
+        )
+        signal(ctx, r.observed_at, r.node, "")
+    for name in sorted(set(node.plugin_lost) - set(missing)):
+        since = node.plugin_lost.pop(name)
+        ctx.emit(
+            DecisionKind.NODE_INCIDENT_CLOSED,
+            r.observed_at,
+            node=r.node,
+            incident=node.plugin_incidents.pop(name, None),
+            alert=AlertAction.RESOLVED,
+            severity=Severity.INFO,
+            summary=f"node {r.node}: {name} allocatable again",
+            reason=context.REASON_PLUGIN,
+            resourceName=name,
+            lostSince=since,
+            lostSeconds=(r.observed_at - since).total_seconds(),
+        )
+        changed.add(name)
+    for device in ctx.state.devices_on(r.node):
+        if device.resource_name in changed and device.source is DeviceSource.DEVICE_PLUGIN:
+            rules.evaluate(ctx, device, r.observed_at)
+
+
+def check_escalation(ctx: context.Ctx, name: str, at: datetime) -> None:
+    devices = ctx.state.devices_on(name)
+    if not devices:
+        return
+    bad = sum(1 for d in devices if d.observed_health is Health.UNHEALTHY)
+    node = node_of(ctx, name)
+    policy = ctx.policy
+    over = bad >= policy.node_escalation_min_devices and bad >= policy.node_escalation_share * len(
+        devices
+    )
+    if over and node.escalation_incident is None:
+        node.escalation_incident = f"escalation/{name}/{format_time(at)}"
+        ctx.emit(
+            DecisionKind.NODE_ESCALATION_RECOMMENDED,
+            at,
+            node=name,
+            incident=node.escalation_incident,
+            alert=AlertAction.FIRING,
+            severity=Severity.CRITICAL,
+            summary=f"node {name}: {bad} of {len(devices)} devices Unhealthy; node-level action "
+            "recommended (devicestate edits no Node or Pod)",
+            unhealthy=bad,
+            devices=len(devices),
+        )
+    elif not over and node.escalation_incident is not None:
+        ctx.emit(
+            DecisionKind.NODE_ESCALATION_RECOMMENDED,
+            at,
+            node=name,
+            incident=node.escalation_incident,
+            alert=AlertAction.RESOLVED,
+            severity=Severity.INFO,
+            summary=f"node {name}: {bad} of {len(devices)} devices Unhealthy; recommendation over",
+            unhealthy=bad,
+            devices=len(devices),
+        )
+        node.escalation_incident = None
+
+
+# --- breaker ------------------------------------------------------------------------------------
+
+
+def signal(ctx: context.Ctx, at: datetime, node: str, resource_id: str) -> None:
+    state = ctx.state
+    fleet = state.fleet
+    known_nodes = len(set(state.by_node) | set(state.nodes))
+    reading = limits.record_signal(
+        fleet, at, node, resource_id, ctx.policy, len(state.devices), known_nodes
+    )
+    if fleet.breaker_open or not reading.tripped(ctx.policy):
+        return
+    fleet.breaker_open = True
+    fleet.breaker_opened_at = at
+    fleet.breaker_incident = f"breaker/{format_time(at)}"
+    ctx.emit(
+        DecisionKind.BREAKER_OPENED,
+        at,
+        incident=fleet.breaker_incident,
+        alert=AlertAction.FIRING,
+        severity=Severity.CRITICAL,
+        summary=f"mass signal: {reading.devices} devices on {reading.nodes} nodes turned "
+        f"Unknown/Unhealthy within {ctx.policy.breaker_window_seconds:g} s; automatic "
+        "restriction stopped until an operator resets the breaker",
+        devices=reading.devices,
+        nodes=reading.nodes,
+        knownDevices=reading.known_devices,
+        knownNodes=reading.known_nodes,
+    )
