@@ -140,12 +140,31 @@ def retry_deferred(ctx: context.Ctx, at: datetime) -> None:
             rules.evaluate(ctx, device, at)
 
 
+def _passed_on_log_clock(ctx: context.Ctx, c: OperatorCommand) -> bool:
+    """Reject (and say so) an expiry the governor's clock has already passed: expiries are timed
+    on the log's event time, which can run ahead of the API's wall clock (a recorded stream,
+    a watcher clock running fast)."""
+    now = ctx.now
+    if c.expires_at is None or now is None or c.expires_at > now:
+        return False
+    ahead = (now - c.requested_at).total_seconds()
+    reject(
+        ctx,
+        c,
+        f"expiresAt {format_time(c.expires_at)} has already passed on the governor's clock "
+        f"(watermark {format_time(now)}, {ahead:.0f} s ahead of the request)",
+    )
+    return True
+
+
 def command_quarantine(ctx: context.Ctx, c: OperatorCommand, device: DeviceGov) -> None:
     if device.quarantine is not None:
         reject(ctx, c, f"already quarantined ({device.quarantine.quarantine_id}); extend it")
         return
     if c.expires_at is not None and c.expires_at <= c.requested_at:
         reject(ctx, c, "expiresAt must be later than the request")
+        return
+    if _passed_on_log_clock(ctx, c):
         return
     if not c.reason:
         reject(ctx, c, "a reason is required")
@@ -175,6 +194,8 @@ def command_extend(ctx: context.Ctx, c: OperatorCommand, device: DeviceGov) -> N
         return
     if c.expires_at is None or c.expires_at <= c.requested_at:
         reject(ctx, c, "extend needs an expiresAt later than the request")
+        return
+    if _passed_on_log_clock(ctx, c):
         return
     if q.kind is QuarantineKind.MANUAL and q.expires_at is None:
         reject(ctx, c, "the quarantine has no expiry: it holds until released")

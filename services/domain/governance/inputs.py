@@ -15,10 +15,11 @@ Wire form: JSON objects with ``schema`` 1 and ``type``, camelCase keys, times RF
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import orjson
 
@@ -329,8 +330,27 @@ def _bool(obj: dict[str, Any], name: str) -> bool:
     return value
 
 
+_UNSTORABLE: Final = re.compile("[\x00\ud800-\udfff]")
+"""NUL and lone surrogates: PostgreSQL text and JSONB cannot hold them."""
+
+
+def _check_storable(value: Any, where: str) -> None:
+    if isinstance(value, str):
+        if _UNSTORABLE.search(value):
+            raise EventDecodeError(f"field {where!r} holds a NUL or a lone surrogate")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_storable(key, where)
+            _check_storable(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for item in value:
+            _check_storable(item, where)
+
+
 def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
-    """Build a governance-topic record from its JSON object; raises ``EventDecodeError``."""
+    """Build a governance-topic record from its JSON object; raises ``EventDecodeError`` (also for
+    a string PostgreSQL could not store: the record is dead-lettered, not written)."""
+    _check_storable(obj, "")
     if obj.get("schema") != SCHEMA_VERSION:
         raise EventDecodeError(f"unsupported schema {obj.get('schema')!r}")
     kind = obj.get("type")
