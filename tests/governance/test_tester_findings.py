@@ -49,9 +49,9 @@ def test_a_nul_in_any_field_is_a_decode_error_not_a_poisoned_batch(reason: str) 
 
 
 def test_control_characters_other_than_nul_are_kept() -> None:
-    assert decode_input(encode_input(command("line one\nline two\t!"))).reason == (
-        "line one\nline two\t!"
-    )
+    decoded = decode_input(encode_input(command("line one\nline two\t!")))
+    assert isinstance(decoded, OperatorCommand)
+    assert decoded.reason == "line one\nline two\t!"
 
 
 def test_an_expiry_already_passed_on_the_log_clock_is_rejected_with_the_reason() -> None:
