@@ -59,35 +59,56 @@ def render_table(devices: list[dict[str, Any]], console: Console, wide: bool = F
     columns = ["NODE", "RESOURCE ID", "RESOURCE", "HEALTH", "VERSION", "PODS", "LAST TRANSITION"]
     if wide:
         columns += ["SOURCE", "STATE", "FLAGS", "MESSAGE"]
-    for column in columns:
-        table.add_column(column, no_wrap=column != "MESSAGE")
-    for d in devices:
-        health = d["health"]
-        raw = f" ({d['rawHealth']})" if d.get("rawHealth") else ""
-        row = [
-            escape(d["node"]),
-            escape(d["resourceID"]),
-            escape(d["resourceName"]),
-            f"[{HEALTH_STYLE.get(health, '')}]{escape(health + raw)}[/]",
-            escape(d.get("statusVersion") or "<unordered>"),
-            escape(_pods(d)),
-            d.get("lastTransitionAt") or "-",
-        ]
-        if wide:
-            governance = d.get("governance") or {}
-            row += [
-                d["source"],
-                escape(governance.get("state") or "-"),
-                escape(",".join(d.get("flags") or []) or "-"),
-                escape((d.get("message") or "")[:80]),
-            ]
-        table.add_row(*row, style="red" if health == "Unhealthy" else None)
+    rows = [_row(d, wide) for d in devices]
+    for index, column in enumerate(columns):
+        if column in _KEY_COLUMNS:
+            # Identifying columns never shrink: long resourceIDs and Pod lists fold instead.
+            width = max([len(column)] + [len(_plain(r[index])) for r in rows])
+            table.add_column(column, no_wrap=True, min_width=width)
+        else:
+            table.add_column(column, overflow="fold")
+    for d, row in zip(devices, rows, strict=True):
+        table.add_row(*row, style="red" if d["health"] == "Unhealthy" else None)
     console.print(table)
     counts: dict[str, int] = {}
     for d in devices:
         counts[d["health"]] = counts.get(d["health"], 0) + 1
     summary = ", ".join(f"{n} {h}" for h, n in sorted(counts.items()))
     console.print(f"\n{len(devices)} devices: {summary or 'none'}")
+
+
+_KEY_COLUMNS = frozenset({"NODE", "HEALTH", "VERSION", "SOURCE", "STATE"})
+
+
+def _plain(markup: str) -> str:
+    """The printed text of a rich markup cell (for its width)."""
+    from rich.text import Text
+
+    return Text.from_markup(markup).plain
+
+
+def _row(d: dict[str, Any], wide: bool) -> list[str]:
+    """One table row of a device (rich markup, values escaped)."""
+    health = d["health"]
+    raw = f" ({d['rawHealth']})" if d.get("rawHealth") else ""
+    row = [
+        escape(d["node"]),
+        escape(d["resourceID"]),
+        escape(d["resourceName"]),
+        f"[{HEALTH_STYLE.get(health, '')}]{escape(health + raw)}[/]",
+        escape(d.get("statusVersion") or "<unordered>"),
+        escape(_pods(d)),
+        d.get("lastTransitionAt") or "-",
+    ]
+    if wide:
+        governance = d.get("governance") or {}
+        row += [
+            d["source"],
+            escape(governance.get("state") or "-"),
+            escape(",".join(d.get("flags") or []) or "-"),
+            escape((d.get("message") or "")[:80]),
+        ]
+    return row
 
 
 def default_api_url() -> str:
