@@ -732,6 +732,10 @@ async def run_worker_stage(
         "DEVICESTATE_KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
         "DEVICESTATE_TOPIC": settings.topic,
         "DEVICESTATE_DEAD_LETTER_TOPIC": settings.dead_letter_topic,
+        # The worker forwards to the governance topic and its governor agent folds it: fresh
+        # per-run topics, or a second run would fold the first run's governance records too.
+        "DEVICESTATE_GOVERNANCE_TOPIC": settings.governance_topic,
+        "DEVICESTATE_DECISIONS_TOPIC": settings.decisions_topic,
         "DEVICESTATE_TOPIC_PARTITIONS": str(settings.topic_partitions),
         "DEVICESTATE_CONSUMER_GROUP": settings.consumer_group,
         "DEVICESTATE_DATABASE_URL": settings.database_url,
@@ -813,10 +817,37 @@ async def run_worker_stage(
                     lag = sum(max(end - committed.get(p, 0), 0) for p, end in ends.items())
                     progress.update(int(consumed), extra=f"commit lag {lag:,}")
                     await asyncio.sleep(0.1)
-        cpu_used = cpu.stop()
+            cpu_used = cpu.stop()  # the ingest window, as before the governor existed
+            # The health agent forwards before it commits, so the governance topic is complete
+            # now; the governor agent (same process) may still be folding it.
+            gov_ends = await end_offsets(
+                settings.kafka_bootstrap_servers, settings.governance_topic
+            )
+            gov_total = sum(gov_ends.values())
+            governor_caught_up: float | None = None
+            with Reporter("governor", gov_total, unit="records") as progress:
+                while True:
+                    child.check()
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("the governor did not catch up with its topic")
+                    gov_committed: dict[int, int] = {}
+                    with contextlib.suppress(Exception):
+                        gov_committed = await committed_offsets(
+                            admin, settings.consumer_group, settings.governance_topic
+                        )
+                    done = sum(min(max(gov_committed.get(p, 0), 0), e) for p, e in gov_ends.items())
+                    progress.update(done)
+                    if all(e == 0 or gov_committed.get(p, -1) >= e for p, e in gov_ends.items()):
+                        governor_caught_up = time.monotonic()
+                        break
+                    await asyncio.sleep(0.25)
+            with contextlib.suppress(httpx.HTTPError):
+                response = await http.get(f"http://127.0.0.1:{port}/metrics")
+                last_metrics = parse_metrics(response.text)
     finally:
         await admin.close()
     assert first_consumed is not None and caught_up is not None
+    assert governor_caught_up is not None
     status = child.sample()
     child_stop_started = time.monotonic()
     code = child.stop()
@@ -855,6 +886,26 @@ async def run_worker_stage(
             "batches": metric_sum(last_metrics, "devicestate_worker_batch_seconds_count"),
             "batch_seconds_sum": round(
                 metric_sum(last_metrics, "devicestate_worker_batch_seconds_sum"), 2
+            ),
+        },
+        "governance": {
+            "topic_records": gov_total,
+            "caught_up_seconds": round(governor_caught_up - first_consumed, 3),
+            "after_ingest_seconds": round(governor_caught_up - caught_up, 3),
+            "forwarded": {
+                key.split('"')[1]: value
+                for key, value in last_metrics.items()
+                if key.startswith("devicestate_worker_governance_forwarded_total{")
+            },
+            "governor_records": metric_sum(
+                last_metrics, "devicestate_governor_records_consumed_total"
+            ),
+            "decisions": metric_sum(last_metrics, "devicestate_governor_decisions_total"),
+            "governor_batches": metric_sum(
+                last_metrics, "devicestate_governor_batch_seconds_count"
+            ),
+            "governor_batch_seconds_sum": round(
+                metric_sum(last_metrics, "devicestate_governor_batch_seconds_sum"), 2
             ),
         },
     }
@@ -1350,6 +1401,7 @@ async def cleanup(run: Run, settings: Settings, keep: bool) -> None:
                 t
                 for t in names
                 if (run.created_topic and t in (run.topic, settings.dead_letter_topic))
+                or t in (settings.governance_topic, settings.decisions_topic)  # this run's
                 or t.startswith(f"{run.group}-")
             ]
             if doomed:
@@ -1639,6 +1691,9 @@ async def main_async(opts: Options) -> int:
         update={
             "topic": run.topic,
             "dead_letter_topic": f"{run.topic}.dead-letter",
+            # Per run even with --topic (an earlier run's governance records must not be folded).
+            "governance_topic": f"bench.{run.run_id}.governance",
+            "decisions_topic": f"bench.{run.run_id}.decisions",
             "consumer_group": run.group,
             "topic_partitions": opts.partitions,
             "log_level": "WARNING",
@@ -1749,6 +1804,13 @@ async def main_async(opts: Options) -> int:
                     f" (expected {workload.new:,}), table-dropped {m['table_duplicates']:,.0f}, "
                     f"db no-ops {m['db_noops']:,.0f} (expected {workload.duplicates + workload.stale:,}), "
                     f"dead-lettered {m['dead_lettered']:,.0f}, batches {m['batches']:,.0f}"
+                )
+                g = w["governance"]
+                console.print(
+                    f"  governance: {g['topic_records']:,} records forwarded {g['forwarded']}; "
+                    f"governor caught up {g['after_ingest_seconds']} s after ingest "
+                    f"({g['governor_records']:,.0f} records, {g['decisions']:,.0f} decisions, "
+                    f"{g['governor_batch_seconds_sum']} s in its batches)"
                 )
             except Exception as exc:
                 console.print(f"  [red]worker stage failed:[/red] {exc}")
