@@ -101,6 +101,7 @@ def on_command(ctx: context.Ctx, c: OperatorCommand) -> None:
         incident = fleet.breaker_incident
         fleet.breaker_open, fleet.breaker_opened_at, fleet.breaker_incident = False, None, None
         fleet.signals = []
+        fleet.recount_signals()
         accept(ctx, c)
         ctx.emit(
             DecisionKind.BREAKER_RESET,

@@ -336,10 +336,19 @@ _UNSTORABLE: Final = re.compile("[\x00\ud800-\udfff]")
 
 def _check_storable(value: Any, where: str) -> None:
     if isinstance(value, str):
-        if _UNSTORABLE.search(value):
+        # The cheap tests first: almost every value is ASCII without NUL.
+        if "\x00" in value or (not value.isascii() and _UNSTORABLE.search(value)):
             raise EventDecodeError(f"field {where!r} holds a NUL or a lone surrogate")
     elif isinstance(value, dict):
         for key, item in value.items():
+            if (
+                type(item) is str
+                and item.isascii()
+                and "\x00" not in item
+                and key.isascii()
+                and "\x00" not in key
+            ):
+                continue  # the common case, without building a path
             _check_storable(key, where)
             _check_storable(item, f"{where}.{key}" if where else str(key))
     elif isinstance(value, list):

@@ -6,8 +6,11 @@ Pure functions over :class:`~services.domain.governance.state.TokenBucket` and
 
 from __future__ import annotations
 
+import bisect
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import FleetGov, TokenBucket
@@ -79,10 +82,29 @@ def record_signal(
     known_nodes: int,
 ) -> BreakerReading:
     """Count a device (``resource_id``) or a whole node (``resource_id == ""``) turning
-    Unknown/Unhealthy at ``at``; drop signals older than the window; return the reading."""
-    fleet.signals.append((at, node, resource_id))
-    horizon = max(t for t, _, _ in fleet.signals) - timedelta(seconds=policy.breaker_window_seconds)
-    fleet.signals = [s for s in fleet.signals if s[0] > horizon]
-    devices = {(n, r) for _, n, r in fleet.signals if r}
-    nodes = {n for _, n, _ in fleet.signals}
-    return BreakerReading(len(devices), len(nodes), max(known_devices, 1), max(known_nodes, 1))
+    Unknown/Unhealthy at ``at``; drop signals at or before (newest signal - window); return the
+    reading. Amortised O(log n) per signal: the window is kept sorted and counted."""
+    entry = (at, node, resource_id)
+    bisect.insort(fleet.signals, entry)
+    if resource_id:
+        fleet.signal_devices[(node, resource_id)] += 1
+    fleet.signal_nodes[node] += 1
+    horizon = fleet.signals[-1][0] - timedelta(seconds=policy.breaker_window_seconds)
+    drop = bisect.bisect_right(fleet.signals, (horizon, "\U0010ffff", "\U0010ffff"))
+    for _, old_node, old_resource in fleet.signals[:drop]:
+        if old_resource:
+            _decrement(fleet.signal_devices, (old_node, old_resource))
+        _decrement(fleet.signal_nodes, old_node)
+    del fleet.signals[:drop]
+    return BreakerReading(
+        len(fleet.signal_devices),
+        len(fleet.signal_nodes),
+        max(known_devices, 1),
+        max(known_nodes, 1),
+    )
+
+
+def _decrement(counter: Counter[Any], key: Any) -> None:
+    counter[key] -= 1
+    if counter[key] <= 0:
+        del counter[key]

@@ -57,7 +57,8 @@ def on_watermark(ctx: context.Ctx, w: WatermarkAdvanced) -> None:
 def node_of(ctx: context.Ctx, name: str) -> NodeGov:
     node = ctx.state.nodes.get(name)
     if node is None:
-        node = ctx.state.nodes[name] = NodeGov(name)
+        node = NodeGov(name)
+        ctx.state.add_node(node)
     ctx.state.dirty_nodes.add(name)
     return node
 
@@ -212,7 +213,7 @@ def check_escalation(ctx: context.Ctx, name: str, at: datetime) -> None:
 def signal(ctx: context.Ctx, at: datetime, node: str, resource_id: str) -> None:
     state = ctx.state
     fleet = state.fleet
-    known_nodes = len(set(state.by_node) | set(state.nodes))
+    known_nodes = len(state.node_names)
     reading = limits.record_signal(
         fleet, at, node, resource_id, ctx.policy, len(state.devices), known_nodes
     )

@@ -14,6 +14,7 @@ Names: *observed* health is what Kubernetes says (Pod status); *effective* healt
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -372,11 +373,21 @@ class FleetGov:
     breaker_opened_at: datetime | None = None
     breaker_incident: str | None = None
     signals: list[tuple[datetime, str, str]] = field(default_factory=list)
+    """Bad signals within the breaker window, sorted by time (then node, resourceID)."""
     automation_paused: bool = False
     paused_by: str | None = None
     pause_reason: str | None = None
     deferred: list[DeviceKey] = field(default_factory=list)
     commands_seen: list[str] = field(default_factory=list)
+    signal_devices: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Derived from ``signals`` (not snapshotted): signals per device in the window."""
+    signal_nodes: Counter[str] = field(default_factory=Counter)
+    """Derived from ``signals``: signals per node in the window."""
+
+    def recount_signals(self) -> None:
+        """Rebuild the derived counters from ``signals`` (after a restore or a reset)."""
+        self.signal_devices = Counter((n, r) for _, n, r in self.signals if r)
+        self.signal_nodes = Counter(n for _, n, _ in self.signals)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -399,7 +410,7 @@ class FleetGov:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> FleetGov:
         bucket = obj.get("fleetBucket")
-        return cls(
+        fleet = cls(
             partitions=int(obj.get("partitions") or 0),
             watermarks={int(p): _req_t(t) for p, t in (obj.get("watermarks") or {}).items()},
             watermark=_pt(obj.get("watermark")),
@@ -417,6 +428,8 @@ class FleetGov:
             deferred=[(k[0], k[1]) for k in obj.get("deferred") or ()],
             commands_seen=list(obj.get("commandsSeen") or ()),
         )
+        fleet.recount_signals()
+        return fleet
 
 
 class TimerKind(StrEnum):
@@ -440,10 +453,17 @@ class GovernorState:
     timer_set: set[tuple[datetime, str, str, str]] = field(default_factory=set)
     by_node: dict[str, set[DeviceKey]] = field(default_factory=dict)
     """Index node -> device keys (derived; rebuilt on restore)."""
+    node_names: set[str] = field(default_factory=set)
+    """Nodes known through devices or node facts (derived; rebuilt on restore)."""
 
     def add_device(self, device: DeviceGov) -> None:
         self.devices[device.key] = device
         self.by_node.setdefault(device.node, set()).add(device.key)
+        self.node_names.add(device.node)
+
+    def add_node(self, node: NodeGov) -> None:
+        self.nodes[node.node] = node
+        self.node_names.add(node.node)
 
     def devices_on(self, node: str) -> list[DeviceGov]:
         """Devices of ``node`` in key order (a deterministic order for decisions)."""
@@ -508,6 +528,7 @@ class GovernorState:
         )
         for device in map(DeviceGov.from_json, devices):
             state.add_device(device)
+        state.node_names.update(state.nodes)
         state.rebuild_timers(grace_seconds)
         return state
 
