@@ -12,7 +12,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
 from kubernetes_asyncio import client
 
 from services.domain.events import DeviceSource
@@ -21,7 +20,8 @@ from services.recovery.executors import DRY_RUN_DETAIL, KubernetesJobExecutor, R
 from services.recovery.kube import KubernetesObjects
 
 # The harness's session fixtures (a second API server when tests/kubeapi runs in the same session).
-harness = pytest.importorskip("tests.kubeapi.conftest", reason="no kube-apiserver test harness")
+from tests.kubeapi import conftest as harness
+
 kubeapi = harness.kubeapi
 NAMESPACE: str = harness.NAMESPACE
 kube_api = harness.kube_api
