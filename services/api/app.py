@@ -18,6 +18,7 @@ from datetime import datetime
 import orjson
 import structlog
 from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -32,6 +33,13 @@ from services.api import (
 from services.api.auth import Authenticator, describe, read_access
 from services.api.commands import CommandLogUnavailable, CommandPublisher
 from services.api.governance_reads import GovernanceReads
+from services.api.hardening import (
+    EXTENDER_MAX_BODY_BYTES,
+    MAX_BODY_BYTES,
+    BodyLimitMiddleware,
+    NulGuardMiddleware,
+    validation_failed,
+)
 from services.api.inventory_reads import InventoryReads
 from services.api.routes_ops import GovernanceGaugeCache
 from services.config import Settings
@@ -51,8 +59,10 @@ Percent-encode only what URLs require (`%`, `?`, `#`, spaces).
 **JSON.** Field names are camelCase; times are RFC 3339 in UTC; `statusVersion` values are
 decimal strings (Kubernetes resourceVersions exceed what JSON numbers hold exactly).
 Lists are paged with `limit` and an opaque `cursor` (`nextCursor` of the previous page).
-Errors carry a `detail` message: 404 for an unknown node or device, 422 for invalid parameters,
-503 when the database cannot be read.
+Errors carry a `detail` message: 404 for an unknown node or device, 422 for invalid parameters
+(a list of `{loc, msg, type}`; the offending value is not echoed), 503 when the database cannot
+be read. 400 for a NUL character (`%00`) anywhere in the path or query; 413 for a request body
+over 1 MiB (16 MiB for `/scheduler/filter`).
 
 **Authentication.** `Authorization: Bearer <token>`; roles viewer < operator < admin. GETs need
 no token unless `DEVICESTATE_API_ANONYMOUS_READ=false` (then viewer); writes need operator (break-
@@ -64,6 +74,9 @@ log and answer `202 {commandID, status: "pending"}` (503 when Kafka is unreachab
 decides it. `?wait=<s>` (at most 30) waits for the decision: 201/200 accepted, 409 rejected with
 the governor's reason. `GET /v1/commands/{commandID}` reads an outcome later. An
 `Idempotency-Key` header becomes the commandID, so retries do not duplicate a command.
+Body strings may not contain U+0000, other control characters (reasons: tab, LF and CR allowed)
+or lone surrogates; `reason` is at most 1024 characters, `node` 253 bytes, `resourceID` 1024
+bytes; `expiresAt` at most 366 days ahead, like `ttlSeconds`. `NaN`/`Infinity` are refused.
 Quarantine IDs contain `/` and `@` and are written unescaped; actions come last:
 `POST /v1/quarantines/{quarantineID}/extend`, `.../release`.
 
@@ -149,6 +162,7 @@ def create_app(settings: Settings, *, clock: Callable[[], datetime] = now_utc) -
     app.state.governance_gauges = GovernanceGaugeCache()
     app.state.inventory_gauges = routes_inventory.InventoryGaugeCache()
     app.state.extender_stats = routes_extender.ExtenderStats()
+    app.add_exception_handler(RequestValidationError, validation_failed)
     app.add_exception_handler(SQLAlchemyError, database_unavailable)
     app.add_exception_handler(OSError, database_unavailable)
     app.add_exception_handler(CommandLogUnavailable, command_log_unavailable)
@@ -159,4 +173,11 @@ def create_app(settings: Settings, *, clock: Callable[[], datetime] = now_utc) -
     app.include_router(routes_ops.router)
     if settings.scheduler_extender:  # off by default: the route does not exist (404)
         app.include_router(routes_extender.router)  # no token: the scheduler sends none
+    # The last added runs first: NUL in the URL (400) before the body is read (413).
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=MAX_BODY_BYTES,
+        overrides={"/scheduler/": EXTENDER_MAX_BODY_BYTES},
+    )
+    app.add_middleware(NulGuardMiddleware)
     return app

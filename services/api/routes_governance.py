@@ -45,6 +45,7 @@ from services.api.governance_reads import (
     QuarantineCursor,
     QuarantineFilters,
 )
+from services.api.hardening import QUARANTINE_ID_MAX_BYTES, text_problem
 from services.api.routes_devices import MAX_PAGE, NodeName, Reads, ResourceID, Store
 from services.api.schemas import ErrorOut, HistoryEntryOut
 from services.api.schemas_governance import (
@@ -92,10 +93,11 @@ Wait = Annotated[
     Query(
         ge=0,
         le=MAX_WAIT_SECONDS,
+        allow_inf_nan=False,
         description="Seconds to wait for the governor's decision (at most 30; 0: do not wait).",
     ),
 ]
-IdempotencyKey = Annotated[
+IdempotencyKeyHeader = Annotated[
     str | None,
     Header(
         alias="Idempotency-Key",
@@ -103,6 +105,30 @@ IdempotencyKey = Annotated[
         "retry with the same key does not make a second command.",
     ),
 ]
+
+
+async def _idempotency_key(idempotency_key: IdempotencyKeyHeader = None) -> str | None:
+    """The ``Idempotency-Key`` header, checked before anything reads the database (422)."""
+    if idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
+        raise HTTPException(
+            422,
+            "Idempotency-Key must be 1-128 characters of letters, digits and ._:- "
+            "(e.g. a UUID), starting with a letter or digit",
+        )
+    return idempotency_key
+
+
+async def _write_quarantine_id(quarantine_id: QuarantineID) -> str:
+    """The quarantine ID of a write: no control character (NUL above all), at most as long as
+    the IDs the governor makes (422 before any database read)."""
+    problem = text_problem("quarantineID", quarantine_id, max_bytes=QUARANTINE_ID_MAX_BYTES)
+    if problem is not None:
+        raise HTTPException(422, problem)
+    return quarantine_id
+
+
+IdempotencyKey = Annotated[str | None, Depends(_idempotency_key)]
+WriteQuarantineID = Annotated[str, Depends(_write_quarantine_id)]
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "No token or an invalid one."},
@@ -223,12 +249,7 @@ async def submit(
     reads: GovernanceReads = request.app.state.reads
     publisher: CommandPublisher = request.app.state.publisher
     if idempotency_key is not None:
-        if not _IDEMPOTENCY_KEY.match(idempotency_key):
-            raise HTTPException(
-                422,
-                "Idempotency-Key must be 1-128 characters of letters, digits and ._:- "
-                "(e.g. a UUID), starting with a letter or digit",
-            )
+        await _idempotency_key(idempotency_key)
         command_id = idempotency_key
         done = await reads.command(command_id)
         if done is not None:
@@ -313,9 +334,9 @@ async def _active_quarantine(reads: GovernanceReads, quarantine_id: str) -> dict
 async def create_quarantine(
     request: Request,
     principal: Operator,
+    idempotency_key: IdempotencyKey,
     body: QuarantineCreateIn,
     wait: Wait = 0,
-    idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
     """Quarantine a device (operator). Without `expiresAt`/`ttlSeconds` it lasts until released.
     The manual quarantine's ID is `manual/<commandID>`."""
@@ -341,11 +362,11 @@ async def create_quarantine(
 async def extend_quarantine(
     request: Request,
     principal: Operator,
+    idempotency_key: IdempotencyKey,
     reads: Reads,
-    quarantine_id: QuarantineID,
+    quarantine_id: WriteQuarantineID,
     body: ExtendIn,
     wait: Wait = 0,
-    idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
     """Set a new expiry of a quarantine (operator): `expiresAt`, or `ttlSeconds` from now."""
     row = await _active_quarantine(reads, quarantine_id)
@@ -372,11 +393,11 @@ async def extend_quarantine(
 async def release_quarantine(
     request: Request,
     principal: Operator,
+    idempotency_key: IdempotencyKey,
     reads: Reads,
-    quarantine_id: QuarantineID,
+    quarantine_id: WriteQuarantineID,
     body: ReleaseIn,
     wait: Wait = 0,
-    idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
     """Release a quarantine (operator). `breakGlass: true` releases a system quarantine that has
     not passed recovery and needs the admin role."""
@@ -403,9 +424,9 @@ async def release_quarantine(
 async def pause_automation(
     request: Request,
     principal: Operator,
+    idempotency_key: IdempotencyKey,
     body: ReasonIn,
     wait: Wait = 0,
-    idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
     """Pause automatic restrictions and quarantines fleet-wide (operator)."""
     return await submit(
@@ -424,9 +445,9 @@ async def pause_automation(
 async def resume_automation(
     request: Request,
     principal: Operator,
+    idempotency_key: IdempotencyKey,
     body: ResumeIn | None = None,
     wait: Wait = 0,
-    idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
     """Resume automation (operator); the body and its reason are optional."""
     return await submit(
@@ -445,9 +466,9 @@ async def resume_automation(
 async def reset_breaker(
     request: Request,
     principal: Admin,
+    idempotency_key: IdempotencyKey,
     body: ReasonIn,
     wait: Wait = 0,
-    idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
     """Close the open circuit breaker (admin)."""
     return await submit(

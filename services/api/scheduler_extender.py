@@ -41,6 +41,8 @@ BLOCKED_STATES: Final = frozenset(
 )
 """Governance states that keep new Pods away from a device-plugin device."""
 _NATIVE_PREFIXES: Final = ("kubernetes.io/", "requests.")
+MAX_QUANTITY: Final = 2**63 - 1
+"""Largest device count taken (Kubernetes quantities are int64)."""
 
 
 class ExtenderArgsError(ValueError):
@@ -59,19 +61,26 @@ def is_extended_resource(name: str) -> bool:
     return "/" in name and not name.startswith(_NATIVE_PREFIXES)
 
 
-def _quantity(value: Any) -> int | None:
-    """A whole-device quantity (``2``, ``"2"``); ``None`` for anything else."""
+def _quantity(name: str, value: Any) -> int | None:
+    """A whole-device quantity of the resource ``name`` (``2``, ``"2"``); ``None`` for anything
+    else. Raises :class:`ExtenderArgsError` for a number no Pod can request: not finite
+    (``"NaN"``, ``"Infinity"``) or beyond int64 (``"1e999999"``)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, str):
+        number = Decimal(value)
+    elif isinstance(value, str):
         try:
             number = Decimal(value.strip())
         except InvalidOperation:
             return None
-        if number >= 0 and number == number.to_integral_value():
-            return int(number)
+    else:
+        return None
+    if not number.is_finite() or number.copy_abs() > MAX_QUANTITY:
+        shown = value if len(str(value)) <= 40 else f"{str(value)[:40]}..."
+        raise ExtenderArgsError(f"the quantity {shown!r} of {name!r} is not a device count")
+    if number >= 0 and number == number.to_integral_value():
+        return int(number)
     return None
 
 
@@ -88,8 +97,10 @@ def _container_requests(container: Any) -> dict[str, int]:
         values = resources.get(part)
         if isinstance(values, dict):
             for name, raw in values.items():
-                count = _quantity(raw)
-                if isinstance(name, str) and is_extended_resource(name) and count is not None:
+                if not (isinstance(name, str) and is_extended_resource(name)):
+                    continue
+                count = _quantity(name, raw)
+                if count is not None:
                     found[name] = count
     return found
 

@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
+from services.api.hardening import (
+    NODE_MAX_BYTES,
+    RESOURCE_ID_MAX_BYTES,
+    nested_text_problem,
+    text_problem,
+)
 from services.api.schemas import ApiModel
 from services.domain.events import now_utc
 
@@ -18,11 +32,31 @@ MAX_TTL_SECONDS = 366 * 86400
 
 
 class RequestModel(BaseModel):
-    """Base of request bodies: camelCase (snake_case accepted too), unknown fields rejected."""
+    """Base of request bodies: camelCase (snake_case accepted too), unknown fields rejected,
+    ``NaN``/``Infinity`` refused. No string field may hold U+0000, another C0/C1 control
+    character or a lone surrogate (:func:`~services.api.hardening.text_problem`; the fields of
+    ``MULTILINE`` may hold tab, LF and CR): the governor stores these values in PostgreSQL."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, validate_by_name=True, extra="forbid", frozen=True
+        alias_generator=to_camel,
+        validate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        allow_inf_nan=False,
     )
+    MULTILINE: ClassVar[frozenset[str]] = frozenset({"reason"})
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_control_characters(cls, value: Any, info: ValidationInfo) -> Any:
+        # Before any other validator: ``str.strip`` would silently drop some of them.
+        name = info.field_name or ""
+        field = cls.model_fields.get(name)
+        label = (field.alias if field is not None else None) or name
+        problem = nested_text_problem(label, value, multiline=name in cls.MULTILINE)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 def _reason(value: str, *, required: bool = True) -> str:
@@ -62,8 +96,14 @@ class ExpiryIn(ReasonIn):
         if value is None:
             return None
         value = value.astimezone(UTC)
-        if value <= now_utc():
+        now = now_utc()
+        if value <= now:
             raise ValueError(f"expiresAt {value.isoformat()} is in the past")
+        if value > now + timedelta(seconds=MAX_TTL_SECONDS):
+            raise ValueError(
+                f"expiresAt {value.isoformat()} is more than {MAX_TTL_SECONDS // 86400} days "
+                "from now (the longest quarantine one command may ask for; extend it later)"
+            )
         return value
 
     @model_validator(mode="after")
@@ -85,9 +125,14 @@ class QuarantineCreateIn(ExpiryIn):
     """Quarantine one device. Without ``expiresAt``/``ttlSeconds`` the quarantine lasts until
     it is released."""
 
-    node: str = Field(min_length=1, max_length=253, description="Node name.")
+    node: str = Field(
+        min_length=1, max_length=NODE_MAX_BYTES, description="Node name (at most 253 bytes)."
+    )
     resource_id: str = Field(
-        alias="resourceID", min_length=1, max_length=1024, description="Device ID."
+        alias="resourceID",
+        min_length=1,
+        max_length=RESOURCE_ID_MAX_BYTES,
+        description="Device ID (at most 1024 bytes of UTF-8).",
     )
 
     @field_validator("node")
@@ -95,6 +140,16 @@ class QuarantineCreateIn(ExpiryIn):
     def _node_name(cls, value: str) -> str:
         if "/" in value:
             raise ValueError("node names never contain '/'")
+        if (problem := text_problem("node", value, max_bytes=NODE_MAX_BYTES)) is not None:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("resource_id")
+    @classmethod
+    def _resource_id(cls, value: str) -> str:
+        problem = text_problem("resourceID", value, max_bytes=RESOURCE_ID_MAX_BYTES)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
 

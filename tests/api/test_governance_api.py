@@ -131,9 +131,12 @@ async def test_release_and_extend_address_the_quarantine_by_its_id(
     assert admin.status_code == 202, admin.text
     # Percent-encoded slashes reach the same quarantine.
     encoded_id = SYSTEM_QID.replace("/", "%2F").replace("@", "%40")
+    # An expiry with an offset, within the 366 days a command may ask for.
+    until = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    until += timedelta(days=30)
     extend = await gov_api.post(
         f"/v1/quarantines/{encoded_id}/extend",
-        json={"reason": "waiting for RMA", "expiresAt": "2099-01-01T00:00:00+02:00"},
+        json={"reason": "waiting for RMA", "expiresAt": f"{until:%Y-%m-%d}T02:00:00+02:00"},
         headers=bearer("operator"),
     )
     assert extend.status_code == 202, extend.text
@@ -148,7 +151,7 @@ async def test_release_and_extend_address_the_quarantine_by_its_id(
         ("gpu-node-a", "gpu.example.com/pool-a/gpu-2")
     }
     assert commands[1].reason == "customer escalation"
-    assert commands[2].expires_at == datetime(2098, 12, 31, 22, 0, tzinfo=UTC)
+    assert commands[2].expires_at == until
 
 
 async def test_a_released_quarantine_cannot_be_released_or_extended_again(
@@ -349,7 +352,11 @@ async def test_unknown_command_is_404(gov_api: httpx.AsyncClient, governor: Gove
         ("/v1/quarantines", {**QUARANTINE, "expiresAt": "tomorrow"}, "datetime"),
         (
             "/v1/quarantines",
-            {**QUARANTINE, "expiresAt": "2099-01-01T00:00:00Z", "ttlSeconds": 60},
+            {
+                **QUARANTINE,
+                "expiresAt": f"{datetime.now(UTC).year + 1}-01-01T00:00:00Z",
+                "ttlSeconds": 60,
+            },
             "not both",
         ),
         ("/v1/quarantines", {**QUARANTINE, "ttlSeconds": 0}, "greater than 0"),
