@@ -856,7 +856,7 @@ def run(opts: Options) -> int:
     rss_after_generate = _rss_mb()
 
     if opts.tune_gc:
-        from services.runtime import tune_gc
+        from services.runtime.loop import tune_gc
 
         tune_gc()  # what the worker does at start-up (streams/cli.py)
 
@@ -1129,7 +1129,7 @@ def cli(
         bool,
         typer.Option(
             "--tune-gc/--no-tune-gc",
-            help="Apply the worker's GC tuning (services.runtime.tune_gc) before timing.",
+            help="Apply the worker's GC tuning (services.runtime.loop.tune_gc) before timing.",
         ),
     ] = True,
     json_out: Annotated[

@@ -12,7 +12,7 @@ Stages (each prints progress and its figures):
 3. ``worker``   -- (b) ``devicestate worker`` as a subprocess on the fresh topic, a fresh consumer
    group, a fresh schema and data dir; events/s from its first consumed record until the group's
    committed offsets reach the end offsets; peak RSS from ``/proc/<pid>/status``.
-4. ``replay``   -- (c) ``services.replay.run.replay`` (in this process) of the topic into another
+4. ``replay``   -- (c) ``services.processes.replay.run.replay`` (in this process) of the topic into another
    fresh schema; then its rows are compared with the worker's.
 5. ``api``      -- (d) ``devicestate api`` as a subprocess on the worker's schema; open-loop
    point GETs of random existing devices at a fixed rate (httpx, keep-alive, bounded
@@ -65,7 +65,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as a script: make `services` importable without install
     sys.path.insert(0, str(REPO_ROOT))
 
-from services.config import Settings  # noqa: E402
+from services.runtime.config import Settings  # noqa: E402
 
 STAGES = ("publish", "baseline", "worker", "replay", "api")
 
@@ -396,7 +396,7 @@ def generate(events: int, devices: int, nodes: int, dup_ratio: float, seed: int)
 
 async def create_topic(settings: Settings) -> None:
     """Create the bench topic and its dead-letter topic (the project's own ``ensure_topics``)."""
-    from services.kafka.topics import TopicState, ensure_topics
+    from services.adapters.kafka.topics import TopicState, ensure_topics
 
     states = await ensure_topics(settings)
     if states.get(settings.topic) is not TopicState.CREATED:
@@ -918,12 +918,12 @@ async def run_worker_stage(
 async def compare_schemas(engine: Any, live: str, other: str) -> dict[str, Any]:
     """Rows of ``devices`` and ``device_history`` in one schema and not the other (both ways).
 
-    Uses ``services/projection/compare.py``'s ``diff_projections`` when it exists; otherwise
+    Uses ``services/adapters/projection/compare.py``'s ``diff_projections`` when it exists; otherwise
     ``EXCEPT ALL`` on the two tables.
     """
     from sqlalchemy import text
 
-    from services.projection.tables import quoted_schema
+    from services.adapters.projection.tables import quoted_schema
 
     counts: dict[str, Any] = {}
     a, b = quoted_schema(live), quoted_schema(other)
@@ -954,16 +954,16 @@ async def compare_schemas(engine: Any, live: str, other: str) -> dict[str, Any]:
                 "only_replay": only_b,
             }
     try:
-        from services.projection.compare import diff_projections
+        from services.adapters.projection.compare import diff_projections
     except ImportError:
-        method = "EXCEPT ALL (services/projection/compare.py not present)"
+        method = "EXCEPT ALL (services/adapters/projection/compare.py not present)"
         differences = [
             f"{table}: {c['only_worker']} row(s) only in worker, {c['only_replay']} only in replay"
             for table, c in counts.items()
             if c["only_worker"] or c["only_replay"]
         ]
     else:
-        method = "services.projection.compare.diff_projections"
+        method = "services.adapters.projection.compare.diff_projections"
         differences = list(await diff_projections(engine, live, other))
         if any(c["only_worker"] or c["only_replay"] for c in counts.values()) and not differences:
             differences.append("diff_projections found nothing but EXCEPT ALL counts differ")
@@ -979,7 +979,7 @@ async def compare_schemas(engine: Any, live: str, other: str) -> dict[str, Any]:
 async def run_replay_stage(
     run: Run, settings: Settings, total: int, *, batch_size: int, profile: Path | None
 ) -> dict[str, Any]:
-    from services.replay.run import make_engine, replay
+    from services.processes.replay.run import make_engine, replay
 
     engine = make_engine(settings.database_url)
     profiler = None
@@ -1263,14 +1263,14 @@ async def run_api_stage(
         argv = _devicestate_argv("api")
         module_argv = ["-m", "services.cli.main", "api"]
         how = "devicestate api"
-    elif (REPO_ROOT / "services" / "api" / "cli.py").exists():
+    elif (REPO_ROOT / "services" / "processes" / "api" / "cli.py").exists():
         # The sub-command is not wired into the CLI yet: run its typer function directly.
-        code = "import typer; from services.api.cli import api; typer.run(api)"
+        code = "import typer; from services.processes.api.cli import api; typer.run(api)"
         argv = [sys.executable, "-c", code]
         module_argv = ["-c", code]
-        how = "services.api.cli.api via typer.run (no `devicestate api` sub-command registered)"
+        how = "services.processes.api.cli.api via typer.run (no `devicestate api` sub-command registered)"
     else:
-        raise StageUnavailable("no `devicestate api` command and no services/api/cli.py yet")
+        raise StageUnavailable("no `devicestate api` command and no services/processes/api/cli.py yet")
     if profile is not None:
         if module_argv[0] == "-c":
             script = run.log_dir / "api_main.py"
@@ -1390,7 +1390,7 @@ async def cleanup(run: Run, settings: Settings, keep: bool) -> None:
     from sqlalchemy import text
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from services.projection.tables import quoted_schema
+    from services.adapters.projection.tables import quoted_schema
 
     try:
         admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
@@ -1699,7 +1699,7 @@ async def main_async(opts: Options) -> int:
             "log_level": "WARNING",
         }
     )
-    from services.logs import configure_logging
+    from services.runtime.logs import configure_logging
 
     configure_logging(settings)
     results: dict[str, Any] = {}
@@ -1994,7 +1994,7 @@ def cli(
         typer.Option(help="Run the API under pyinstrument; text profile here. Slows it down."),
     ] = None,
 ) -> None:
-    """Benchmark the devicestate pipeline end to end on the local stack (Kafka 127.0.0.1:9092, PostgreSQL 127.0.0.1:55432; start it with `devicestate stack up`).
+    """Benchmark the devicestate pipeline end to end on the local stack (Kafka 127.0.0.1:9092, PostgreSQL 127.0.0.1:55432; start it with `devicestate-dev stack up`).
 
     Stages: publish -> (a) raw consume baseline -> (b) worker ingest -> (c) replay -> (d) API point GETs; then a table with ratios to (a) and the targets (ingest >= 25k events/s and >= 0.25x (a); replay of 1M <= 60 s; GET p99 <= 10 ms at 1k req/s). Exit code 1 when a stage failed (a MISS alone does not fail the run).
     """

@@ -1,2 +1,2 @@
 """Alembic environment of the PostgreSQL projection (see ``env.py``; run through
-:func:`services.projection.migrate.migrate` or ``alembic -x schema=NAME upgrade head``)."""
+:func:`services.adapters.projection.migrate.migrate` or ``alembic -x schema=NAME upgrade head``)."""

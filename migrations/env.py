@@ -1,7 +1,7 @@
 """Alembic environment of the projection: one target schema per run, version table inside it.
 
 Target schema, first found: ``config.attributes["schema"]`` (set by
-:func:`services.projection.migrate.migrate`), ``-x schema=NAME``, ``DEVICESTATE_DATABASE_SCHEMA``
+:func:`services.adapters.projection.migrate.migrate`), ``-x schema=NAME``, ``DEVICESTATE_DATABASE_SCHEMA``
 (default ``public``). Database, first found: ``config.attributes["url"]``, ``-x url=...``, the
 ini's ``sqlalchemy.url``, ``DEVICESTATE_DATABASE_URL``. Async URLs (``postgresql+asyncpg``) run
 on an async engine, sync ones (``postgresql+psycopg``) directly.
@@ -19,15 +19,15 @@ from alembic import context
 from sqlalchemy import Connection, create_engine, pool, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-import services.projection.governance_tables  # (the imports register their tables on ``metadata``)
-import services.projection.inventory_tables  # noqa: F401
-from services.config import Settings
-from services.projection.tables import check_schema_name, metadata, quoted_schema
+import services.adapters.projection.governance_tables  # (the imports register their tables on ``metadata``)
+import services.adapters.projection.inventory_tables  # noqa: F401
+from services.adapters.projection.tables import check_schema_name, metadata, quoted_schema
+from services.runtime.config import Settings
 
 config = context.config
 x_args = context.get_x_argument(as_dictionary=True)
 
-# Programmatic runs (services.projection.migrate) have no ini file: the process's logging stays.
+# Programmatic runs (services.adapters.projection.migrate) have no ini file: the process's logging stays.
 if config.config_file_name is not None:
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Set up a development environment from nothing, idempotently:
 #   - .venv with Python 3.11 (created if missing; $PYTHON names another interpreter),
-#   - the project installed editable with its dev extra: pip install -e '.[dev]'
-#     (skipped when pyproject.toml has not changed since the last successful install).
+#   - the project installed editable with its dev extra, and the developer tools beside it:
+#     pip install -e '.[dev]' -e ./devtools (skipped when neither pyproject.toml has changed since
+#     the last successful install). `devicestate` is the product's command line, `devicestate-dev`
+#     the developer tools' (stack, testenv, demo).
 # Needs only python3.11 on the PATH and the package index. The servers (Kafka, PostgreSQL) are
-# not started here: `devicestate stack up` does that, and fetches what they need on first use.
+# not started here: `devicestate-dev stack up` does that, and fetches what they need on first use.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -33,12 +35,14 @@ if ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11)
   exit 1
 fi
 
-wanted="$(sha256sum pyproject.toml | cut -d' ' -f1)"
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$wanted" && -x "$VENV/bin/devicestate" ]]; then
-  say "dependencies up to date (pyproject.toml unchanged since the last install)"
+wanted="$(cat pyproject.toml devtools/pyproject.toml | sha256sum | cut -d' ' -f1)"
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$wanted" && -x "$VENV/bin/devicestate" \
+      && -x "$VENV/bin/devicestate-dev" ]]; then
+  say "dependencies up to date (pyproject.toml files unchanged since the last install)"
 else
-  say "installing: pip install -e '.[dev]'"
-  "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off -e '.[dev]'
+  say "installing: pip install -e '.[dev]' -e ./devtools"
+  "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off \
+    -e '.[dev]' -e ./devtools
   echo "$wanted" > "$STAMP"
-  say "installed; $VENV/bin/devicestate is the command line"
+  say "installed; $VENV/bin/devicestate is the command line, $VENV/bin/devicestate-dev the developer tools'"
 fi

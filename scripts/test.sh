@@ -9,7 +9,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # Idempotent and quick when nothing changed: makes the command work on a fresh machine.
 bash scripts/bootstrap.sh
 
-settings="$(.venv/bin/devicestate stack up)"
+settings="$(.venv/bin/devicestate-dev stack up)"
 while IFS='=' read -r name value; do
   [[ "$name" == DEVICESTATE_* ]] || continue
   if [[ -z "${!name:-}" ]]; then

@@ -1,4 +1,4 @@
-"""The Faust app of the stream worker, built from :class:`~services.config.Settings`.
+"""The Faust app of the stream worker, built from :class:`~services.runtime.config.Settings`.
 
 No module-level app: :func:`create_app` builds a fresh one per call (the worker, each test), with
 the dedup agent (:mod:`streams.dedup`, which forwards to the governance topic through
@@ -13,7 +13,7 @@ from typing import Any
 
 import faust
 
-from services.config import Settings
+from services.runtime.config import Settings
 from streams.dedup import BatchSink, DeviceDedup
 from streams.forward import Forwarder, topic_sender
 from streams.governor import GovernanceSink, Governor, StepFn
@@ -90,16 +90,16 @@ def build_worker_app(
 ) -> WorkerApp:
     """Build the Faust app with the dedup and governor agents.
 
-    ``sink`` defaults to a :class:`~services.projection.store.ProjectionStore` and
-    ``governance_sink`` to a :class:`~services.projection.governance_store.GovernanceStore`, on
+    ``sink`` defaults to a :class:`~services.adapters.projection.store.ProjectionStore` and
+    ``governance_sink`` to a :class:`~services.adapters.projection.governance_store.GovernanceStore`, on
     one new async engine for ``settings.database_url`` / ``settings.database_schema`` (the engine
     connects lazily, on the first batch). ``step`` defaults to the governance state machine.
     """
     if sink is None or governance_sink is None:
         from sqlalchemy.ext.asyncio import create_async_engine
 
-        from services.projection.governance_store import GovernanceStore
-        from services.projection.store import ProjectionStore
+        from services.adapters.projection.governance_store import GovernanceStore
+        from services.adapters.projection.store import ProjectionStore
 
         engine = create_async_engine(settings.database_url, pool_pre_ping=True)
         if sink is None:

@@ -10,8 +10,8 @@ from typing import Annotated
 
 import typer
 
-from services.config import Settings
-from services.runtime import run, tune_gc
+from services.runtime.config import Settings
+from services.runtime.loop import run, tune_gc
 
 
 def worker(
@@ -36,7 +36,7 @@ def worker(
     Migrates the projection schema and creates the topics first. Stops cleanly on SIGTERM/SIGINT
     (a batch being written is finished first); exits 1 when a batch cannot be written.
     """
-    from services.logs import configure_logging
+    from services.runtime.logs import configure_logging
     from streams.worker import run_worker
 
     overrides: dict[str, object] = {}

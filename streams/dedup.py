@@ -8,7 +8,7 @@ Per batch of records (``stream.take_events``):
    records never touch the directory or the table: heartbeats and resource counts are only
    forwarded (step 3), and every record's event time moves its partition's watermark. DRA
    inventory records, resource counts and the observations the directory applies also maintain
-   the inventory (:mod:`services.projection.inventory_fold`: objects, identities, conflicts) in
+   the inventory (:mod:`services.domain.inventory.fold`: objects, identities, conflicts) in
    the same transaction;
 2. drop observations the changelog-backed table ``last_applied_version`` already covers (same or
    older statusVersion rank for the device) -- early, before the database sees them. Releases are
@@ -43,15 +43,15 @@ from typing import Any, Final, Protocol
 import faust
 import structlog
 
-from services.config import Settings
+from services.adapters.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
+from services.adapters.projection.store import CommitHook
 from services.domain.directory import version_rank
 from services.domain.events import DeviceHealthObserved
 from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
 from services.domain.records import decode_record
-from services.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
-from services.projection.store import CommitHook
+from services.runtime.config import Settings
 from streams.batchwrite import SHUTDOWN_GRACE_SECONDS as SHUTDOWN_GRACE_SECONDS
 from streams.batchwrite import BatchNotWritten as BatchNotWritten
 from streams.batchwrite import BatchWriter
@@ -163,7 +163,7 @@ def is_transient(exc: BaseException) -> bool:
     (rolled back, safe to retry). Anything else is a bug or bad data."""
     from sqlalchemy import exc as sa_exc
 
-    from services.projection.store import ProjectionConflictError
+    from services.adapters.projection.store import ProjectionConflictError
 
     if isinstance(exc, ProjectionConflictError):
         return True

@@ -1,7 +1,7 @@
 """Forwarding from the device-health topic to the governance topic (issue 3).
 
 The health agent (:mod:`streams.dedup`) hands :meth:`Forwarder.before_commit` to
-:meth:`ProjectionStore.apply_batch <services.projection.store.ProjectionStore.apply_batch>`, which
+:meth:`ProjectionStore.apply_batch <services.adapters.projection.store.ProjectionStore.apply_batch>`, which
 awaits it inside the batch's transaction, just before the commit. It sends, in the batch's order:
 
 - one :class:`HealthTransition` per health transition the directory fold made (a device's health
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from services.adapters.projection.store import PendingCommit, Transition
 from services.domain.directory import DeviceRecord
 from services.domain.governance.inputs import (
     GovernanceInput,
@@ -42,11 +43,10 @@ from services.domain.governance.inputs import (
     encode_input,
 )
 from services.domain.inventory.events import InventoryObserved
+from services.domain.inventory.fold import ConflictChange, forwards
 from services.domain.inventory.identity import Identity
 from services.domain.log import LogPosition
 from services.domain.node_events import NodeEvent, NodeHeartbeat, NodeResourcesChanged
-from services.projection.inventory_fold import ConflictChange, forwards
-from services.projection.store import PendingCommit, Transition
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +213,7 @@ class Forwarder:
         self.forwarded = 0
 
     def before_commit(self, batch: BatchView) -> Callable[[PendingCommit], Awaitable[None]]:
-        """The :data:`~services.projection.store.CommitHook` of one batch."""
+        """The :data:`~services.adapters.projection.store.CommitHook` of one batch."""
 
         async def hook(commit: PendingCommit) -> None:
             records = governance_records(batch, commit, self.partitions())

@@ -14,7 +14,7 @@ The governance topic has ONE partition (a total order); the agent reads it in ba
    offset (the decisions' ``seq``);
 3. the batch's decisions are sent to the decisions topic and their delivery awaited;
 4. ONE PostgreSQL transaction writes the touched rows, the decisions, the operator commands and the
-   topic's progress (:class:`~services.projection.governance_store.GovernanceStore`), retried on
+   topic's progress (:class:`~services.adapters.projection.governance_store.GovernanceStore`), retried on
    transient errors like the health agent's writes; then ``state.clear_dirty()``, then the acks.
 
 A crash anywhere before the commit leaves the offsets unacknowledged and the progress unchanged: the
@@ -34,19 +34,19 @@ from typing import Any, Final, Protocol
 
 import structlog
 
-from services.config import Settings
-from services.domain.governance.decisions import Decision, DecisionKind, encode_decision
-from services.domain.governance.inputs import GovernanceInput, decode_input
-from services.domain.governance.policy import GovernancePolicy
-from services.domain.governance.state import DeviceKey, GovernorState, GovState
-from services.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
-from services.projection.governance_store import (
+from services.adapters.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
+from services.adapters.projection.governance_store import (
     BatchRows,
     GovernorSnapshot,
     StaleGovernorState,
     active_quarantine,
     batch_rows,
 )
+from services.domain.governance.decisions import Decision, DecisionKind, encode_decision
+from services.domain.governance.inputs import GovernanceInput, decode_input
+from services.domain.governance.policy import GovernancePolicy
+from services.domain.governance.state import DeviceKey, GovernorState, GovState
+from services.runtime.config import Settings
 from streams.batchwrite import BatchNotWritten, BatchWriter
 from streams.dedup import is_retriable
 from streams.metrics import WorkerMetrics
@@ -72,7 +72,7 @@ def machine_step() -> StepFn:
 
 
 class GovernanceSink(Protocol):
-    """Where the governor's state lives: :class:`~services.projection.governance_store.
+    """Where the governor's state lives: :class:`~services.adapters.projection.governance_store.
     GovernanceStore`, or a fake in unit tests."""
 
     def load(self, topic: str) -> Awaitable[GovernorSnapshot]: ...

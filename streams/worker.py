@@ -18,7 +18,7 @@ import faust
 import structlog
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
-from services.config import Settings
+from services.runtime.config import Settings
 from streams.app import WorkerApp, build_worker_app
 from streams.dedup import is_transient
 from streams.metrics import WorkerMetrics
@@ -73,8 +73,8 @@ def _startup_transient(exc: BaseException) -> bool:
 
 async def prepare(settings: Settings) -> None:
     """Bring the projection schema up to date and make sure the topics exist."""
-    from services.kafka.topics import ensure_topics
-    from services.projection.migrate import migrate
+    from services.adapters.kafka.topics import ensure_topics
+    from services.adapters.projection.migrate import migrate
 
     await _retry_start("postgresql", migrate, settings.database_url, settings.database_schema)
     await _retry_start("kafka", ensure_topics, settings)
@@ -87,8 +87,8 @@ async def run_worker(
     :func:`prepare` (migrations, topics) before starting."""
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from services.projection.governance_store import GovernanceStore
-    from services.projection.store import ProjectionStore
+    from services.adapters.projection.governance_store import GovernanceStore
+    from services.adapters.projection.store import ProjectionStore
 
     started = time.monotonic()
     if prepare_first:

@@ -1,7 +1,7 @@
 """Shared fixtures.
 
 PostgreSQL (integration tests): ``engine`` is one async engine per session on
-``DEVICESTATE_DATABASE_URL`` (default: the local stack's cluster from ``devicestate stack up``);
+``DEVICESTATE_DATABASE_URL`` (default: the local stack's cluster from ``devicestate-dev stack up``);
 ``fresh_schema`` creates, migrates and finally drops a schema private to one test (``new_schema``
 makes more); ``store`` is a :class:`ProjectionStore` on it. Event builders: ``observation``,
 ``release`` and ``logged``.
@@ -20,7 +20,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from services.config import Settings
+from services.adapters.projection.migrate import migrate
+from services.adapters.projection.store import ProjectionStore
 from services.domain.events import (
     ContainerRef,
     DeviceHealthObserved,
@@ -31,8 +32,7 @@ from services.domain.events import (
     ReleaseReason,
 )
 from services.domain.log import LoggedEvent, LogPosition
-from services.projection.migrate import migrate
-from services.projection.store import ProjectionStore
+from services.runtime.config import Settings
 
 TOPIC = "devicestate.device-health.v1"
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -66,7 +66,7 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
     except (OSError, DBAPIError) as exc:
         await engine.dispose()
         pytest.fail(
-            f"PostgreSQL is not reachable at {engine.url!r}; start it with `devicestate stack up` "
+            f"PostgreSQL is not reachable at {engine.url!r}; start it with `devicestate-dev stack up` "
             f"or set DEVICESTATE_DATABASE_URL ({exc})"
         )
     yield engine
@@ -204,7 +204,7 @@ async def kafka_admin(kafka_bootstrap: str) -> AsyncIterator[Any]:
     except Exception as exc:
         await admin.close()
         pytest.fail(
-            f"Kafka is not reachable at {kafka_bootstrap}; start it with `devicestate stack up` "
+            f"Kafka is not reachable at {kafka_bootstrap}; start it with `devicestate-dev stack up` "
             f"or set DEVICESTATE_KAFKA_BOOTSTRAP_SERVERS ({exc!r})"
         )
     yield admin

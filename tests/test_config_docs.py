@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.config import Settings
-from services.config_docs import render
+from devtools.config_docs import render
+from services.runtime.config import Settings
 
 DOC = Path(__file__).parents[1] / "docs" / "configuration.md"
 
 
 def test_configuration_reference_is_current() -> None:
     assert DOC.read_text() == render(), (
-        "docs/configuration.md is stale: python -m services.config_docs > docs/configuration.md"
+        "docs/configuration.md is stale: python -m devtools.config_docs > docs/configuration.md"
     )
 
 

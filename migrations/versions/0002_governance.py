@@ -1,7 +1,7 @@
 """Governance projection (issue 3): device_governance, governor_nodes, governor_fleet,
 quarantines, governance_decisions, governance_commands.
 
-The same tables as :mod:`services.projection.governance_tables`
+The same tables as :mod:`services.adapters.projection.governance_tables`
 (``tests/projection/test_migrations.py`` checks the two agree).
 
 Revision ID: 0002_governance

@@ -1,7 +1,7 @@
 """Inventory projection (issue 4): inventory_objects, node_resources, device_identities,
 inventory_conflicts.
 
-The same tables as :mod:`services.projection.inventory_tables`
+The same tables as :mod:`services.adapters.projection.inventory_tables`
 (``tests/projection/test_migrations.py`` checks the two agree).
 
 Revision ID: 0003_inventory

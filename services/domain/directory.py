@@ -1,7 +1,7 @@
 """The device directory as a pure fold over the event log.
 
 ``apply_event(devices, event)`` is the only place that decides what an event does to the
-directory; the PostgreSQL projection (``services/projection``), the replay and the property tests
+directory; the PostgreSQL projection (``services/adapters/projection``), the replay and the property tests
 all call it, so incremental processing, batched processing and replay agree by construction.
 No wall clock: every time comes from the events.
 

@@ -14,9 +14,6 @@ from uuid import uuid4
 import orjson
 import pytest
 
-from services.alerts.metrics import AlertMetrics
-from services.alerts.service import AlertOptions, run_alerts
-from services.config import Settings
 from services.domain.governance.decisions import (
     AlertAction,
     Decision,
@@ -24,6 +21,9 @@ from services.domain.governance.decisions import (
     Severity,
     encode_decision,
 )
+from services.processes.alerts.metrics import AlertMetrics
+from services.processes.alerts.service import AlertOptions, run_alerts
+from services.runtime.config import Settings
 from tests.conftest import publish
 
 pytestmark = pytest.mark.integration

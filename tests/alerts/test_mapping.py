@@ -10,14 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.alerts.mapping import (
-    ActiveAlerts,
-    alert_from_decision,
-    alert_labels,
-    alert_name,
-    camel_case,
-    device_url,
-)
 from services.domain.events import parse_time
 from services.domain.governance.decisions import (
     AlertAction,
@@ -26,6 +18,14 @@ from services.domain.governance.decisions import (
     Severity,
     decode_decision,
     encode_decision,
+)
+from services.processes.alerts.mapping import (
+    ActiveAlerts,
+    alert_from_decision,
+    alert_labels,
+    alert_name,
+    camel_case,
+    device_url,
 )
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import orjson
 
-from services.alerts.sender import AlertmanagerClient, PostOutcome
+from services.processes.alerts.sender import AlertmanagerClient, PostOutcome
 
 ALERT = {"labels": {"alertname": "DeviceQuarantined", "incident": "quarantine/n/g/q"}}
 

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from services.alerts.mapping import ALERT_NAMES, ActiveAlerts
 from services.domain.events import parse_time
 from services.domain.governance.decisions import AlertAction
+from services.processes.alerts.mapping import ALERT_NAMES, ActiveAlerts
 from tests.governance.harness import EXAMPLES, run_stream
 
 STREAMS = sorted(p.stem for p in EXAMPLES.glob("stream-*.jsonl"))

@@ -16,11 +16,7 @@ import pytest
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.api.app import create_app
-from services.api.auth import token_entry
-from services.config import Settings
-from services.domain.governance.inputs import OperatorCommand, decode_input
-from services.projection.governance_tables import (
+from services.adapters.projection.governance_tables import (
     device_governance,
     governance_commands,
     governance_decisions,
@@ -28,7 +24,11 @@ from services.projection.governance_tables import (
     governor_nodes,
     quarantines,
 )
-from services.projection.tables import in_schema
+from services.adapters.projection.tables import in_schema
+from services.domain.governance.inputs import OperatorCommand, decode_input
+from services.processes.api.app import create_app
+from services.processes.api.auth import token_entry
+from services.runtime.config import Settings
 from tests.conftest import T0
 
 TOKENS = {
@@ -303,8 +303,8 @@ class InventoryWriter:
         self.options = in_schema(schema)
 
     async def create_tables(self) -> None:
-        import services.projection.inventory_tables  # noqa: F401 - registers the tables
-        from services.projection.tables import metadata
+        import services.adapters.projection.inventory_tables  # noqa: F401 - registers the tables
+        from services.adapters.projection.tables import metadata
 
         tables = [metadata.tables[name] for name in INVENTORY_TABLES]
         async with self.engine.begin() as conn:
@@ -317,9 +317,9 @@ class InventoryWriter:
 
     async def objects(self, *objs: Any, deleted: bool = False, at: datetime = T0) -> None:
         """``inventory_objects`` rows of DRA records (compact JSON of ``object_to_json``)."""
+        from services.adapters.projection.inventory_tables import inventory_objects
         from services.domain.inventory.events import InventoryKind, object_to_json, record_key
         from services.domain.inventory.objects import ResourceClaimInfo, ResourceSliceInfo
-        from services.projection.inventory_tables import inventory_objects
 
         rows = []
         for obj in objs:
@@ -361,7 +361,7 @@ class InventoryWriter:
     async def node(
         self, node: str, capacity: dict[str, int], allocatable: dict[str, int] | None = None
     ) -> None:
-        from services.projection.inventory_tables import node_resources
+        from services.adapters.projection.inventory_tables import node_resources
 
         await self._insert(
             node_resources,
@@ -377,7 +377,7 @@ class InventoryWriter:
 
     async def identities(self, pairs: list[tuple[Any, Any]]) -> None:
         """``device_identities`` rows of ``(DeviceHealthObserved, Identity)`` pairs."""
-        from services.projection.inventory_tables import device_identities
+        from services.adapters.projection.inventory_tables import device_identities
 
         await self._insert(
             device_identities,
@@ -398,7 +398,7 @@ class InventoryWriter:
         )
 
     async def conflicts(self, conflicts: list[Any], active: bool = True) -> None:
-        from services.projection.inventory_tables import inventory_conflicts
+        from services.adapters.projection.inventory_tables import inventory_conflicts
 
         await self._insert(
             inventory_conflicts,

@@ -21,6 +21,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+from services.adapters.projection.store import ProjectionStore
 from services.domain.events import (
     ClaimRef,
     DeviceHealthObserved,
@@ -32,7 +33,6 @@ from services.domain.events import (
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.objects import ResourceClaimInfo
 from services.domain.inventory.state import InventoryState
-from services.projection.store import ProjectionStore
 from tests.api.conftest import Governor, InventoryWriter, example_object
 from tests.conftest import T0, TOPIC, LogFactory, ObservationFactory
 

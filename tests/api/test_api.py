@@ -9,10 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
-from services.api.app import create_app
-from services.config import Settings
+from services.adapters.projection.store import ProjectionStore
 from services.domain.events import ClaimRef, ContainerKind, ContainerRef, DeviceSource, Health
-from services.projection.store import ProjectionStore
+from services.processes.api.app import create_app
+from services.runtime.config import Settings
 from tests.conftest import T0, TOPIC, LogFactory, ObservationFactory, ReleaseFactory
 
 pytestmark = pytest.mark.integration

@@ -11,9 +11,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from services.api.app import create_app
-from services.api.auth import Authenticator, TokenConfigError, load_tokens, token_digest
-from services.config import Settings
+from services.processes.api.app import create_app
+from services.processes.api.auth import Authenticator, TokenConfigError, load_tokens, token_digest
+from services.runtime.config import Settings
 from tests.api.conftest import NAMES, TOKENS, ApiFactory, bearer, tokens_json
 
 DIGEST = token_digest("t0ken")
@@ -92,7 +92,7 @@ def test_empty_config_means_no_tokens() -> None:
 
 
 def test_devicestate_api_exits_with_the_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from services.api.cli import api
+    from services.processes.api.cli import api
 
     app = typer.Typer()
     app.command()(api)

@@ -1,6 +1,6 @@
 """Capacity views, the reconcile check and their gauges (issue 4, items 3 and 5c): exact numbers on
 the fleet of ``tests/api/inventory_scenario.py`` (real PostgreSQL), and the pure computation's
-edge cases (``services.api.inventory_model``)."""
+edge cases (``services.domain.inventory.views``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from services.api.inventory_model import (
+from services.adapters.projection.store import ProjectionStore
+from services.domain.inventory.capacity import CapacityRow
+from services.domain.inventory.views import (
     GovernanceRow,
     NodeResources,
     ObservedDevice,
@@ -20,8 +22,6 @@ from services.api.inventory_model import (
     build_directory,
     divergence,
 )
-from services.domain.inventory.capacity import CapacityRow
-from services.projection.store import ProjectionStore
 from tests.api.conftest import ApiFactory, Governor, InventoryWriter
 from tests.api.inventory_scenario import GPU, NODE_A, dra_objects, load_fleet
 from tests.conftest import T0, LogFactory, ObservationFactory

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
+from services.adapters.projection.store import ProjectionStore
 from services.domain.governance.inputs import CommandAction, Role
-from services.projection.store import ProjectionStore
 from tests.api.conftest import ApiFactory, Governor, bearer, read_commands
 from tests.conftest import T0, TOPIC, LogFactory, ObservationFactory
 

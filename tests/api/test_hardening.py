@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from services.api.hardening import (
+from services.processes.api.hardening import (
     EXTENDER_MAX_BODY_BYTES,
     MAX_BODY_BYTES,
     text_problem,

@@ -11,11 +11,11 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.adapters.projection.store import ProjectionStore
 from services.domain.events import DeviceSource
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.objects import ResourceSliceInfo
 from services.domain.inventory.state import ConflictKind, InventoryState
-from services.projection.store import ProjectionStore
 from tests.api.conftest import (
     INVENTORY_TABLES,
     ApiFactory,

@@ -11,14 +11,14 @@ from typing import Any
 import httpx
 import pytest
 
-from services.api.scheduler_extender import (
+from services.adapters.projection.store import ProjectionStore
+from services.domain.placement import (
     BlockedDevice,
     NodeFacts,
     PluginDevice,
     node_verdict,
     pod_extended_requests,
 )
-from services.projection.store import ProjectionStore
 from tests.api.conftest import ApiFactory, Governor, InventoryWriter, bearer, tokens_json
 from tests.api.inventory_scenario import NODE_A, NODE_B, NODE_C, NODE_E, load_fleet
 from tests.conftest import LogFactory, ObservationFactory
@@ -159,8 +159,8 @@ async def test_a_released_quarantine_lets_the_node_pass(
 ) -> None:
     from sqlalchemy import update
 
-    from services.projection.governance_tables import device_governance
-    from services.projection.tables import in_schema
+    from services.adapters.projection.governance_tables import device_governance
+    from services.adapters.projection.tables import in_schema
 
     async with engine.begin() as conn:
         await conn.execute(

@@ -20,13 +20,13 @@ from services.domain.inventory.objects import (
     ResourceSliceInfo,
     parse_resource_slice,
 )
-from services.domain.inventory.tracker import (
+from services.domain.watch.inventory_tracker import (
     INVENTORY_KINDS,
     InventoryTracker,
     compact,
     object_name,
 )
-from services.domain.pod_tracker import WatchKind
+from services.domain.watch.pod_tracker import WatchKind
 
 EXAMPLES = Path(__file__).parents[2].parent / "shared" / "examples"
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

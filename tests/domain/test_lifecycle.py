@@ -1,5 +1,5 @@
 """Claim lifecycle stages (issue 4, item 4): the pure reading of Pods and ResourceClaims
-(services.domain.lifecycle) and the once-per-Pod tracker (services.domain.lifecycle_tracker), on
+(services.domain.lifecycle) and the once-per-Pod tracker (services.domain.watch.lifecycle_tracker), on
 hand-built Pods and on ../shared/examples (pod-01, pod-04 + dra-resourceclaim-allocated,
 pod-04b, stream-05b's shared claim)."""
 
@@ -24,8 +24,8 @@ from services.domain.lifecycle import (
     read_lifecycle,
     stage_latencies,
 )
-from services.domain.lifecycle_tracker import LifecycleTracker
-from services.domain.pod_tracker import WatchKind
+from services.domain.watch.lifecycle_tracker import LifecycleTracker
+from services.domain.watch.pod_tracker import WatchKind
 
 EXAMPLES = Path(__file__).parents[2].parent / "shared" / "examples"
 DRA = DevicePath.DRA

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
-from services.domain.node_tracker import (
+from services.domain.watch.node_tracker import (
     COUNT_MAX,
     NodeProblemCode,
     NodeTracker,
@@ -19,7 +19,7 @@ from services.domain.node_tracker import (
     read_lease,
     read_node,
 )
-from services.domain.pod_tracker import WatchKind
+from services.domain.watch.pod_tracker import WatchKind
 
 T0 = datetime(2026, 11, 29, 11, 0, tzinfo=UTC)
 SEEN = datetime(2030, 1, 1, tzinfo=UTC)  # the watcher's clock: never used for coarsening

@@ -14,7 +14,7 @@ from services.domain.events import (
     ReleaseReason,
 )
 from services.domain.pod_status import PodReading, read_pod
-from services.domain.pod_tracker import PodTracker, WatchKind, fingerprint
+from services.domain.watch.pod_tracker import PodTracker, WatchKind, fingerprint
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.domain.pod_status import read_pod
-from services.domain.pod_tracker import PodTracker, WatchKind
+from services.domain.watch.pod_tracker import PodTracker, WatchKind
 
 AT = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 RESOURCE_IDS = ("GPU-0", "GPU-1", "GPU-2", "common", "drv/pool/dev-3")

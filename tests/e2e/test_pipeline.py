@@ -14,18 +14,18 @@ import httpx
 import orjson
 import pytest
 
-from services.api.app import create_app
-from services.config import Settings
-from services.demo.catchup import wait_caught_up
-from services.watcher.run import run_watch
+from devtools.demo.catchup import wait_caught_up
+from services.processes.api.app import create_app
+from services.processes.watcher.run import run_watch
+from services.runtime.config import Settings
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-DEMO_STREAM = REPO / "services" / "examples" / "demo-stream.jsonl"
+DEMO_STREAM = REPO / "devtools" / "examples" / "demo-stream.jsonl"
 SHARED = REPO.parent / "shared" / "examples"
 HEALTH_OF_STATE = {"HEALTHY": "Healthy", "QUARANTINED": "Unhealthy", "UNKNOWN_TOLERATED": "Unknown"}
-# The demo stream is stream-02, -07, -09 and -10 one after the other (services/examples/README).
+# The demo stream is stream-02, -07, -09 and -10 one after the other (devtools/examples/README).
 CASES = [
     ("stream-02-eight-gpus-one-unhealthy", "expectedDirectory"),
     ("stream-07-pod-deletion", "expectedDirectory"),

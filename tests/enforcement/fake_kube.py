@@ -1,4 +1,4 @@
-"""An in-memory :class:`~services.enforcement.kube.TaintRuleApi` with the API server's semantics
+"""An in-memory :class:`~services.processes.enforcement.kube.TaintRuleApi` with the API server's semantics
 that the reconciler relies on: dry runs change nothing, names are unique (409 AlreadyExists),
 replace checks ``resourceVersion`` and delete the ``uid`` precondition (409), a missing rule is 404,
 the label selector (``k=v`` and ``k`` terms) filters the list."""
@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.enforcement.kube import KubeApiError
+from services.processes.enforcement.kube import KubeApiError
 
 
 def matches(selector: str, labels: dict[str, str]) -> bool:
@@ -96,7 +96,7 @@ class FakeTaintRules:
 
 @dataclass
 class FakeSource:
-    """:class:`~services.enforcement.source.QuarantineSource` over a list (``error``: raised)."""
+    """:class:`~services.processes.enforcement.source.QuarantineSource` over a list (``error``: raised)."""
 
     rows: list[Any] = field(default_factory=list)
     error: Exception | None = None

@@ -10,8 +10,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.enforcement import desired as d
-from services.enforcement.desired import (
+from services.processes.enforcement import desired as d
+from services.processes.enforcement.desired import (
     Effect,
     QuarantineRow,
     SkipReason,
@@ -21,7 +21,7 @@ from services.enforcement.desired import (
     taint_value,
     updated_object,
 )
-from services.recovery.manifests import label_hash as recovery_label_hash
+from services.processes.recovery.manifests import label_hash as recovery_label_hash
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 DRIVER = "gpu.example.com"

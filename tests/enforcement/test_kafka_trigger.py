@@ -9,11 +9,11 @@ from uuid import uuid4
 import pytest
 from prometheus_client import CollectorRegistry
 
-from services.config import Settings
 from services.domain.governance.decisions import Decision, DecisionKind, encode_decision
-from services.enforcement.desired import rule_name
-from services.enforcement.metrics import EnforcementMetrics
-from services.enforcement.reconciler import EnforceOptions, ReconcileResult, run_enforcer
+from services.processes.enforcement.desired import rule_name
+from services.processes.enforcement.metrics import EnforcementMetrics
+from services.processes.enforcement.reconciler import EnforceOptions, ReconcileResult, run_enforcer
+from services.runtime.config import Settings
 from tests.conftest import T0, publish
 from tests.enforcement.fake_kube import FakeSource, FakeTaintRules
 from tests.enforcement.test_desired import row

@@ -13,18 +13,18 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from services.config import Settings
 from services.domain.governance.decisions import Decision, DecisionKind
-from services.enforcement.desired import LABEL_SELECTOR, rule_name
-from services.enforcement.kube import KubeApiError
-from services.enforcement.metrics import EnforcementMetrics
-from services.enforcement.reconciler import (
+from services.processes.enforcement.desired import LABEL_SELECTOR, rule_name
+from services.processes.enforcement.kube import KubeApiError
+from services.processes.enforcement.metrics import EnforcementMetrics
+from services.processes.enforcement.reconciler import (
     EnforceOptions,
     Expectations,
     Reconciler,
     ReconcileResult,
     run_enforcer,
 )
+from services.runtime.config import Settings
 from tests.enforcement.fake_kube import FakeSource, FakeTaintRules
 from tests.enforcement.test_desired import DRIVER, row
 

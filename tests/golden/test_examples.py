@@ -32,10 +32,10 @@ from services.domain.events import (
     parse_time,
 )
 from services.domain.pod_status import ProblemCode
-from services.domain.pod_tracker import WatchKind
-from services.watcher.file_source import HarnessClock, read_watch_file, source_of
-from services.watcher.processor import DeadLetter, WatchProcessor
-from services.watcher.watch_lines import (
+from services.domain.watch.pod_tracker import WatchKind
+from services.processes.watcher.file_source import HarnessClock, read_watch_file, source_of
+from services.processes.watcher.processor import DeadLetter, WatchProcessor
+from services.processes.watcher.watch_lines import (
     Bookmark,
     BrokenLine,
     ClockSet,
@@ -46,7 +46,7 @@ from services.watcher.watch_lines import (
 )
 
 EXAMPLES = Path(__file__).parents[2].parent / "shared" / "examples"
-BUNDLED = Path(__file__).parents[2] / "services" / "examples"
+BUNDLED = Path(__file__).parents[2] / "devtools" / "examples"
 # Time for single-Pod examples and for streams before their first _CLOCK: fixed, not the wall clock.
 FIXED_TIME = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
 

@@ -21,9 +21,9 @@ from services.domain.governance.machine import step
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
-from services.watcher.file_source import HarnessClock
-from services.watcher.processor import WatchProcessor
-from services.watcher.watch_lines import ClockSet, PodChange, decode_watch_line
+from services.processes.watcher.file_source import HarnessClock
+from services.processes.watcher.processor import WatchProcessor
+from services.processes.watcher.watch_lines import ClockSet, PodChange, decode_watch_line
 
 EXAMPLES = Path(__file__).parents[2].parent / "shared" / "examples"
 FIXED_TIME = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)

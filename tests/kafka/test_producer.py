@@ -1,4 +1,4 @@
-"""EventPublisher and ensure_topics against the real Kafka broker (``devicestate stack up``)."""
+"""EventPublisher and ensure_topics against the real Kafka broker (``devicestate-dev stack up``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from services.config import Settings
+from services.adapters.kafka.producer import EventPublisher
+from services.adapters.kafka.topics import TopicState, ensure_topics
 from services.domain.events import (
     ContainerRef,
     DeviceHealthObserved,
@@ -26,8 +27,7 @@ from services.domain.events import (
 )
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
 from services.domain.records import decode_record
-from services.kafka.producer import EventPublisher
-from services.kafka.topics import TopicState, ensure_topics
+from services.runtime.config import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,7 @@ async def settings() -> AsyncIterator[Settings]:
     except Exception as exc:  # any failure here means no usable broker
         pytest.fail(
             f"Kafka is not reachable at {settings.kafka_bootstrap_servers}; start it with "
-            f"`devicestate stack up` ({exc!r})"
+            f"`devicestate-dev stack up` ({exc!r})"
         )
     yield settings
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)

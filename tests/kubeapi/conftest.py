@@ -1,4 +1,4 @@
-"""A real kube-apiserver + etcd for the whole test session (``services.testenv.kubeapi``).
+"""A real kube-apiserver + etcd for the whole test session (``devtools.testenv.kubeapi``).
 
 ``kube_api`` starts them (building the binaries first if the cache has none: CI builds them in
 a step of its own) and stops them at the end. A failure to build or start FAILS the tests that
@@ -6,7 +6,7 @@ use it; set ``DEVICESTATE_KUBEAPI=off`` to skip them instead on a machine withou
 ``admin_client`` and ``service_client`` are kubernetes_asyncio clients from the two kubeconfigs.
 
 For the deploy/ and live-watcher tests: ``kustomize_binary`` (built like the API server, see
-``services.testenv.kustomize``), ``rendered`` (``kustomize build`` of deploy/base and every overlay,
+``devtools.testenv.kustomize``), ``rendered`` (``kustomize build`` of deploy/base and every overlay,
 parsed), and ``kube_api_etcd_watch``, a second API server started on first use with
 ``--watch-cache=false``: its WATCHes read etcd directly, so compacting etcd
 (``kube_rest.compact_etcd``) makes an older resourceVersion 410 Expired, as a real cluster answers
@@ -25,8 +25,8 @@ import pytest
 import pytest_asyncio
 from kubernetes_asyncio import client, config
 
-from services.stack.supervisor import StackError
-from services.testenv import kubeapi, kustomize
+from devtools.stack.supervisor import StackError
+from devtools.testenv import kubeapi, kustomize
 
 NAMESPACE = kubeapi.SERVICE_NAMESPACE
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

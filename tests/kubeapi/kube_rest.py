@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from services.testenv import kubeapi
+from devtools.testenv import kubeapi
 
 FIELD_MANAGER = "devicestate-tests"
 

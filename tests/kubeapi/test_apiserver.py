@@ -19,7 +19,7 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.testenv import kubeapi
+from devtools.testenv import kubeapi
 from tests.kubeapi.conftest import NAMESPACE
 
 GPU = "nvidia.com/gpu"

@@ -7,7 +7,7 @@
 - The RBAC objects are created for real and SubjectAccessReviews check that each ServiceAccount
   can do what its process needs and nothing more; DeviceTaintRule write access exists only with
   the enforcement overlay.
-- The settings the manifests pass (ConfigMap, Secret, env) are ``services.config.Settings``
+- The settings the manifests pass (ConfigMap, Secret, env) are ``services.runtime.config.Settings``
   fields and build valid settings; probes, ports, volumes and security contexts fit the processes.
 """
 
@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from services.config import Settings
-from services.testenv import kubeapi
+from devtools.testenv import kubeapi
+from services.runtime.config import Settings
 from tests.kubeapi.conftest import OVERLAYS
 from tests.kubeapi.kube_rest import (
     KubeREST,
@@ -203,7 +203,7 @@ def test_settings_are_devicestate_settings(
     for deployment in deployments(manifests).values():
         names |= {e["name"] for e in _container(deployment).get("env", [])}
     unknown = sorted(n for n in names if n.removeprefix("DEVICESTATE_").lower() not in fields)
-    assert not unknown, f"not fields of services.config.Settings: {unknown}"
+    assert not unknown, f"not fields of services.runtime.config.Settings: {unknown}"
     assert all(n.startswith("DEVICESTATE_") for n in names)
 
     for component, deployment in deployments(manifests).items():
@@ -442,7 +442,7 @@ async def test_only_the_enforcement_overlay_grants_device_taint_rules(
         await wait_until_allowed(
             rest, "devicestate-enforcer", "create", "devicetaintrules", group="resource.k8s.io"
         )
-        # What services/enforcement calls, and nothing more: no get, watch or patch.
+        # What services/processes/enforcement calls, and nothing more: no get, watch or patch.
         await _check(
             rest,
             "devicestate-enforcer",

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.config import Settings
+from services.runtime.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]

@@ -27,15 +27,15 @@ from kubernetes_asyncio import client
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.config import Settings
-from services.enforcement.desired import LABEL_SELECTOR, label_hash, rule_name
-from services.enforcement.kube import KubeApiError, KubernetesTaintRules
-from services.enforcement.metrics import EnforcementMetrics
-from services.enforcement.reconciler import Reconciler
-from services.enforcement.source import PostgresQuarantineSource
-from services.projection.governance_tables import device_governance, quarantines
-from services.projection.tables import in_schema
-from services.testenv import kubeapi
+from devtools.testenv import kubeapi
+from services.adapters.projection.governance_tables import device_governance, quarantines
+from services.adapters.projection.tables import in_schema
+from services.processes.enforcement.desired import LABEL_SELECTOR, label_hash, rule_name
+from services.processes.enforcement.kube import KubeApiError, KubernetesTaintRules
+from services.processes.enforcement.metrics import EnforcementMetrics
+from services.processes.enforcement.reconciler import Reconciler
+from services.processes.enforcement.source import PostgresQuarantineSource
+from services.runtime.config import Settings
 from tests.conftest import SchemaFactory
 from tests.kubeapi.conftest import NAMESPACE
 

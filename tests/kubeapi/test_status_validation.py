@@ -26,8 +26,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.domain.events import ClaimRef, ContainerKind, DeviceHealthObserved, Health
 from services.domain.pod_status import ProblemCode
-from services.domain.pod_tracker import WatchKind
-from services.watcher.processor import WatchProcessor
+from services.domain.watch.pod_tracker import WatchKind
+from services.processes.watcher.processor import WatchProcessor
 
 GPU = "nvidia.com/gpu"
 IMAGE = "nvcr.io/nvidia/cuda:12.9.0-base-ubuntu24.04"

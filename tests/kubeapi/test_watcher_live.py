@@ -33,7 +33,8 @@ from aiokafka import AIOKafkaConsumer
 from kubernetes_asyncio import client, config
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.config import Settings
+from devtools.testenv import kubeapi
+from services.adapters.projection.store import ProjectionStore
 from services.domain.events import (
     ClaimRef,
     ContainerKind,
@@ -51,8 +52,7 @@ from services.domain.inventory.objects import (
 )
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 from services.domain.records import TopicRecord, decode_record
-from services.projection.store import ProjectionStore
-from services.testenv import kubeapi
+from services.runtime.config import Settings
 from tests.conftest import settings_env
 from tests.kubeapi.kube_rest import (
     KubeREST,

@@ -14,9 +14,9 @@ import structlog
 import typer
 import uvicorn
 
-from services.api.app import create_app
-from services.config import Settings
-from services.operator_cli.cli import register
+from services.client.operator import register
+from services.processes.api.app import create_app
+from services.runtime.config import Settings
 from tests.api.conftest import (  # noqa: F401 - fixtures
     api_settings,
     governance_topic,

@@ -8,9 +8,9 @@ import pytest
 import typer
 from typer.testing import CliRunner, Result
 
+from services.adapters.projection.store import ProjectionStore
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.state import Conflict, InventoryState
-from services.projection.store import ProjectionStore
 from tests.api.conftest import Governor, InventoryWriter
 from tests.api.inventory_scenario import GPU, NODE_A, NODE_B, dra_objects, load_fleet
 from tests.conftest import T0, LogFactory, ObservationFactory

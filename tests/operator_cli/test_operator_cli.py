@@ -12,12 +12,12 @@ import pytest
 import typer
 from typer.testing import CliRunner, Result
 
-from services.api.auth import Authenticator, TokenConfigError, load_tokens
-from services.config import Settings
+from services.adapters.projection.store import ProjectionStore
+from services.client.operator import parse_duration
 from services.domain.events import format_time
 from services.domain.governance.inputs import CommandAction, Role
-from services.operator_cli.cli import parse_duration
-from services.projection.store import ProjectionStore
+from services.processes.api.auth import Authenticator, TokenConfigError, load_tokens
+from services.runtime.config import Settings
 from tests.api.conftest import TOKENS, Governor, read_commands
 from tests.conftest import T0, TOPIC, LogFactory, ObservationFactory
 

@@ -1,4 +1,4 @@
-"""The replay's in-memory path (services/projection/cache.py): folding over a :class:`DeviceCache`
+"""The replay's in-memory path (services/adapters/projection/cache.py): folding over a :class:`DeviceCache`
 instead of the locked rows writes exactly the rows the worker's path writes, batch by batch, and
 so does the replay's pipeline (fold batch n+1 over the cache before batch n is written)."""
 
@@ -11,12 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.adapters.projection.cache import DeviceCache
+from services.adapters.projection.store import BatchStats, ProjectionStore, record_from_row
+from services.adapters.projection.tables import quoted_schema
 from services.domain.directory import DeviceKey, DeviceRecord, apply_event, devices_held_by, fold
 from services.domain.events import DeviceHealthObserved, Event, PodDevicesReleased
 from services.domain.log import LoggedEvent, LogPosition
-from services.projection.cache import DeviceCache
-from services.projection.store import BatchStats, ProjectionStore, record_from_row
-from services.projection.tables import quoted_schema
 from tests.conftest import TOPIC, SchemaFactory
 from tests.domain.strategies import event_logs
 from tests.projection.test_store_properties import batch_sizes, split

@@ -6,10 +6,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.adapters.projection.compare import MAX_REPORTED, diff_projections
+from services.adapters.projection.store import ProjectionStore
+from services.adapters.projection.tables import quoted_schema
 from services.domain.events import Health
-from services.projection.compare import MAX_REPORTED, diff_projections
-from services.projection.store import ProjectionStore
-from services.projection.tables import quoted_schema
 from tests.conftest import TOPIC, LogFactory, ObservationFactory, ReleaseFactory, SchemaFactory
 
 pytestmark = pytest.mark.integration

@@ -10,6 +10,12 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.adapters.projection.governance_store import (
+    GovernanceStore,
+    StaleGovernorState,
+    batch_rows,
+    effective_health,
+)
 from services.domain.events import DeviceSource, Health
 from services.domain.governance.decisions import Decision
 from services.domain.governance.inputs import (
@@ -24,12 +30,6 @@ from services.domain.governance.machine import step
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.domain.node_events import NodeHeartbeat
-from services.projection.governance_store import (
-    GovernanceStore,
-    StaleGovernorState,
-    batch_rows,
-    effective_health,
-)
 from tests.conftest import T0
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""The inventory fold of a health-topic batch (:mod:`services.projection.inventory_fold`), pure:
+"""The inventory fold of a health-topic batch (:mod:`services.domain.inventory.fold`), pure:
 rows, identities, conflicts raised and cleared once, independence from batch boundaries, and the
 per-node ownership check of :class:`InventoryState` agreeing with the whole-fleet one."""
 
@@ -12,12 +12,7 @@ from typing import Any
 import pytest
 
 from services.domain.events import ClaimRef, DeviceHealthObserved
-from services.domain.inventory.identity import Identity, IdentityStatus
-from services.domain.inventory.objects import ResourceClaimInfo
-from services.domain.inventory.state import ConflictKind, InventoryState
-from services.domain.log import LogPosition
-from services.domain.node_events import NodeResourcesChanged, WatcherTick
-from services.projection.inventory_fold import (
+from services.domain.inventory.fold import (
     InventoryFold,
     InventoryPlan,
     by_key,
@@ -26,6 +21,11 @@ from services.projection.inventory_fold import (
     object_key,
     object_row,
 )
+from services.domain.inventory.identity import Identity, IdentityStatus
+from services.domain.inventory.objects import ResourceClaimInfo
+from services.domain.inventory.state import ConflictKind, InventoryState
+from services.domain.log import LogPosition
+from services.domain.node_events import NodeResourcesChanged, WatcherTick
 from tests.projection.inventory_examples import (
     CDI_GPU_2,
     CDI_GPU_3,
@@ -387,6 +387,6 @@ def test_identity_rows_round_trip() -> None:
         candidates=(GPU_2, GPU_3),
         reason="why",
     )
-    from services.projection.inventory_fold import identity_row
+    from services.domain.inventory.fold import identity_row
 
     assert identity_from_row(identity_row(NODE, "r", identity, at(0))) == identity

@@ -13,12 +13,12 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.adapters.projection.cache import DeviceCache
+from services.adapters.projection.compare import INVENTORY_COMPARED_TABLES, diff_projections
+from services.adapters.projection.inventory_store import conflict_rows
+from services.adapters.projection.store import PendingCommit, ProjectionStore
 from services.domain.events import DeviceHealthObserved, PodDevicesReleased
 from services.domain.log import LoggedEvent, LogPosition
-from services.projection.cache import DeviceCache
-from services.projection.compare import INVENTORY_COMPARED_TABLES, diff_projections
-from services.projection.inventory_store import conflict_rows
-from services.projection.store import PendingCommit, ProjectionStore
 from tests.conftest import TOPIC, SchemaFactory
 from tests.projection.inventory_examples import (
     CDI_GPU_2,

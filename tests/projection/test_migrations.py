@@ -1,5 +1,5 @@
 """Alembic migrations: the CLI on an empty schema, downgrade, programmatic and concurrent runs, and
-agreement between the revisions and ``services.projection.tables``."""
+agreement between the revisions and ``services.adapters.projection.tables``."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-import services.projection.governance_tables  # (the imports register their tables on ``metadata``)
-import services.projection.inventory_tables  # noqa: F401
-from services.projection.migrate import REPO_ROOT, migrate
-from services.projection.tables import check_schema_name, metadata
+import services.adapters.projection.governance_tables  # (the imports register their tables on ``metadata``)
+import services.adapters.projection.inventory_tables  # noqa: F401
+from services.adapters.projection.migrate import REPO_ROOT, migrate
+from services.adapters.projection.tables import check_schema_name, metadata
 
 pytestmark = pytest.mark.integration
 

@@ -8,16 +8,16 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.domain.directory import DeviceRecord, fold
-from services.domain.events import ClaimRef, ContainerKind, ContainerRef, Event, Health
-from services.projection.compare import diff_projections
-from services.projection.store import (
+from services.adapters.projection.compare import diff_projections
+from services.adapters.projection.store import (
     BatchStats,
     DeviceFilters,
     ProjectionConflictError,
     ProjectionStore,
 )
-from services.projection.tables import device_history, in_schema, quoted_schema
+from services.adapters.projection.tables import device_history, in_schema, quoted_schema
+from services.domain.directory import DeviceRecord, fold
+from services.domain.events import ClaimRef, ContainerKind, ContainerRef, Event, Health
 from tests.conftest import (
     T0,
     TOPIC,

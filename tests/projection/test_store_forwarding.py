@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.adapters.projection.store import PendingCommit, ProjectionStore
 from services.domain.events import Health
 from services.domain.log import LogPosition
-from services.projection.store import PendingCommit, ProjectionStore
 from tests.conftest import T0, TOPIC, LogFactory, ObservationFactory
 
 pytestmark = pytest.mark.integration
@@ -112,7 +112,7 @@ async def test_event_times_advance_the_progress_unless_already_applied(
 async def test_a_hook_with_a_cache_is_refused(
     store: ProjectionStore, observation: ObservationFactory, logged: LogFactory
 ) -> None:
-    from services.projection.cache import DeviceCache
+    from services.adapters.projection.cache import DeviceCache
 
     async def hook(commit: PendingCommit) -> None:
         return None

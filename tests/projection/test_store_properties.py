@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.adapters.projection.store import ProjectionStore
+from services.adapters.projection.tables import device_history, in_schema, quoted_schema
 from services.domain.directory import DeviceKey, DeviceRecord, apply_event, fold
 from services.domain.events import Event
 from services.domain.log import LoggedEvent
-from services.projection.store import ProjectionStore
-from services.projection.tables import device_history, in_schema, quoted_schema
 from tests.conftest import as_log
 from tests.domain.strategies import event_logs
 

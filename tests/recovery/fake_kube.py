@@ -1,4 +1,4 @@
-"""An in-memory :class:`~services.recovery.kube.KubeObjects` for executor tests."""
+"""An in-memory :class:`~services.processes.recovery.kube.KubeObjects` for executor tests."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.recovery.kube import KubeApiError
+from services.processes.recovery.kube import KubeApiError
 
 
 @dataclass

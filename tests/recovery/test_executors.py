@@ -11,15 +11,15 @@ import pytest
 
 from services.domain.events import DeviceSource
 from services.domain.governance.inputs import RecoveryStage
-from services.recovery.executors import (
+from services.processes.recovery.executors import (
     DRY_RUN_DETAIL,
     CheckResult,
     InProcessExecutor,
     KubernetesJobExecutor,
     RecoveryCheck,
 )
-from services.recovery.kube import KubeApiError
-from services.recovery.manifests import job_name
+from services.processes.recovery.kube import KubeApiError
+from services.processes.recovery.manifests import job_name
 from tests.recovery.fake_kube import FakeKube
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "shared" / "examples"

@@ -16,8 +16,12 @@ from kubernetes_asyncio import client
 
 from services.domain.events import DeviceSource
 from services.domain.governance.inputs import RecoveryStage
-from services.recovery.executors import DRY_RUN_DETAIL, KubernetesJobExecutor, RecoveryCheck
-from services.recovery.kube import KubernetesObjects
+from services.processes.recovery.executors import (
+    DRY_RUN_DETAIL,
+    KubernetesJobExecutor,
+    RecoveryCheck,
+)
+from services.processes.recovery.kube import KubernetesObjects
 
 # The harness's session fixtures (a second API server when tests/kubeapi runs in the same session).
 from tests.kubeapi import conftest as harness
@@ -97,7 +101,7 @@ async def _node_with_dra(admin: client.ApiClient) -> str:
 
 
 async def _grant_documented_rbac(admin: client.ApiClient) -> None:
-    """The rights services/recovery/kube.py lists, to the service identity."""
+    """The rights services/processes/recovery/kube.py lists, to the service identity."""
     rbac = client.RbacAuthorizationV1Api(admin)
     name = _name("devicestate-recovery")
     subject = {

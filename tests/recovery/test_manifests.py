@@ -12,8 +12,8 @@ import pytest
 
 from services.domain.events import DeviceSource
 from services.domain.governance.inputs import RecoveryStage
-from services.recovery.checks import RecoveryCheck
-from services.recovery.manifests import (
+from services.processes.recovery.checks import RecoveryCheck
+from services.processes.recovery.manifests import (
     DraDevice,
     cel_selector,
     claim_device_class,

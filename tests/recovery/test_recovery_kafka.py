@@ -12,7 +12,6 @@ from uuid import uuid4
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from services.config import Settings
 from services.domain.events import format_time
 from services.domain.governance.decisions import Decision, DecisionKind, encode_decision
 from services.domain.governance.inputs import (
@@ -22,9 +21,10 @@ from services.domain.governance.inputs import (
     RecoveryStage,
     decode_input,
 )
-from services.recovery.executors import InProcessExecutor
-from services.recovery.metrics import RecoveryMetrics
-from services.recovery.service import RecoveryOptions, run_recovery
+from services.processes.recovery.executors import InProcessExecutor
+from services.processes.recovery.metrics import RecoveryMetrics
+from services.processes.recovery.service import RecoveryOptions, run_recovery
+from services.runtime.config import Settings
 from tests.conftest import publish
 
 pytestmark = pytest.mark.integration

@@ -14,10 +14,10 @@ from services.domain.governance.inputs import (
     RecoveryReport,
     RecoveryStage,
 )
-from services.recovery.checks import CheckResult, RecoveryCheck
-from services.recovery.executors import InProcessExecutor
-from services.recovery.metrics import RecoveryMetrics
-from services.recovery.service import RecoveryService, default_holder, stage_request
+from services.processes.recovery.checks import CheckResult, RecoveryCheck
+from services.processes.recovery.executors import InProcessExecutor
+from services.processes.recovery.metrics import RecoveryMetrics
+from services.processes.recovery.service import RecoveryService, default_holder, stage_request
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 HOLDER = "host-a/42/abcd1234"

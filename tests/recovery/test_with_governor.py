@@ -19,9 +19,9 @@ from services.domain.governance.inputs import (
     WatermarkAdvanced,
 )
 from services.domain.governance.state import GovState
-from services.recovery.checks import CheckResult, RecoveryCheck
-from services.recovery.executors import InProcessExecutor
-from services.recovery.service import RecoveryService
+from services.processes.recovery.checks import CheckResult, RecoveryCheck
+from services.processes.recovery.executors import InProcessExecutor
+from services.processes.recovery.service import RecoveryService
 from tests.governance.harness import GovernanceRun
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.config import Settings
+from services.runtime.config import Settings
 from tests.streams.conftest import with_governance_topics
 
 

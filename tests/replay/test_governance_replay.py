@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.config import Settings
+from services.adapters.projection.compare import GOVERNANCE_COMPARED_TABLES, diff_projections
 from services.domain.governance.inputs import (
     CommandAction,
     OperatorCommand,
@@ -24,7 +24,7 @@ from services.domain.governance.inputs import (
     Role,
 )
 from services.domain.node_events import WatcherTick, encode_node_event
-from services.projection.compare import GOVERNANCE_COMPARED_TABLES, diff_projections
+from services.runtime.config import Settings
 from tests.replay.test_replay import drop, run_replay
 from tests.streams.synthetic import T0, synthetic_log
 from tests.streams.test_governor_integration import Pipeline, Record, governance, stop

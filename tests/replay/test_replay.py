@@ -19,8 +19,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.config import Settings
-from services.projection.compare import diff_projections
+from services.adapters.projection.compare import diff_projections
+from services.runtime.config import Settings
 from tests.conftest import publish, settings_env
 from tests.streams.synthetic import synthetic_log
 from tests.streams.test_worker_integration import history_rows, wait_until
@@ -31,13 +31,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 async def run_replay(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m services.replay.cli ARGS`` with ``settings`` in the environment."""
+    """``python -m services.processes.replay.cli ARGS`` with ``settings`` in the environment."""
     env = {**os.environ, **settings_env(settings)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "services.replay.cli",
+        "services.processes.replay.cli",
         "--no-progress",
         *args,
         cwd=ROOT,

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from services.config import Settings
-from services.replay.guard import active_group_members
+from services.processes.replay.guard import active_group_members
+from services.runtime.config import Settings
 from tests.conftest import settings_env
 
 pytestmark = pytest.mark.integration

@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.config import Settings
-from services.projection.store import ProjectionStore
-from services.replay import run as replay_run
-from services.replay.run import read_log, replay, schema_exists
+from services.adapters.projection.store import ProjectionStore
+from services.processes.replay import run as replay_run
+from services.processes.replay.run import read_log, replay, schema_exists
+from services.runtime.config import Settings
 from tests.conftest import SchemaFactory, publish
 from tests.projection.test_cache import rows
 from tests.streams.synthetic import synthetic_log
@@ -226,7 +226,7 @@ async def inventory_reference(engine: AsyncEngine, settings: Settings, schema: s
 async def test_replay_rebuilds_the_inventory_the_worker_path_writes(
     inventory_topic: Settings, engine: AsyncEngine, new_schema: SchemaFactory
 ) -> None:
-    from services.projection.compare import INVENTORY_COMPARED_TABLES, diff_projections
+    from services.adapters.projection.compare import INVENTORY_COMPARED_TABLES, diff_projections
 
     expected = await new_schema()
     await inventory_reference(engine, inventory_topic, expected)
@@ -260,7 +260,7 @@ async def test_replay_rebuilds_the_inventory_the_worker_path_writes(
 async def test_in_place_replay_rebuilds_the_inventory(
     inventory_topic: Settings, engine: AsyncEngine, new_schema: SchemaFactory
 ) -> None:
-    from services.projection.compare import diff_projections
+    from services.adapters.projection.compare import diff_projections
 
     expected, target = await new_schema(), await new_schema()
     await inventory_reference(engine, inventory_topic, expected)

@@ -1,6 +1,6 @@
 """docker-compose.yml describes the same topology as the local stack, with the project's settings.
 
-Every ``DEVICESTATE_*`` variable in it must be a setting of ``services.config.Settings``
+Every ``DEVICESTATE_*`` variable in it must be a setting of ``services.runtime.config.Settings``
 (``DEVICESTATE_X`` -> top-level field ``x``; ``DEVICESTATE_X__Y`` -> nested field of ``x``), and
 each process's environment must build a valid ``Settings``.
 """
@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from services.config import Settings
+from services.runtime.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PROCESSES = {"watcher": "watch", "worker": "worker", "api": "api"}
@@ -74,7 +74,7 @@ def test_every_devicestate_variable_is_a_setting(compose: dict[str, Any]) -> Non
         for name in used
         if name.removeprefix("DEVICESTATE_").split("__", 1)[0].lower() not in fields
     )
-    assert not unknown, f"not fields of services.config.Settings: {unknown}"
+    assert not unknown, f"not fields of services.runtime.config.Settings: {unknown}"
 
 
 @pytest.mark.parametrize("service", sorted(PROCESSES))

@@ -1,4 +1,4 @@
-"""The local stack runs (scripts/test.sh starts it): ``devicestate stack status`` says so, the
+"""The local stack runs (scripts/test.sh starts it): ``devicestate-dev stack status`` says so, the
 Kafka broker answers a metadata request and PostgreSQL answers ``SELECT 1``. Real servers."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 from aiokafka import AIOKafkaClient
 
-from services.stack.supervisor import StackLayout
+from devtools.stack.supervisor import StackLayout
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,13 +20,13 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def layout() -> StackLayout:
-    # The same layout `devicestate stack` uses when run from the repository root.
+    # The same layout `devicestate-dev stack` uses when run from the repository root.
     return StackLayout.from_env(cwd=ROOT)
 
 
 def _devicestate() -> list[str]:
-    script = Path(sys.executable).with_name("devicestate")
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "services.cli.main"]
+    script = Path(sys.executable).with_name("devicestate-dev")
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "devtools"]
 
 
 def test_status_reports_kafka_and_postgres_ready(layout: StackLayout) -> None:

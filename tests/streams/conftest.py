@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.config import Settings
+from services.runtime.config import Settings
 
 
 def with_governance_topics(settings: Settings) -> Settings:

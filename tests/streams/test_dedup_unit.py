@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import exc as sa_exc
 
-from services.config import Settings
+from services.adapters.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
+from services.adapters.projection.store import BatchStats, ProjectionConflictError
 from services.domain.directory import fold
 from services.domain.events import (
     DeviceHealthObserved,
@@ -28,8 +29,7 @@ from services.domain.events import (
     encode_event,
 )
 from services.domain.log import LoggedEvent
-from services.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
-from services.projection.store import BatchStats, ProjectionConflictError
+from services.runtime.config import Settings
 from streams.app import build_worker_app
 from streams.dedup import (
     is_transient,

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from services.adapters.projection.store import PendingCommit, Transition
 from services.domain.directory import apply_event
 from services.domain.events import ClaimRef, DeviceSource, Health, encode_event
 from services.domain.governance.inputs import (
@@ -22,7 +23,6 @@ from services.domain.node_events import (
     WatcherTick,
     encode_node_event,
 )
-from services.projection.store import PendingCommit, Transition
 from streams.forward import (
     BatchView,
     Forwarder,
@@ -269,8 +269,8 @@ def test_a_transition_carries_the_device_id_only_when_resolved_or_as_reported(
 
 def test_conflicts_follow_the_record_that_raised_them(observation: Any) -> None:
     from services.domain.governance.inputs import InventoryConflict
+    from services.domain.inventory.fold import ConflictChange, ConflictRow, InventoryPlan
     from services.domain.inventory.identity import Identity, IdentityStatus
-    from services.projection.inventory_fold import ConflictChange, ConflictRow, InventoryPlan
 
     first = LoggedEvent(pos(0, 0), observation(1, at=1))
     second = LoggedEvent(pos(0, 2), observation(1, at=3, resource_id="GPU-1"))

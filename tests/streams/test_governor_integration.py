@@ -22,7 +22,6 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.config import Settings
 from services.domain.events import (
     ContainerRef,
     DeviceHealthObserved,
@@ -38,6 +37,7 @@ from services.domain.governance.inputs import (
     encode_input,
 )
 from services.domain.node_events import NodeHeartbeat, WatcherTick, encode_node_event
+from services.runtime.config import Settings
 from tests.conftest import SchemaFactory
 from tests.streams.conftest import with_governance_topics
 from tests.streams.test_worker_integration import free_port, read_topic, scrape

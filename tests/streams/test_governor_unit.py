@@ -13,7 +13,12 @@ from typing import Any
 import orjson
 import pytest
 
-from services.config import Settings
+from services.adapters.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
+from services.adapters.projection.governance_store import (
+    BatchRows,
+    GovernorSnapshot,
+    StaleGovernorState,
+)
 from services.domain.events import DeviceSource, Health
 from services.domain.governance.decisions import decode_decision
 from services.domain.governance.inputs import (
@@ -22,8 +27,7 @@ from services.domain.governance.inputs import (
     WatermarkAdvanced,
     encode_input,
 )
-from services.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
-from services.projection.governance_store import BatchRows, GovernorSnapshot, StaleGovernorState
+from services.runtime.config import Settings
 from streams.app import build_worker_app
 from streams.governor import Governor
 from tests.conftest import T0

@@ -19,7 +19,6 @@ from uuid import uuid4
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.config import Settings
 from services.domain.events import DeviceHealthObserved, Health, encode_event
 from services.domain.governance.inputs import (
     GovernanceInput,
@@ -29,6 +28,7 @@ from services.domain.governance.inputs import (
 )
 from services.domain.inventory.events import InventoryObserved
 from services.domain.records import encode_record
+from services.runtime.config import Settings
 from tests.projection.inventory_examples import (
     CDI_GPU_2,
     CDI_GPU_3,

@@ -18,9 +18,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.config import Settings
+from services.adapters.projection.store import ProjectionStore
 from services.domain.directory import DeviceRecord
-from services.projection.store import ProjectionStore
+from services.runtime.config import Settings
 from tests.conftest import publish
 from tests.streams.synthetic import synthetic_log
 

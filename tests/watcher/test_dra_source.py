@@ -15,21 +15,20 @@ from typing import Any
 import orjson
 import pytest
 
-from services.config import Settings
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.objects import (
     DeviceClassInfo,
     ResourceClaimInfo,
     ResourceSliceInfo,
 )
-from services.watcher.dra_source import (
+from services.processes.watcher.dra_source import (
     DRA_APIS,
     device_class_api,
     resource_claim_api,
     resource_slice_api,
 )
-from services.watcher.file_source import HarnessClock
-from services.watcher.kube_source import (
+from services.processes.watcher.file_source import HarnessClock
+from services.processes.watcher.kube_source import (
     ApiRejected,
     ObjectList,
     ObjectsListed,
@@ -37,11 +36,12 @@ from services.watcher.kube_source import (
     ResourceNotServed,
     SourceItem,
 )
-from services.watcher.metrics import WatcherMetrics
-from services.watcher.node_source import ObjectSource
-from services.watcher.processor import STAGE_DRA_INVENTORY, DeadLetter, InventoryProcessor
-from services.watcher.run import WatchSession, WatchSummary, run_file
-from services.watcher.watch_lines import OBJECT_KINDS, ObjectChange, decode_watch_line
+from services.processes.watcher.metrics import WatcherMetrics
+from services.processes.watcher.node_source import ObjectSource
+from services.processes.watcher.processor import STAGE_DRA_INVENTORY, DeadLetter, InventoryProcessor
+from services.processes.watcher.run import WatchSession, WatchSummary, run_file
+from services.processes.watcher.watch_lines import OBJECT_KINDS, ObjectChange, decode_watch_line
+from services.runtime.config import Settings
 from tests.watcher.conftest import (
     CLAIMS_PATH,
     CLASSES_PATH,

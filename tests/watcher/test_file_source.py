@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.domain.pod_tracker import WatchKind
-from services.watcher.file_source import HarnessClock, read_watch_file, source_of
-from services.watcher.watch_lines import (
+from services.domain.watch.pod_tracker import WatchKind
+from services.processes.watcher.file_source import HarnessClock, read_watch_file, source_of
+from services.processes.watcher.watch_lines import (
     NODE_KINDS,
     OBJECT_KINDS,
     Bookmark,

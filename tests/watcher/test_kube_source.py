@@ -16,9 +16,8 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client as k8s_client
 
-from services.config import Settings
 from services.domain.events import DeviceHealthObserved, Event, PodDevicesReleased, ReleaseReason
-from services.watcher.kube_source import (
+from services.processes.watcher.kube_source import (
     ApiRejected,
     ApiUnavailable,
     KubernetesPodApi,
@@ -28,8 +27,9 @@ from services.watcher.kube_source import (
     ResourceExpired,
     SourceItem,
 )
-from services.watcher.processor import WatchProcessor
-from services.watcher.watch_lines import BrokenLine, PodChange
+from services.processes.watcher.processor import WatchProcessor
+from services.processes.watcher.watch_lines import BrokenLine, PodChange
+from services.runtime.config import Settings
 from tests.domain.test_pod_tracker import make_pod
 
 AT = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)

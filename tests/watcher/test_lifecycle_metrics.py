@@ -14,11 +14,11 @@ from typing import Any
 
 import orjson
 
-from services.config import Settings
-from services.watcher.file_source import HarnessClock
-from services.watcher.kube_source import KubeSource, ObjectsListed, PodList
-from services.watcher.metrics import WatcherMetrics
-from services.watcher.run import WatchSession, WatchSummary, run_file
+from services.processes.watcher.file_source import HarnessClock
+from services.processes.watcher.kube_source import KubeSource, ObjectsListed, PodList
+from services.processes.watcher.metrics import WatcherMetrics
+from services.processes.watcher.run import WatchSession, WatchSummary, run_file
+from services.runtime.config import Settings
 from tests.domain.test_lifecycle import claim, dra_pod, plugin_pod
 from tests.watcher.conftest import FakePublisher
 from tests.watcher.test_kube_source import GONE, FakePodApi, event_line

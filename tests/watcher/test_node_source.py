@@ -11,11 +11,10 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import pytest
 
-from services.config import Settings
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
-from services.domain.node_tracker import NodeTracker
 from services.domain.records import TopicRecord
-from services.watcher.kube_source import (
+from services.domain.watch.node_tracker import NodeTracker
+from services.processes.watcher.kube_source import (
     ApiRejected,
     ApiUnavailable,
     ObjectList,
@@ -23,9 +22,10 @@ from services.watcher.kube_source import (
     ResourceExpired,
     SourceItem,
 )
-from services.watcher.node_source import ObjectSource, lease_api, node_api
-from services.watcher.processor import STAGE_NODE_LEASE, DeadLetter, NodeProcessor
-from services.watcher.watch_lines import ObjectChange
+from services.processes.watcher.node_source import ObjectSource, lease_api, node_api
+from services.processes.watcher.processor import STAGE_NODE_LEASE, DeadLetter, NodeProcessor
+from services.processes.watcher.watch_lines import ObjectChange
+from services.runtime.config import Settings
 from tests.domain.test_node_tracker import lease, node
 from tests.watcher.conftest import LEASES_PATH, FakeCluster
 from tests.watcher.test_kube_source import GONE, event_line

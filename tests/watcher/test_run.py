@@ -1,4 +1,4 @@
-"""run_watch in file mode, end to end into the real Kafka broker (``devicestate stack up``)."""
+"""run_watch in file mode, end to end into the real Kafka broker (``devicestate-dev stack up``)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient
 
-from services.config import Settings
 from services.domain.events import DeviceHealthObserved, parse_time
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.objects import ResourceClaimInfo, ResourceSliceInfo
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
 from services.domain.records import TopicRecord, decode_record
-from services.watcher.kube_source import ApiRejected
-from services.watcher.run import run_watch
+from services.processes.watcher.kube_source import ApiRejected
+from services.processes.watcher.run import run_watch
+from services.runtime.config import Settings
 from tests.domain.test_node_tracker import lease, node
 from tests.watcher.conftest import FakeCluster
 from tests.watcher.test_dra_source import claim, device_class, resource_slice, unlisted
@@ -29,7 +29,7 @@ from tests.watcher.test_kube_source import GONE, bookmark, event_line, pod
 
 pytestmark = pytest.mark.integration
 
-BUNDLED = Path(__file__).parents[2] / "services" / "examples"
+BUNDLED = Path(__file__).parents[2] / "devtools" / "examples"
 SHARED = Path(__file__).parents[2].parent / "shared" / "examples"
 PARTITIONS = 6  # settings.topic_partitions: ensure_topics creates the topic with it
 

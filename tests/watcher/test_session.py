@@ -9,16 +9,16 @@ from pathlib import Path
 
 import orjson
 
-from services.config import Settings
 from services.domain.events import parse_time
 from services.domain.node_events import WatcherTick
-from services.domain.node_tracker import NodeTracker
-from services.watcher.file_source import HarnessClock
-from services.watcher.kube_source import ObjectsListed
-from services.watcher.metrics import WatcherMetrics
-from services.watcher.processor import STAGE_NODE_LEASE, STAGE_NODE_STATUS, NodeProcessor
-from services.watcher.run import WatchSession, WatchSummary, run_file, tick_every
-from services.watcher.watch_lines import Bookmark, decode_watch_line
+from services.domain.watch.node_tracker import NodeTracker
+from services.processes.watcher.file_source import HarnessClock
+from services.processes.watcher.kube_source import ObjectsListed
+from services.processes.watcher.metrics import WatcherMetrics
+from services.processes.watcher.processor import STAGE_NODE_LEASE, STAGE_NODE_STATUS, NodeProcessor
+from services.processes.watcher.run import WatchSession, WatchSummary, run_file, tick_every
+from services.processes.watcher.watch_lines import Bookmark, decode_watch_line
+from services.runtime.config import Settings
 from tests.domain.test_node_tracker import lease, node
 from tests.watcher.conftest import FakePublisher
 from tests.watcher.test_kube_source import event_line

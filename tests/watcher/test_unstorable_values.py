@@ -14,8 +14,8 @@ import pytest
 
 from services.domain.events import DeviceHealthObserved
 from services.domain.limits import field_violations
-from services.domain.pod_tracker import WatchKind
-from services.watcher.processor import WatchProcessor
+from services.domain.watch.pod_tracker import WatchKind
+from services.processes.watcher.processor import WatchProcessor
 
 AT = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 POD: dict[str, Any] = {

@@ -2,7 +2,7 @@
 // k8s.io/kubernetes requires its staging modules (k8s.io/api, k8s.io/apiserver, ...) at v0.0.0
 // and replaces them with ./staging/src/... directories, which a dependency's replace lines cannot
 // do for us: the replace lines below map each one to its published v0.<minor>.<patch> tag.
-// Build: see services/testenv/kubeapi.py (devicestate testenv build) and docs/kube-apiserver.md.
+// Build: see services/testenv/kubeapi.py (devicestate-dev testenv build) and docs/kube-apiserver.md.
 module devicestate.local/tools/kube-apiserver
 
 go 1.26.0

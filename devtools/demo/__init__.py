@@ -1,0 +1,1 @@
+"""``devicestate-dev demo``: the whole pipeline on a bundled recorded watch stream."""

@@ -1,0 +1,406 @@
+"""Bookkeeping shared by the stack's servers: where things live, pid files, waiting, locks.
+
+The local stack records the PID of each server it started in ``<state dir>/run/<name>.pid``
+(JSON: the PID, the process's start time in clock ticks as ``/proc/<pid>/stat`` gives it, and the
+ports). A pid file whose process is gone, or whose PID now belongs to another process (the start
+time differs), is *stale* and is removed. ``down`` signals exactly the recorded PIDs, never
+processes found by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+Reporter = Callable[[str], None]
+"""Receives one line of progress for the person running the command."""
+
+DEFAULT_KAFKA_VERSION = "4.1.1"
+DEFAULT_KAFKA_PORT = 9092
+DEFAULT_KAFKA_CONTROLLER_PORT = 9093
+DEFAULT_KAFKA_PARTITIONS = 6
+DEFAULT_KAFKA_HEAP = "512m"
+DEFAULT_POSTGRES_PORT = 55432
+HOST = "127.0.0.1"
+
+DB_NAME = "devicestate"
+DB_USER = "devicestate"
+DB_PASSWORD = "devicestate"
+
+# A Unix socket path may hold at most 107 bytes (sun_path); PostgreSQL adds "/.s.PGSQL.<port>".
+_MAX_SOCKET_DIR_LEN = 80
+
+
+class StackError(RuntimeError):
+    """A failure to show as it is: a message and, where there are any, the logs to look at.
+
+    ``offsets`` gives, per log file, where the attempt that failed began writing, so that the
+    tail shows this attempt only.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        log_files: tuple[Path, ...] = (),
+        offsets: Mapping[Path, int] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.log_files = log_files
+        self.offsets = dict(offsets or {})
+
+    def details(self, lines: int = 30) -> str:
+        parts = [self.message]
+        for log in self.log_files:
+            offset = self.offsets.get(log, 0)
+            errors = [
+                line
+                for line in tail(log, 100_000, offset).splitlines()
+                if " ERROR " in line or " FATAL " in line
+            ]
+            if errors:
+                parts.append(f"--- first ERROR lines of {log} ---\n" + "\n".join(errors[:10]))
+            text = tail(log, lines, offset)
+            if text.strip():
+                parts.append(f"--- last lines of {log} ---\n{text}")
+        return "\n".join(parts)
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise StackError(f"{name}={raw!r} is not a whole number") from None
+    if not 0 < value < 65536:
+        raise StackError(f"{name}={value} is out of range")
+    return value
+
+
+@dataclass(frozen=True)
+class StackLayout:
+    """Where the stack keeps its files and which ports it uses.
+
+    Read from the environment (``DEVICESTATE_STACK_*``) by :meth:`from_env`; the defaults give
+    Kafka on 127.0.0.1:9092 (controller 9093) and PostgreSQL on 127.0.0.1:55432, with all state in
+    ``./.stack`` and the Kafka jars in ``~/.cache/devicestate``.
+    """
+
+    state_dir: Path
+    cache_dir: Path
+    kafka_version: str = DEFAULT_KAFKA_VERSION
+    kafka_port: int = DEFAULT_KAFKA_PORT
+    kafka_controller_port: int = DEFAULT_KAFKA_CONTROLLER_PORT
+    kafka_partitions: int = DEFAULT_KAFKA_PARTITIONS
+    kafka_heap: str = DEFAULT_KAFKA_HEAP
+    postgres_port: int = DEFAULT_POSTGRES_PORT
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> StackLayout:
+        env = os.environ if env is None else env
+        cwd = Path.cwd() if cwd is None else cwd
+        state = Path(env.get("DEVICESTATE_STACK_DIR") or ".stack").expanduser()
+        cache = Path(
+            env.get("DEVICESTATE_STACK_CACHE_DIR") or Path.home() / ".cache" / "devicestate"
+        ).expanduser()
+        layout = cls(
+            state_dir=(cwd / state).resolve(),
+            cache_dir=(cwd / cache).resolve(),
+            kafka_version=env.get("DEVICESTATE_STACK_KAFKA_VERSION") or DEFAULT_KAFKA_VERSION,
+            kafka_port=_env_int(env, "DEVICESTATE_STACK_KAFKA_PORT", DEFAULT_KAFKA_PORT),
+            kafka_controller_port=_env_int(
+                env, "DEVICESTATE_STACK_KAFKA_CONTROLLER_PORT", DEFAULT_KAFKA_CONTROLLER_PORT
+            ),
+            kafka_partitions=_env_int(
+                env, "DEVICESTATE_STACK_KAFKA_PARTITIONS", DEFAULT_KAFKA_PARTITIONS
+            ),
+            kafka_heap=env.get("DEVICESTATE_STACK_KAFKA_HEAP") or DEFAULT_KAFKA_HEAP,
+            postgres_port=_env_int(env, "DEVICESTATE_STACK_POSTGRES_PORT", DEFAULT_POSTGRES_PORT),
+        )
+        if layout.kafka_port == layout.kafka_controller_port:
+            raise StackError("the Kafka port and the Kafka controller port must differ")
+        return layout
+
+    # --- directories ---------------------------------------------------------------------------
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.state_dir / "run"
+
+    @property
+    def kafka_dir(self) -> Path:
+        return self.state_dir / "kafka"
+
+    @property
+    def postgres_dir(self) -> Path:
+        return self.state_dir / "postgres"
+
+    @property
+    def postgres_data_dir(self) -> Path:
+        return self.postgres_dir / "data"
+
+    @property
+    def postgres_socket_dir(self) -> Path:
+        """Inside the state dir, unless that path is too long for a Unix socket."""
+        preferred = self.postgres_dir / "run"
+        if len(str(preferred)) <= _MAX_SOCKET_DIR_LEN:
+            return preferred
+        digest = hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:12]
+        return Path("/tmp") / f"devicestate-pg-{digest}"
+
+    @property
+    def kafka_lib_dir(self) -> Path:
+        return self.cache_dir / f"kafka-{self.kafka_version}" / "lib"
+
+    def pid_file(self, name: str) -> Path:
+        return self.run_dir / f"{name}.pid"
+
+    # --- what clients use ----------------------------------------------------------------------
+    @property
+    def kafka_bootstrap_servers(self) -> str:
+        return f"{HOST}:{self.kafka_port}"
+
+    @property
+    def database_url(self) -> str:
+        return f"postgresql+asyncpg://{DB_USER}:{DB_PASSWORD}@{HOST}:{self.postgres_port}/{DB_NAME}"
+
+    def connection_env(self) -> dict[str, str]:
+        """The project's settings (``services.runtime.config.Settings``) that point at this stack."""
+        return {
+            "DEVICESTATE_KAFKA_BOOTSTRAP_SERVERS": self.kafka_bootstrap_servers,
+            "DEVICESTATE_DATABASE_URL": self.database_url,
+        }
+
+
+# --- processes -----------------------------------------------------------------------------------
+def process_start_ticks(pid: int) -> int | None:
+    """Start time of a process in clock ticks since boot, or None if there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may contain spaces: split after it.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if fields and fields[0] == "Z":  # a zombie has ended; only its exit status is left
+        return None
+    try:
+        return int(fields[19])  # field 22 of the whole line
+    except (IndexError, ValueError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return process_start_ticks(pid) is not None
+
+
+@dataclass(frozen=True)
+class PidRecord:
+    """What a pid file says about a server this stack started."""
+
+    pid: int
+    start_ticks: int | None
+    info: dict[str, Any]
+
+    def alive(self) -> bool:
+        """The recorded process still runs (and is the same process, not a reused PID)."""
+        ticks = process_start_ticks(self.pid)
+        if ticks is None or not pid_alive(self.pid):
+            return False
+        return self.start_ticks is None or ticks == self.start_ticks
+
+
+def write_pid_file(path: Path, pid: int, **info: Any) -> PidRecord:
+    record = PidRecord(pid=pid, start_ticks=process_start_ticks(pid), info=dict(info))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(
+        json.dumps({"pid": pid, "start_ticks": record.start_ticks, **info}, sort_keys=True) + "\n"
+    )
+    tmp.replace(path)
+    return record
+
+
+def read_pid_file(path: Path) -> PidRecord | None:
+    """The record in ``path``, or None if there is none or it cannot be read."""
+    try:
+        raw = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    try:
+        data = json.loads(raw)
+        pid = int(data.pop("pid"))
+        ticks = data.pop("start_ticks", None)
+        return PidRecord(pid=pid, start_ticks=None if ticks is None else int(ticks), info=data)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        # A bare number is accepted too (a pid file written by hand).
+        try:
+            return PidRecord(pid=int(raw), start_ticks=None, info={})
+        except ValueError:
+            return None
+
+
+def live_record(path: Path, name: str, report: Reporter) -> PidRecord | None:
+    """The pid file's record if its process still runs; a stale pid file is removed."""
+    record = read_pid_file(path)
+    if record is None:
+        if path.exists():
+            report(f"{name}: removing unreadable pid file {path}")
+            path.unlink(missing_ok=True)
+        return None
+    if record.alive():
+        return record
+    report(f"{name}: removing stale pid file {path} (pid {record.pid} is not running)")
+    path.unlink(missing_ok=True)
+    return None
+
+
+def terminate(pid: int, name: str, report: Reporter, timeout: float = 60.0) -> None:
+    """SIGTERM ``pid``, wait up to ``timeout`` seconds for it to end, then SIGKILL it."""
+    start_ticks = process_start_ticks(pid)
+    if start_ticks is None:
+        return
+
+    def same_process_alive() -> bool:
+        return process_start_ticks(pid) == start_ticks
+
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    next_note = time.monotonic() + 10
+    while same_process_alive():
+        _reap(pid)
+        if time.monotonic() >= deadline:
+            report(f"{name}: pid {pid} still running after {timeout:.0f} s, sending SIGKILL")
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            kill_deadline = time.monotonic() + 10
+            while same_process_alive() and time.monotonic() < kill_deadline:
+                _reap(pid)
+                time.sleep(0.1)
+            if same_process_alive():
+                raise StackError(f"{name}: pid {pid} survived SIGKILL")
+            return
+        if time.monotonic() >= next_note:
+            report(f"{name}: waiting for pid {pid} to exit...")
+            next_note += 10
+        time.sleep(0.2)
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status if ``pid`` is our own child, so it does not linger as a zombie."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+# --- network and files -----------------------------------------------------------------------------
+def port_listening(port: int, host: str = HOST, timeout: float = 0.5) -> bool:
+    """Something accepts TCP connections on host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def tail(path: Path, lines: int = 40, offset: int = 0) -> str:
+    """The last ``lines`` lines of a text file after byte ``offset`` ("" if it is missing)."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            if not 0 <= offset <= size:  # unknown, or rotated or truncated since
+                offset = 0
+            handle.seek(max(offset, size - 1024 * 1024))
+            data = handle.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def file_contains(path: Path, needle: str, offset: int = 0) -> bool:
+    """``needle`` occurs in ``path`` after byte ``offset`` (from the start if the file shrank)."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            if handle.tell() < offset:
+                offset = 0
+            handle.seek(offset)
+            return needle.encode() in handle.read()
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, report: Reporter, what: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if needed) for the duration of the block."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            report(f"waiting for another process holding {path} ({what})...")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class Progress:
+    """Prints "still waiting" lines every ``every`` seconds while something starts."""
+
+    def __init__(self, what: str, report: Reporter, timeout: float, every: float = 10.0) -> None:
+        self.what = what
+        self.report = report
+        self.timeout = timeout
+        self.every = every
+        self.started = time.monotonic()
+        self._next = self.started + every
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def expired(self) -> bool:
+        return self.elapsed >= self.timeout
+
+    def tick(self, state: str) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self.report(f"{self.what}: {state} ({self.elapsed:.0f} s of {self.timeout:.0f} s)")
+            self._next = now + self.every

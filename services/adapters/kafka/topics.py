@@ -1,0 +1,150 @@
+"""Create the topics if they are missing (aiokafka admin client).
+
+- the device-health event topic and the dead-letter topic, ``settings.topic_partitions`` each;
+- the governance topic (``settings.governance_topic``): the governor's log, ONE partition (a total
+  order), kept forever like the event topic (``devicestate replay --governance`` folds it from
+  offset 0);
+- the decisions topic (``settings.decisions_topic``): ONE partition, in the governor's order.
+
+Idempotent: an existing topic is left as it is. Its partition count is never changed, even when it
+differs from the wanted count: adding partitions would move node keys to other partitions and
+break the per-node order of the log (a warning is logged instead). A governance topic with more
+than one partition is refused (:class:`TopicCreationError`): the governor needs a total order.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Final
+
+import structlog
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from services.runtime.config import Settings
+
+log = structlog.get_logger(__name__)
+
+TOPIC_ALREADY_EXISTS: Final = 36
+"""Kafka error code ``TOPIC_ALREADY_EXISTS`` (another process created it between list and create)."""
+
+MAX_REPLICATION_FACTOR: Final = 3
+
+EVENT_TOPIC_CONFIG: Final = {"retention.ms": "-1"}
+"""The event topic is the system of record: ``devicestate replay`` rebuilds from offset 0, so its
+records are kept forever (the volume is one record per health change, not per watch event)."""
+
+
+class TopicState(StrEnum):
+    """What :func:`ensure_topics` found or did for one topic."""
+
+    CREATED = "created"
+    EXISTED = "existed"
+
+
+class TopicCreationError(RuntimeError):
+    """The broker refused to create a topic for a reason other than "already exists"."""
+
+
+def _replication_factor(broker_count: int) -> int:
+    # One copy per broker up to three: 1 on the local single-node stack, 3 in a real cluster.
+    return max(1, min(MAX_REPLICATION_FACTOR, broker_count))
+
+
+def wanted_topics(settings: Settings) -> dict[str, int]:
+    """Every topic the services need, with its partition count when created."""
+    return {
+        settings.topic: settings.topic_partitions,
+        settings.dead_letter_topic: settings.topic_partitions,
+        settings.governance_topic: 1,
+        settings.decisions_topic: 1,
+    }
+
+
+def _topic_configs(name: str, settings: Settings, replication: int) -> dict[str, str]:
+    kept_forever = name in (settings.topic, settings.governance_topic)
+    configs = dict(EVENT_TOPIC_CONFIG) if kept_forever else {}
+    if replication >= MAX_REPLICATION_FACTOR:
+        # With acks=all, a write survives the loss of one broker only if two copies confirm it.
+        configs["min.insync.replicas"] = "2"
+    return configs
+
+
+async def ensure_topics(
+    settings: Settings, *, request_timeout_ms: int = 15000
+) -> dict[str, TopicState]:
+    """Make sure the topics of :func:`wanted_topics` exist (``settings.topic`` and
+    ``settings.dead_letter_topic`` with ``settings.topic_partitions`` partitions, the governance
+    and decisions topics with one), with a replication factor of min(3, brokers).
+
+    Returns each topic's :class:`TopicState`. Raises :class:`TopicCreationError` when the broker
+    refuses a creation or the governance topic has more than one partition, and aiokafka's ``KafkaConnectionError`` when no broker answers within
+    ``request_timeout_ms`` (milliseconds); callers retry at start-up.
+    """
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.kafka_bootstrap_servers,
+        client_id="devicestate-admin",
+        request_timeout_ms=request_timeout_ms,
+    )
+    await admin.start()
+    try:
+        counts = wanted_topics(settings)
+        wanted = list(counts)
+        existing = set(await admin.list_topics())
+        states = {name: TopicState.EXISTED for name in wanted if name in existing}
+        missing = [name for name in wanted if name not in existing]
+        if missing:
+            cluster: dict[str, Any] = await admin.describe_cluster()
+            replication = _replication_factor(len(cluster.get("brokers") or []))
+            response = await admin.create_topics(
+                [
+                    NewTopic(
+                        name,
+                        counts[name],
+                        replication,
+                        topic_configs=_topic_configs(name, settings, replication),
+                    )
+                    for name in missing
+                ]
+            )
+            for error in response.to_object()["topic_errors"]:
+                name, code = error["topic"], error["error_code"]
+                if code == 0:
+                    states[name] = TopicState.CREATED
+                    log.info(
+                        "topic created",
+                        topic=name,
+                        partitions=counts[name],
+                        replication_factor=replication,
+                    )
+                elif code == TOPIC_ALREADY_EXISTS:
+                    states[name] = TopicState.EXISTED
+                else:
+                    raise TopicCreationError(
+                        f"cannot create topic {name!r}: error {code} {error.get('error_message')}"
+                    )
+        await _check_partitions(admin, settings, counts)
+        return states
+    finally:
+        await admin.close()
+
+
+async def _check_partitions(
+    admin: AIOKafkaAdminClient, settings: Settings, counts: dict[str, int]
+) -> None:
+    for described in await admin.describe_topics(list(counts)):
+        name = described.get("topic")
+        partitions = len(described.get("partitions") or [])
+        wanted = counts.get(name, settings.topic_partitions)
+        if not partitions or partitions == wanted:
+            continue
+        if name == settings.governance_topic:
+            raise TopicCreationError(
+                f"governance topic {name!r} has {partitions} partitions; it must have exactly 1 "
+                "(the governor folds one total order)"
+            )
+        log.warning(
+            "topic partition count differs from settings; left unchanged",
+            topic=name,
+            partitions=partitions,
+            configured=wanted,
+        )

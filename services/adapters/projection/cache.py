@@ -1,0 +1,115 @@
+"""The device rows of a projection kept in memory, for a writer that owns the projection alone.
+
+:meth:`ProjectionStore.apply_batch <services.adapters.projection.store.ProjectionStore.apply_batch>` locks
+and loads the rows a batch touches before it folds the batch, because the worker shares its tables
+with other writers (a restarted worker, a second instance). A replay writes into a fresh (or
+truncated) schema nobody else writes to, so what it wrote is all there is: given a
+:class:`DeviceCache`, the store takes the rows (and the partition offsets already applied) from it
+instead of reading them back, and records what it wrote in it. The fold sees exactly the records
+it would have loaded, so the rows written are the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from services.domain.directory import Allocation, DeviceKey, DeviceRecord
+from services.domain.events import DeviceHealthObserved
+from services.domain.log import LoggedEvent
+
+
+def same_pods(old: Sequence[Allocation], new: Sequence[Allocation]) -> bool:
+    """Whether two allocation lists name the same Pods in the same order (cheap for the usual
+    single allocation)."""
+    if len(old) != len(new):
+        return False
+    if len(old) == 1:
+        return old[0].pod_uid == new[0].pod_uid
+    return [a.pod_uid for a in old] == [a.pod_uid for a in new]
+
+
+class DeviceCache:
+    """Every ``devices`` row of a projection, as :class:`DeviceRecord` objects by key, with an
+    index of the devices each Pod holds on its node (so a release looks only at those), and the
+    offset ``partition_progress`` records for each partition.
+
+    It must start as the tables' exact content -- empty for a fresh or truncated schema -- and
+    only the one writer that owns the tables may use it: nothing here notices other writers.
+    """
+
+    __slots__ = ("_devices", "_holders", "_offsets")
+
+    def __init__(self) -> None:
+        self._devices: dict[DeviceKey, DeviceRecord] = {}
+        self._holders: dict[tuple[str, str], set[DeviceKey]] = {}
+        self._offsets: dict[tuple[str, int], int] = {}
+
+    def __len__(self) -> int:
+        return len(self._devices)
+
+    def get(self, key: DeviceKey) -> DeviceRecord | None:
+        """The device's record, or ``None`` when it has no row."""
+        return self._devices.get(key)
+
+    def offset(self, topic: str, partition: int) -> int | None:
+        """The partition's recorded offset (the last applied), or ``None``."""
+        return self._offsets.get((topic, partition))
+
+    def fresh(self, records: Sequence[LoggedEvent]) -> Sequence[LoggedEvent]:
+        """``records`` without those at or before their partition's recorded offset (already
+        applied: a redelivery), like the store's locked read of ``partition_progress``."""
+        offsets = self._offsets
+        if not offsets:
+            return records
+        return [
+            r
+            for r in records
+            if r.position.offset > offsets.get((r.position.topic, r.position.partition), -1)
+        ]
+
+    def current(self, records: Iterable[LoggedEvent]) -> dict[DeviceKey, DeviceRecord]:
+        """The rows the store would lock for ``records``: each observed device that exists, and
+        every device a released Pod holds on the release's node."""
+        devices = self._devices
+        holders = self._holders
+        current: dict[DeviceKey, DeviceRecord] = {}
+        for logged in records:
+            event = logged.event
+            if isinstance(event, DeviceHealthObserved):
+                key = (event.node, event.resource_id)
+                record = devices.get(key)
+                if record is not None:
+                    current[key] = record
+            else:
+                for key in holders.get((event.node, event.pod_uid), ()):
+                    current[key] = devices[key]
+        return current
+
+    def update(
+        self,
+        written: Mapping[DeviceKey, DeviceRecord],
+        offsets: Mapping[tuple[str, int], int] | None = None,
+    ) -> None:
+        """Record a batch's writes: the new state of each device it inserted or updated, and the
+        partition offsets it recorded (an offset never moves back, as in the table)."""
+        devices = self._devices
+        holders = self._holders
+        for key, new in written.items():
+            old = devices.get(key)
+            # Most observations keep the device's Pods, and so its place in the index.
+            if old is None or not same_pods(old.allocations, new.allocations):
+                node = key[0]
+                if old is not None:
+                    for allocation in old.allocations:
+                        held = holders.get((node, allocation.pod_uid))
+                        if held is not None:
+                            held.discard(key)
+                            if not held:
+                                del holders[(node, allocation.pod_uid)]
+                for allocation in new.allocations:
+                    holders.setdefault((node, allocation.pod_uid), set()).add(key)
+            devices[key] = new
+        for part, offset in (offsets or {}).items():
+            recorded = self._offsets.get(part)
+            if recorded is None or offset > recorded:
+                self._offsets[part] = offset

@@ -1,0 +1,260 @@
+"""The inventory projection in PostgreSQL (issue 4): ``inventory_objects``, ``node_resources``,
+``device_identities`` and ``inventory_conflicts`` (:mod:`services.adapters.projection.inventory_tables`).
+
+Written only inside the health agent's batch transaction, by
+:meth:`ProjectionStore.apply_batch <services.adapters.projection.store.ProjectionStore.apply_batch>` (and
+by the replay through :meth:`~services.adapters.projection.store.ProjectionStore.write_prepared`), from an
+:class:`~services.domain.inventory.fold.InventoryPlan`.
+
+:class:`InventoryProjection` is the worker's side: the in-memory
+:class:`~services.domain.inventory.fold.InventoryFold` (the inventory state and the active
+conflicts) of one worker process, kept equal to the tables:
+
+- it is loaded from the tables inside a batch's transaction: on the first batch, after a batch that
+  was not committed (the fold went ahead of the tables: a rollback, a retry, an error), and when a
+  partition of the batch has a recorded offset other than the one the state was built from (the
+  partition was processed by another worker meanwhile, e.g. after a rebalance);
+- each batch's records are folded in log order and the rows written in the same transaction as the
+  directory, so what the fold knows is what PostgreSQL committed.
+
+Its loaded state covers every partition, but a worker keeps it current only for the partitions it
+processes: with several workers, a DeviceClass or pool-scoped ResourceSlice published on another
+worker's partition reaches this one at its next load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import orjson
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from services.adapters.projection.tables import quoted_schema
+from services.domain.inventory.events import InventoryKind, object_from_json
+from services.domain.inventory.fold import (
+    ConflictRow,
+    InventoryFold,
+    InventoryPlan,
+    Row,
+    identity_from_row,
+)
+from services.domain.inventory.objects import (
+    DeviceClassInfo,
+    ResourceClaimInfo,
+    ResourceSliceInfo,
+)
+from services.domain.inventory.state import InventoryState
+from services.domain.log import LogPosition
+
+Partition = tuple[str, int]
+
+
+def _rows(rows: Iterable[Row]) -> dict[str, str]:
+    return {"rows": orjson.dumps(list(rows)).decode()}
+
+
+class InventoryStatements:
+    """The inventory's SQL for one schema (schema names cannot be bind parameters)."""
+
+    def __init__(self, schema: str) -> None:
+        s = quoted_schema(schema)
+        self.schema = schema
+        self.upsert_objects = text(
+            f"INSERT INTO {s}.inventory_objects AS o (kind, object_key, record_key, node, "
+            '"object", deleted, observed_at) SELECT u.kind, u.object_key, u.record_key, u.node, '
+            'u."object", u.deleted, u.observed_at FROM jsonb_to_recordset(CAST(:rows AS jsonb)) '
+            'AS u(kind text, object_key text, record_key text, node text, "object" jsonb, '
+            "deleted boolean, observed_at timestamptz) "
+            "ON CONFLICT (kind, object_key) DO UPDATE SET record_key = EXCLUDED.record_key, "
+            'node = EXCLUDED.node, "object" = EXCLUDED."object", deleted = EXCLUDED.deleted, '
+            "observed_at = EXCLUDED.observed_at"
+        )
+        self.upsert_node_resources = text(
+            f"INSERT INTO {s}.node_resources AS n (node, capacity, allocatable, observed_at) "
+            "SELECT u.node, u.capacity, u.allocatable, u.observed_at FROM "
+            "jsonb_to_recordset(CAST(:rows AS jsonb)) AS u(node text, capacity jsonb, "
+            "allocatable jsonb, observed_at timestamptz) "
+            "ON CONFLICT (node) DO UPDATE SET capacity = EXCLUDED.capacity, "
+            "allocatable = EXCLUDED.allocatable, observed_at = EXCLUDED.observed_at"
+        )
+        self.upsert_identities = text(
+            f"INSERT INTO {s}.device_identities AS d (node, resource_id, device_id, owner, "
+            "status, uuid, candidates, reason, observed_at) SELECT u.node, u.resource_id, "
+            "u.device_id, u.owner, u.status, u.uuid, u.candidates, u.reason, u.observed_at "
+            "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS u(node text, resource_id text, "
+            "device_id text, owner text, status text, uuid text, candidates text[], reason text, "
+            "observed_at timestamptz) "
+            "ON CONFLICT (node, resource_id) DO UPDATE SET device_id = EXCLUDED.device_id, "
+            "owner = EXCLUDED.owner, status = EXCLUDED.status, uuid = EXCLUDED.uuid, "
+            "candidates = EXCLUDED.candidates, reason = EXCLUDED.reason, "
+            "observed_at = EXCLUDED.observed_at"
+        )
+        self.upsert_conflicts = text(
+            f"INSERT INTO {s}.inventory_conflicts AS c (kind, node, subject, detail, active, "
+            "first_seen, last_seen) SELECT u.kind, u.node, u.subject, u.detail, u.active, "
+            "u.first_seen, u.last_seen FROM jsonb_to_recordset(CAST(:rows AS jsonb)) "
+            "AS u(kind text, node text, subject text, detail text, active boolean, "
+            "first_seen timestamptz, last_seen timestamptz) "
+            "ON CONFLICT (kind, node, subject) DO UPDATE SET detail = EXCLUDED.detail, "
+            "active = EXCLUDED.active, first_seen = EXCLUDED.first_seen, "
+            "last_seen = EXCLUDED.last_seen"
+        )
+        self.load_objects = text(
+            f'SELECT kind, "object"::text FROM {s}.inventory_objects WHERE NOT deleted '
+            "ORDER BY kind, object_key"
+        )
+        self.load_node_resources = text(
+            f"SELECT node, capacity::text FROM {s}.node_resources ORDER BY node"
+        )
+        self.load_identities = text(
+            f"SELECT node, resource_id, device_id, owner, status, uuid, candidates, reason "
+            f"FROM {s}.device_identities"
+        )
+        self.load_conflicts = text(
+            f"SELECT kind, node, subject, detail, active, first_seen, last_seen "
+            f"FROM {s}.inventory_conflicts WHERE active ORDER BY kind, node, subject"
+        )
+        self.load_progress = text(
+            f'SELECT topic, "partition", "offset" FROM {s}.partition_progress '
+            'WHERE "offset" IS NOT NULL'
+        )
+
+
+async def write_plan(conn: AsyncConnection, sql: InventoryStatements, plan: InventoryPlan) -> None:
+    """Upsert a plan's rows (one statement per table with rows)."""
+    if plan.objects:
+        await conn.execute(sql.upsert_objects, _rows(plan.objects.values()))
+    if plan.node_resources:
+        await conn.execute(sql.upsert_node_resources, _rows(plan.node_resources.values()))
+    if plan.identities:
+        await conn.execute(sql.upsert_identities, _rows(plan.identities.values()))
+    if plan.conflicts:
+        await conn.execute(sql.upsert_conflicts, _rows(c.to_row() for c in plan.conflicts.values()))
+
+
+async def load_fold(
+    conn: AsyncConnection, sql: InventoryStatements
+) -> tuple[InventoryFold, dict[Partition, int]]:
+    """The fold the tables hold (objects not deleted, capacities, identities, active conflicts)
+    and every partition's recorded offset, read on ``conn`` (the caller's transaction)."""
+    state = InventoryState()
+    for kind, payload in await conn.execute(sql.load_objects):
+        obj = object_from_json(InventoryKind(kind), orjson.loads(payload))
+        if isinstance(obj, ResourceSliceInfo):
+            state.slices[(obj.driver, obj.pool, obj.name)] = obj
+        elif isinstance(obj, ResourceClaimInfo):
+            state.claims[(obj.namespace, obj.name)] = obj
+        elif isinstance(obj, DeviceClassInfo):
+            state.classes[obj.name] = obj
+    for node, capacity in await conn.execute(sql.load_node_resources):
+        state.node_capacity[node] = dict(orjson.loads(capacity))
+    for row in await conn.execute(sql.load_identities):
+        m = row._mapping
+        state.aliases[(m["node"], m["resource_id"])] = identity_from_row(dict(m))
+    state.reindex()
+    active = [
+        ConflictRow(
+            kind=m["kind"],
+            node=m["node"],
+            subject=m["subject"],
+            detail=m["detail"],
+            active=m["active"],
+            first_seen=m["first_seen"],
+            last_seen=m["last_seen"],
+        )
+        for m in (r._mapping for r in await conn.execute(sql.load_conflicts))
+    ]
+    offsets = {
+        (topic, partition): offset
+        for topic, partition, offset in await conn.execute(sql.load_progress)
+    }
+    return InventoryFold(state, active), offsets
+
+
+class InventoryProjection:
+    """The inventory of one worker process (see the module docstring), for schema ``schema``."""
+
+    def __init__(self, schema: str) -> None:
+        self.sql = InventoryStatements(schema)
+        self._fold: InventoryFold | None = None
+        self._folded: dict[Partition, int] = {}
+        self._pending = False
+        self.loads = 0
+        """How many times the state was (re)loaded from the tables."""
+
+    @property
+    def current(self) -> InventoryFold | None:
+        """The in-memory fold (``None`` before the first batch)."""
+        return self._fold
+
+    def _stale(self, applied_through: Mapping[Partition, int], parts: Iterable[Partition]) -> bool:
+        if self._fold is None or self._pending:
+            return True
+        folded = self._folded
+        return any(applied_through.get(p, -1) != folded.get(p, -1) for p in parts)
+
+    async def apply(
+        self,
+        conn: AsyncConnection,
+        items: Iterable[tuple[LogPosition, object]],
+        applied: set[LogPosition],
+        applied_through: Mapping[Partition, int],
+        parts: Iterable[Partition],
+    ) -> InventoryPlan:
+        """Fold a batch's fresh records (``items``, log order; ``applied``: the positions of the
+        observations the directory fold applied) and write the rows on ``conn``, inside the
+        batch's transaction. ``applied_through`` is each partition's recorded offset before the
+        batch (rows locked), ``parts`` the batch's partitions. Call :meth:`committed` once the
+        transaction has committed; until then the next call reloads."""
+        parts = list(parts)
+        if self._stale(applied_through, parts):
+            self._fold, self._folded = await load_fold(conn, self.sql)
+            self.loads += 1
+        fold = self._fold
+        assert fold is not None
+        self._pending = True
+        plan = fold.fold(items, applied)
+        await write_plan(conn, self.sql, plan)
+        return plan
+
+    def committed(self, offsets: Mapping[Partition, int]) -> None:
+        """The batch's transaction committed, recording ``offsets`` for its partitions."""
+        for part, offset in offsets.items():
+            if offset > self._folded.get(part, -1):
+                self._folded[part] = offset
+        self._pending = False
+
+    def fold_owned(
+        self, items: Iterable[tuple[LogPosition, object]], applied: set[LogPosition]
+    ) -> InventoryPlan:
+        """For a writer that owns a fresh or truncated schema (the replay): fold in memory from an
+        empty inventory, nothing loaded; write the plan with :func:`write_plan` in order."""
+        if self._fold is None:
+            self._fold = InventoryFold()
+        return self._fold.fold(items, applied)
+
+
+def fresh_items(
+    items: Sequence[tuple[LogPosition, object]], recorded: Mapping[Partition, int]
+) -> Sequence[tuple[LogPosition, object]]:
+    """``items`` after their partition's recorded offset (what a redelivery has not applied)."""
+    if not recorded:
+        return items
+    return [
+        item
+        for item in items
+        if item[0].offset > recorded.get((item[0].topic, item[0].partition), -1)
+    ]
+
+
+async def conflict_rows(conn: AsyncConnection, schema: str) -> list[dict[str, Any]]:
+    """Every ``inventory_conflicts`` row, sorted by key (tests and tools)."""
+    result = await conn.execute(
+        text(
+            "SELECT kind, node, subject, detail, active, first_seen, last_seen FROM "
+            f"{quoted_schema(schema)}.inventory_conflicts ORDER BY kind, node, subject"
+        )
+    )
+    return [dict(r._mapping) for r in result]

@@ -1,0 +1,71 @@
+"""Tables of the inventory projection (issue 4), on the shared schema-less ``metadata``
+(Alembic revision ``0003_inventory``). Written by the health agent in the same transaction as the
+directory (``device_history``/``devices``) and ``partition_progress``, from ``InventoryObserved``,
+``NodeResourcesChanged`` and the identity of each observation; times are event times.
+
+- ``inventory_objects``: the latest compact form of each ResourceSlice / ResourceClaim /
+  DeviceClass (:func:`services.domain.inventory.events.object_to_json`), ``deleted`` kept as a
+  tombstone so a replay of the topic gives identical rows;
+- ``node_resources``: extended-resource capacity/allocatable per node;
+- ``device_identities``: per reported ``(node, resourceID)``, the resolved physical identity
+  (:class:`services.domain.inventory.identity.Identity`);
+- ``inventory_conflicts``: data-quality findings (:class:`services.domain.inventory.state.Conflict`),
+  ``active`` false once cleared.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Boolean, Column, DateTime, Index, Table, Text
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+
+from services.adapters.projection.tables import metadata
+
+inventory_objects = Table(
+    "inventory_objects",
+    metadata,
+    Column("kind", Text, primary_key=True),  # ResourceSlice | ResourceClaim | DeviceClass
+    Column("object_key", Text, primary_key=True),  # driver/pool/slice | namespace/name | name
+    Column("record_key", Text, nullable=False),  # the topic key (node, pool:..., claim:..., class:...)
+    Column("node", Text),
+    Column("object", JSONB, nullable=False),
+    Column("deleted", Boolean, nullable=False),
+    Column("observed_at", DateTime(timezone=True), nullable=False),
+    Index("ix_inventory_objects_node", "node"),
+)
+
+node_resources = Table(
+    "node_resources",
+    metadata,
+    Column("node", Text, primary_key=True),
+    Column("capacity", JSONB, nullable=False),
+    Column("allocatable", JSONB, nullable=False),
+    Column("observed_at", DateTime(timezone=True), nullable=False),
+)
+
+device_identities = Table(
+    "device_identities",
+    metadata,
+    Column("node", Text, primary_key=True),
+    Column("resource_id", Text, primary_key=True),
+    Column("device_id", Text, nullable=False),
+    Column("owner", Text, nullable=False),  # device-plugin | dra
+    Column("status", Text, nullable=False),  # as-reported | resolved | ambiguous | unresolved
+    Column("uuid", Text),
+    Column("candidates", ARRAY(Text), nullable=False),
+    Column("reason", Text),
+    Column("observed_at", DateTime(timezone=True), nullable=False),
+    Index("ix_device_identities_device", "node", "device_id"),
+)
+
+inventory_conflicts = Table(
+    "inventory_conflicts",
+    metadata,
+    Column("kind", Text, primary_key=True),
+    Column("node", Text, primary_key=True),
+    Column("subject", Text, primary_key=True),
+    Column("detail", Text, nullable=False),
+    Column("active", Boolean, nullable=False),
+    Column("first_seen", DateTime(timezone=True), nullable=False),
+    Column("last_seen", DateTime(timezone=True), nullable=False),
+    Index("ix_inventory_conflicts_active", "active"),
+)

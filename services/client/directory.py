@@ -1,0 +1,186 @@
+"""``devicestate devices``: print the device directory like ``kubectl get``.
+
+Reads the directory API (``GET /v1/devices``, following ``nextCursor`` until the end), so it shows
+exactly what platform services see. ``-o json`` prints the API's items as one JSON array.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Literal
+
+import httpx
+import orjson
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+HEALTH_STYLE = {"Healthy": "green", "Unhealthy": "bold white on red", "Unknown": "yellow"}
+
+
+def fetch_devices(
+    api_url: str, filters: dict[str, str], page_size: int = 500, token: str | None = None
+) -> list[dict[str, Any]]:
+    """All devices matching ``filters`` (query parameters of ``GET /v1/devices``); ``token`` is
+    sent as a bearer token (needed when the API refuses anonymous reads).
+
+    Raises ``httpx.HTTPError`` when the API is unreachable, and ``RuntimeError`` with the API's
+    message on a 4xx/5xx answer.
+    """
+    items: list[dict[str, Any]] = []
+    params: dict[str, str | int] = {**filters, "limit": page_size}
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with httpx.Client(base_url=api_url, timeout=10.0, headers=headers) as client:
+        while True:
+            response = client.get("/v1/devices", params=params)
+            if response.status_code >= 400:
+                raise RuntimeError(f"{response.status_code} from the API: {response.text}")
+            body = response.json()
+            items.extend(body["items"])
+            cursor = body.get("nextCursor")
+            if not cursor:
+                return items
+            params["cursor"] = cursor
+
+
+def _pods(device: dict[str, Any]) -> str:
+    pods = [f"{a['namespace']}/{a['podName']}" for a in device.get("allocations") or []]
+    return ",".join(pods) if pods else "<none>"
+
+
+def render_table(devices: list[dict[str, Any]], console: Console, wide: bool = False) -> None:
+    """Print devices as a table, one row per device; Unhealthy rows stand out in red.
+
+    ``wide`` adds the source, governance state, flags and message columns (like
+    ``kubectl get -o wide``).
+    """
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    columns = ["NODE", "RESOURCE ID", "RESOURCE", "HEALTH", "VERSION", "PODS", "LAST TRANSITION"]
+    if wide:
+        columns += ["SOURCE", "STATE", "FLAGS", "MESSAGE"]
+    rows = [_row(d, wide) for d in devices]
+    for index, column in enumerate(columns):
+        if column in _KEY_COLUMNS:
+            # Identifying columns never shrink: long resourceIDs and Pod lists fold instead.
+            width = max([len(column)] + [len(_plain(r[index])) for r in rows])
+            table.add_column(column, no_wrap=True, min_width=width)
+        else:
+            table.add_column(column, overflow="fold")
+    for d, row in zip(devices, rows, strict=True):
+        table.add_row(*row, style="red" if d["health"] == "Unhealthy" else None)
+    console.print(table)
+    counts: dict[str, int] = {}
+    for d in devices:
+        counts[d["health"]] = counts.get(d["health"], 0) + 1
+    summary = ", ".join(f"{n} {h}" for h, n in sorted(counts.items()))
+    console.print(f"\n{len(devices)} devices: {summary or 'none'}")
+
+
+_KEY_COLUMNS = frozenset({"NODE", "HEALTH", "VERSION", "SOURCE", "STATE"})
+
+
+def _plain(markup: str) -> str:
+    """The printed text of a rich markup cell (for its width)."""
+    from rich.text import Text
+
+    return Text.from_markup(markup).plain
+
+
+def _row(d: dict[str, Any], wide: bool) -> list[str]:
+    """One table row of a device (rich markup, values escaped)."""
+    health = d["health"]
+    raw = f" ({d['rawHealth']})" if d.get("rawHealth") else ""
+    row = [
+        escape(d["node"]),
+        escape(d["resourceID"]),
+        escape(d["resourceName"]),
+        f"[{HEALTH_STYLE.get(health, '')}]{escape(health + raw)}[/]",
+        escape(d.get("statusVersion") or "<unordered>"),
+        escape(_pods(d)),
+        d.get("lastTransitionAt") or "-",
+    ]
+    if wide:
+        governance = d.get("governance") or {}
+        row += [
+            d["source"],
+            escape(governance.get("state") or "-"),
+            escape(",".join(d.get("flags") or []) or "-"),
+            escape((d.get("message") or "")[:80]),
+        ]
+    return row
+
+
+def default_api_url() -> str:
+    """``http://DEVICESTATE_API_HOST:DEVICESTATE_API_PORT`` (where ``devicestate api`` listens)."""
+    from services.runtime.config import Settings
+
+    settings = Settings()
+    return f"http://{settings.api_host}:{settings.api_port}"
+
+
+def make_console() -> Console:
+    """A console for tables: as wide as the terminal, or 200 columns when output is not a tty
+    (pipes and CI logs), so rows are not folded."""
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
+
+
+def devices(
+    api_url: str | None = typer.Option(
+        None,
+        "--api-url",
+        envvar="DEVICESTATE_API_URL",
+        help="Base URL of the directory API (default: http://DEVICESTATE_API_HOST:DEVICESTATE_API_PORT).",
+    ),
+    node: str | None = typer.Option(None, help="Only devices on this node."),
+    health: str | None = typer.Option(None, help="Only this health: Healthy, Unhealthy, Unknown."),
+    resource_name: str | None = typer.Option(None, "--resource-name", help="e.g. nvidia.com/gpu."),
+    namespace: str | None = typer.Option(None, help="Only devices allocated to Pods here."),
+    source: str | None = typer.Option(None, help="device-plugin or dra."),
+    state: str | None = typer.Option(
+        None, help="Only this governance state, e.g. Quarantined, Restricted, Available."
+    ),
+    output: Literal["table", "wide", "json"] = typer.Option(
+        "table",
+        "-o",
+        "--output",
+        help="table, wide (adds source, governance state, flags, message) or json.",
+    ),
+    token: str | None = typer.Option(
+        None,
+        "--token",
+        envvar="DEVICESTATE_TOKEN",
+        help="Bearer token, needed when the API refuses anonymous reads.",
+        show_default=False,
+    ),
+) -> None:
+    """Print the device directory (from the directory API)."""
+    filters = {
+        k: v
+        for k, v in {
+            "node": node,
+            "health": health,
+            "resourceName": resource_name,
+            "namespace": namespace,
+            "source": source,
+            "state": state,
+        }.items()
+        if v is not None
+    }
+    if health is not None and health not in HEALTH_STYLE:
+        typer.echo(
+            f"error: --health must be one of {', '.join(HEALTH_STYLE)} (case-sensitive)", err=True
+        )
+        raise typer.Exit(2)
+    if api_url is None:
+        api_url = default_api_url()
+    try:
+        items = fetch_devices(api_url, filters, token=token)
+    except (httpx.HTTPError, RuntimeError) as exc:
+        typer.echo(f"error: cannot read the directory at {api_url}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if output == "json":
+        sys.stdout.buffer.write(orjson.dumps(items, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        render_table(items, make_console(), wide=output == "wide")

@@ -1,0 +1,284 @@
+"""``devicestate inventory``, ``devicestate capacity`` and ``devicestate conflicts``: the inventory
+directory, capacity views and inventory conflicts, read from the API (issue 4).
+
+Same conventions as the other operator commands: ``--api-url`` / ``DEVICESTATE_API_URL``,
+``--token`` / ``DEVICESTATE_TOKEN`` (needed only when the API refuses anonymous reads); exit code
+1 when the API refused, 2 when it is unreachable.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from services.client.directory import HEALTH_STYLE, make_console
+from services.client.http import ApiError
+from services.client.operator import (
+    ApiUrl,
+    Token,
+    _api_error,
+    _client,
+    _print_json,
+    _s,
+    _table,
+)
+
+
+class InventoryOutput(StrEnum):
+    TABLE = "table"
+    WIDE = "wide"
+    JSON = "json"
+
+
+class ReadOutput(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+class CapacityView(StrEnum):
+    NODE = "node"
+    POOL = "pool"
+    DEVICE_CLASS = "deviceClass"
+    NAMESPACE = "namespace"
+
+
+def _allocated(device: dict[str, Any]) -> str:
+    allocated = device.get("allocatedTo") or {}
+    holders = list(allocated.get("pods") or []) or list(allocated.get("claims") or [])
+    return ",".join(holders) if holders else "<idle>"
+
+
+def _class(device: dict[str, Any]) -> str:
+    return _s(device.get("deviceClass") or device.get("resourceName"))
+
+
+def inventory(
+    node: Annotated[str | None, typer.Option(help="Only devices on this node.")] = None,
+    owner: Annotated[str | None, typer.Option(help="dra or device-plugin.")] = None,
+    pool: Annotated[str | None, typer.Option(help="DRA pool (name or driver/pool).")] = None,
+    device_class: Annotated[
+        str | None, typer.Option("--device-class", help="Only this DeviceClass.")
+    ] = None,
+    state: Annotated[
+        str | None, typer.Option(help="Governance state, e.g. Quarantined, Available.")
+    ] = None,
+    output: Annotated[
+        InventoryOutput,
+        typer.Option(
+            "-o", "--output", help="table, wide (adds pool, driver, UUID, taints, IDs) or json."
+        ),
+    ] = InventoryOutput.TABLE,
+    api_url: ApiUrl = None,
+    token: Token = None,
+) -> None:
+    """Every device, idle ones included: DRA devices of the ResourceSlices and device-plugin
+    devices whose IDs Pods reported, with owner, class, health, governance state and holders.
+
+    Device plugins publish no IDs for idle devices: the table ends with the Node capacity no
+    reported ID accounts for (unseen), per node and resource.
+    """
+    params = {
+        "node": node,
+        "owner": owner,
+        "pool": pool,
+        "deviceClass": device_class,
+        "state": state,
+    }
+    try:
+        with _client(api_url, token) as client:
+            items = list(client.pages("/v1/inventory/devices", params))
+            unseen = (
+                None
+                if output is InventoryOutput.JSON
+                else client.get("/v1/inventory/unseen", node=node)
+            )
+    except ApiError as exc:
+        _api_error(exc)
+    if output is InventoryOutput.JSON:
+        _print_json(items)
+        return
+    wide = output is InventoryOutput.WIDE
+    columns = ["NODE", "DEVICE ID", "OWNER", "CLASS", "HEALTH", "STATE", "ALLOCATED TO"]
+    if wide:
+        columns += ["POOL", "DRIVER", "UUID", "TAINTS", "UNAVAILABLE", "REPORTED IDS"]
+    rows = []
+    for d in items:
+        health = d.get("health") or "-"
+        style = HEALTH_STYLE.get(health, "")
+        row = [
+            escape(d.get("node") or "<pool>"),
+            escape(d["deviceID"]),
+            d["owner"],
+            escape(_class(d)),
+            f"[{style}]{escape(health)}[/]" if style else escape(health),
+            escape(_s(d.get("state"))),
+            escape(_allocated(d)),
+        ]
+        if wide:
+            taints = ",".join(
+                f"{t['key']}={t.get('value') or ''}:{t['effect']}" for t in d.get("taints") or []
+            )
+            row += [
+                escape(_s(d.get("pool"))),
+                escape(_s(d.get("driver"))),
+                escape(_s(d.get("uuid"))),
+                escape(_s(taints)),
+                escape(_s(d.get("unavailable"))),
+                escape(_s(",".join(d.get("reportedIDs") or []))),
+            ]
+        rows.append(row)
+    console = make_console()
+    if wide and not console.is_terminal:
+        console = Console(width=400)  # pipes and logs: one line per device, nothing cut
+    table = _table(columns, [], wrap=("REPORTED IDS", "ALLOCATED TO"))
+    for row in rows:  # already escaped (health is styled)
+        table.add_row(*row)
+    console.print(table)
+    idle = sum(1 for d in items if _allocated(d) == "<idle>")
+    blocked = sum(1 for d in items if d.get("unavailable"))
+    console.print(f"\n{len(items)} devices: {idle} not allocated, {blocked} unavailable")
+    if unseen and unseen.get("unseen"):
+        parts = [
+            f"{u['node']} {u['resourceName']}: {u['unseen']}"
+            for u in unseen["items"]
+            if u["unseen"]
+        ]
+        console.print(
+            f"{unseen['unseen']} device-plugin devices never reported (no ID published while "
+            f"idle): " + escape(", ".join(parts))
+        )
+
+
+def capacity(
+    view: Annotated[
+        CapacityView, typer.Option("--view", help="node, pool, deviceClass or namespace.")
+    ] = CapacityView.NODE,
+    divergence: Annotated[
+        bool,
+        typer.Option(
+            "--divergence",
+            help="Print the reconcile check instead: ResourceSlice devices versus Node "
+            "capacity per node and extended resource.",
+        ),
+    ] = False,
+    output: Annotated[ReadOutput, typer.Option("-o", "--output", help="table or json.")] = (
+        ReadOutput.TABLE
+    ),
+    api_url: ApiUrl = None,
+    token: Token = None,
+) -> None:
+    """Capacity per node, pool, DeviceClass or namespace: total, allocated, idle, unavailable
+    (quarantined, restricted, Unhealthy, ...) and fragmented (idle devices on nodes that cannot
+    fit the common request size). Quarantined devices are never idle."""
+    try:
+        with _client(api_url, token) as client:
+            body = (
+                client.get("/v1/capacity/divergence")
+                if divergence
+                else client.get("/v1/capacity", view=view.value)
+            )
+    except ApiError as exc:
+        _api_error(exc)
+    if output is ReadOutput.JSON:
+        _print_json(body)
+        return
+    console = make_console()
+    if divergence:
+        rows = [
+            [
+                r["node"],
+                r["resourceName"],
+                str(r["sliceDevices"]),
+                str(r["nodeCapacity"]),
+                f"{r['difference']:+d}",
+                r["status"],
+                ",".join(r["deviceClasses"]),
+            ]
+            for r in body["items"]
+        ]
+        console.print(
+            _table(
+                ["NODE", "RESOURCE", "SLICES", "NODE CAPACITY", "DIFF", "STATUS", "CLASSES"],
+                rows,
+            )
+        )
+        bad = sum(1 for r in body["items"] if r["status"] == "mismatch")
+        console.print(f"\n{len(rows)} node resources, {bad} diverging")
+        return
+    header = {"deviceClass": "DEVICE CLASS"}.get(view.value, view.value.upper())
+    rows = [
+        [
+            r["key"],
+            str(r["total"]),
+            str(r["allocated"]),
+            str(r["idle"]),
+            str(r["unavailable"]),
+            str(r["fragmented"]),
+        ]
+        for r in body["items"]
+    ]
+    console.print(
+        _table([header, "TOTAL", "ALLOCATED", "IDLE", "UNAVAILABLE", "FRAGMENTED"], rows)
+    )
+    console.print(
+        f"\nfragmented: idle devices on a node with fewer than {body['requestSize']} idle "
+        f"(request size from {body['requestSizeSource']})"
+    )
+
+
+def conflicts(
+    show_all: Annotated[
+        bool, typer.Option("--all", help="Also cleared conflicts (default: active only).")
+    ] = False,
+    node: Annotated[str | None, typer.Option(help="Only this node.")] = None,
+    output: Annotated[ReadOutput, typer.Option("-o", "--output", help="table or json.")] = (
+        ReadOutput.TABLE
+    ),
+    api_url: ApiUrl = None,
+    token: Token = None,
+) -> None:
+    """Inventory conflicts (flagged, never merged): ambiguous or reused resourceIDs, a resource or
+    GPU offered by both a device plugin and DRA, devices that vanished from their slice."""
+    try:
+        with _client(api_url, token) as client:
+            body = client.get(
+                "/v1/inventory/conflicts", active=None if show_all else "true", node=node
+            )
+    except ApiError as exc:
+        _api_error(exc)
+    items = body["items"]
+    if output is ReadOutput.JSON:
+        _print_json(items)
+        return
+    rows = [
+        [
+            c["kind"],
+            c["node"],
+            c["subject"],
+            "active" if c["active"] else "cleared",
+            c["firstSeen"],
+            c["lastSeen"],
+            c["detail"],
+        ]
+        for c in items
+    ]
+    console = make_console()
+    console.print(
+        _table(
+            ["KIND", "NODE", "SUBJECT", "STATUS", "FIRST SEEN", "LAST SEEN", "DETAIL"],
+            rows,
+            wrap=("DETAIL",),
+        )
+    )
+    console.print(f"\n{len(items)} conflicts" + ("" if show_all else " active"))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``inventory``, ``capacity`` and ``conflicts`` to the ``devicestate`` app."""
+    app.command("inventory")(inventory)
+    app.command("capacity")(capacity)
+    app.command("conflicts")(conflicts)

@@ -1,1 +1,0 @@
-"""``devicestate demo``: the whole pipeline on a bundled recorded watch stream."""

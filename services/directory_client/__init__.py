@@ -1,1 +1,0 @@
-"""Client side of the directory API: the ``devicestate devices`` command."""

@@ -1,0 +1,397 @@
+"""The inventory part of a health-topic batch, in memory (issue 4): pure, no I/O.
+
+:class:`InventoryFold` owns an :class:`~services.domain.inventory.state.InventoryState` and the
+active inventory conflicts. :meth:`InventoryFold.fold` takes a batch's records in log order and
+returns an :class:`InventoryPlan`: the rows to upsert into the inventory tables
+(:mod:`services.adapters.projection.inventory_tables`), the identity each applied observation resolved to,
+and the conflicts raised or cleared (to forward to the governance topic). The worker
+(:class:`services.adapters.projection.inventory_store.InventoryProjection`) and the replay run the same fold,
+so replaying the log gives the same rows.
+
+Per record, in order:
+
+- ``InventoryObserved``: the object is applied to the state (its row upserted, a deletion kept as a
+  tombstone); devices that left a ResourceSlice (and are in no other slice of its pool) raise
+  ``vanished-from-slice``, devices present in a slice again clear it;
+- ``NodeResourcesChanged``: the node's extended-resource capacity (row upserted);
+- ``DeviceHealthObserved`` the directory fold *applied* (others are skipped): its identity is
+  resolved against the inventory as the log had it at that point
+  (:meth:`InventoryState.resolve`); the identity the state keeps for ``(node, resourceID)`` is
+  upserted into ``device_identities`` when it changed (an unresolved reading never replaces a
+  resolved one, so the row always equals the state); ``ambiguous-resource-id`` and
+  ``resource-id-reused`` are raised; an ambiguous alias that resolves cleanly clears its
+  ``ambiguous-resource-id``.
+
+A record that can change a node's ownership (its slices, its capacity, a device-plugin alias with
+a GPU UUID, or a DeviceClass with an ``extendedResourceName`` for every node with a slice of its
+drivers) re-checks ``plugin-and-dra`` for those nodes right after it
+(:meth:`InventoryState.ownership_conflicts` of those nodes), raising what is new and clearing what
+is gone. Checking after each record rather than once per batch makes the result independent of the
+batch boundaries.
+
+Conflict rows are keyed by ``(kind, node, subject)``. ``first_seen`` is the event time the conflict
+was raised (the start of its current episode), ``last_seen`` the newest event time it was raised,
+seen again or cleared. A conflict is reported in :attr:`InventoryPlan.changes` when it is raised
+while not active and when it is cleared: never twice while it stays active. ``resource-id-reused``
+is a finding about the past; nothing clears it automatically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, TypeAlias
+
+from services.domain.events import DeviceHealthObserved, DeviceSource
+from services.domain.inventory.events import InventoryObserved, object_to_json
+from services.domain.inventory.identity import Identity, IdentityStatus
+from services.domain.inventory.objects import (
+    DeviceClassInfo,
+    ResourceClaimInfo,
+    ResourceSliceInfo,
+)
+from services.domain.inventory.state import Conflict, ConflictKind, InventoryState
+from services.domain.log import LogPosition
+from services.domain.node_events import NodeResourcesChanged
+
+_DEVICE_PLUGIN = DeviceSource.DEVICE_PLUGIN
+_AMBIGUOUS = ConflictKind.AMBIGUOUS_RESOURCE_ID.value
+
+ConflictKey: TypeAlias = tuple[str, str, str]
+"""``(kind, node, subject)``: the primary key of ``inventory_conflicts``."""
+
+ObjectKey: TypeAlias = tuple[str, str]
+"""``(kind, object_key)``: the primary key of ``inventory_objects``."""
+
+Row: TypeAlias = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ConflictRow:
+    """One ``inventory_conflicts`` row."""
+
+    kind: str
+    node: str
+    subject: str
+    detail: str
+    active: bool
+    first_seen: datetime
+    last_seen: datetime
+
+    @property
+    def key(self) -> ConflictKey:
+        return (self.kind, self.node, self.subject)
+
+    def to_row(self) -> Row:
+        return {
+            "kind": self.kind,
+            "node": self.node,
+            "subject": self.subject,
+            "detail": self.detail,
+            "active": self.active,
+            "first_seen": self.first_seen,
+            "last_seen": self.last_seen,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ConflictChange:
+    """A conflict raised (``row.active``) or cleared, by the record at ``position`` whose event
+    time is ``at``; ``row`` is the conflict's row after the change."""
+
+    position: LogPosition
+    at: datetime
+    row: ConflictRow
+
+
+@dataclass(slots=True)
+class InventoryPlan:
+    """What one batch does to the inventory tables, and what it tells the governor.
+
+    Rows are keyed by primary key (several changes to one row in a batch: the last wins)."""
+
+    objects: dict[ObjectKey, Row] = field(default_factory=dict)
+    node_resources: dict[str, Row] = field(default_factory=dict)
+    identities: dict[tuple[str, str], Row] = field(default_factory=dict)
+    conflicts: dict[ConflictKey, ConflictRow] = field(default_factory=dict)
+    resolved: dict[LogPosition, Identity] = field(default_factory=dict)
+    """The identity :meth:`InventoryState.resolve` returned for each applied observation."""
+    changes: list[ConflictChange] = field(default_factory=list)
+    """Conflicts raised or cleared, in log order."""
+
+    @property
+    def writes(self) -> int:
+        """Rows to write."""
+        return (
+            len(self.objects)
+            + len(self.node_resources)
+            + len(self.identities)
+            + len(self.conflicts)
+        )
+
+
+# --- rows ---------------------------------------------------------------------------------------
+
+
+def object_key(obj: ResourceSliceInfo | ResourceClaimInfo | DeviceClassInfo) -> str:
+    """``inventory_objects.object_key``: ``driver/pool/slice-name``, ``namespace/name`` or the
+    DeviceClass name."""
+    if isinstance(obj, ResourceSliceInfo):
+        return f"{obj.driver}/{obj.pool}/{obj.name}"
+    if isinstance(obj, ResourceClaimInfo):
+        return f"{obj.namespace}/{obj.name}"
+    return obj.name
+
+
+def object_row(event: InventoryObserved) -> Row:
+    """The ``inventory_objects`` row of an inventory event (a deletion is a tombstone: the last
+    form with ``deleted`` set)."""
+    obj = event.obj
+    return {
+        "kind": event.kind.value,
+        "object_key": object_key(obj),
+        "record_key": event.key,
+        "node": None if isinstance(obj, DeviceClassInfo) else obj.node,
+        "object": object_to_json(obj),
+        "deleted": event.deleted,
+        "observed_at": event.observed_at,
+    }
+
+
+def node_resources_row(event: NodeResourcesChanged) -> Row:
+    """The ``node_resources`` row of a ``NodeResourcesChanged``."""
+    return {
+        "node": event.node,
+        "capacity": dict(event.capacity),
+        "allocatable": dict(event.allocatable),
+        "observed_at": event.observed_at,
+    }
+
+
+def identity_row(node: str, resource_id: str, identity: Identity, observed_at: datetime) -> Row:
+    """The ``device_identities`` row of a reported ``(node, resourceID)``."""
+    return {
+        "node": node,
+        "resource_id": resource_id,
+        "device_id": identity.device_id,
+        "owner": identity.owner.value,
+        "status": identity.status.value,
+        "uuid": identity.uuid,
+        "candidates": list(identity.candidates),
+        "reason": identity.reason,
+        "observed_at": observed_at,
+    }
+
+
+def identity_from_row(row: Mapping[str, Any]) -> Identity:
+    """The :class:`Identity` a ``device_identities`` row holds (inverse of :func:`identity_row`)."""
+    return Identity(
+        device_id=row["device_id"],
+        owner=DeviceSource(row["owner"]),
+        status=IdentityStatus(row["status"]),
+        uuid=row["uuid"],
+        candidates=tuple(row["candidates"] or ()),
+        reason=row["reason"],
+    )
+
+
+def conflict_key(conflict: Conflict) -> ConflictKey:
+    return (conflict.kind.value, conflict.node, conflict.subject)
+
+
+def by_key(conflicts: Iterable[Conflict]) -> dict[ConflictKey, Conflict]:
+    """Conflicts by key; of several with one key (differing in detail only), the first of
+    ``conflicts`` (give them sorted for a deterministic pick)."""
+    out: dict[ConflictKey, Conflict] = {}
+    for conflict in conflicts:
+        out.setdefault(conflict_key(conflict), conflict)
+    return out
+
+
+def forwards(identity: Identity) -> bool:
+    """Whether a HealthTransition names the device by ``identity.device_id``: only for a resolved
+    or as-reported identity (an ambiguous or unresolved one keeps the reported resourceID)."""
+    return identity.status in (IdentityStatus.RESOLVED, IdentityStatus.REPORTED)
+
+
+# --- the fold -----------------------------------------------------------------------------------
+
+
+class InventoryFold:
+    """The inventory state and the active conflicts; :meth:`fold` applies batches in log order."""
+
+    def __init__(
+        self,
+        state: InventoryState | None = None,
+        active: Iterable[ConflictRow] = (),
+    ) -> None:
+        self.state = state if state is not None else InventoryState()
+        self.active: dict[ConflictKey, ConflictRow] = {}
+        self._by_node: dict[str, set[ConflictKey]] = {}
+        for row in active:
+            if row.active:
+                self._activate(row)
+
+    def active_on(self, node: str, kind: ConflictKind | None = None) -> set[ConflictKey]:
+        """Keys of the active conflicts on ``node`` (of ``kind`` when given)."""
+        keys = self._by_node.get(node, set())
+        if kind is None:
+            return set(keys)
+        return {k for k in keys if k[0] == kind.value}
+
+    def fold(
+        self, items: Iterable[tuple[LogPosition, object]], applied: Container[LogPosition]
+    ) -> InventoryPlan:
+        """Apply a batch's records (``(position, record)`` in log order; records of other types
+        are skipped, and observations whose position is not in ``applied``) and return the plan
+        of its writes."""
+        plan = InventoryPlan()
+        for position, record in items:
+            if isinstance(record, DeviceHealthObserved):
+                if position in applied:
+                    self._observed(plan, position, record)
+            elif isinstance(record, InventoryObserved):
+                self._inventory(plan, position, record)
+            elif isinstance(record, NodeResourcesChanged):
+                self._resources(plan, position, record)
+        return plan
+
+    # -- per record --------------------------------------------------------------------------------
+
+    def _observed(
+        self, plan: InventoryPlan, position: LogPosition, event: DeviceHealthObserved
+    ) -> None:
+        state = self.state
+        node = event.node
+        alias = (node, event.resource_id)
+        before = state.aliases.get(alias)
+        if before is not None and event.source is _DEVICE_PLUGIN and before.owner is _DEVICE_PLUGIN:
+            # The common case, fast: a device-plugin ID's identity depends on the ID alone
+            # (plugin_identity), so resolving it again gives ``before`` and no conflict.
+            plan.resolved[position] = before
+            if node in self._by_node:
+                self._clear(
+                    plan, (_AMBIGUOUS, node, event.resource_id), position, event.observed_at
+                )
+            return
+        identity, conflicts = state.resolve(event)
+        plan.resolved[position] = identity
+        after = state.aliases.get(alias)
+        at = event.observed_at
+        if after is not None and after != before:
+            plan.identities[alias] = identity_row(node, event.resource_id, after, at)
+        for conflict in conflicts:
+            self._raise(plan, conflict, position, at)
+        if forwards(identity) and node in self._by_node:  # resolved cleanly: not ambiguous
+            self._clear(plan, (_AMBIGUOUS, node, event.resource_id), position, at)
+        if after != before and (_plugin_uuid(before) or _plugin_uuid(after)):
+            self._ownership(plan, (node,), position, at)
+
+    def _inventory(
+        self, plan: InventoryPlan, position: LogPosition, event: InventoryObserved
+    ) -> None:
+        state = self.state
+        obj = event.obj
+        at = event.observed_at
+        nodes: set[str] = set()
+        if isinstance(obj, ResourceSliceInfo):
+            old = state.slices.get((obj.driver, obj.pool, obj.name))
+            nodes.update(n for n in (obj.node, old.node if old else None) if n)
+        elif isinstance(obj, DeviceClassInfo):
+            old_class = state.classes.get(obj.name)
+            if obj.extended_resource_name or (old_class and old_class.extended_resource_name):
+                drivers = set(obj.drivers) | set(old_class.drivers if old_class else ())
+                nodes = state.nodes_with_drivers(drivers)
+        vanished = state.apply(event)
+        if vanished and isinstance(obj, ResourceSliceInfo):
+            # Still published by another slice of the pool (a driver replacing its slices): not
+            # vanished.
+            pool = state.slice_index().get((obj.driver, obj.pool), ())
+            present = {f"{obj.driver}/{obj.pool}/{d.name}" for s in pool for d in s.devices}
+            vanished = [c for c in vanished if c.subject not in present]
+        row = object_row(event)
+        plan.objects[(row["kind"], row["object_key"])] = row
+        for conflict in vanished:
+            self._raise(plan, conflict, position, at)
+        if isinstance(obj, ResourceSliceInfo) and not event.deleted:
+            node = obj.node or f"pool:{obj.driver}/{obj.pool}"
+            for device in obj.devices:
+                key = (
+                    ConflictKind.VANISHED.value,
+                    node,
+                    f"{obj.driver}/{obj.pool}/{device.name}",
+                )
+                self._clear(plan, key, position, at)
+        if nodes:
+            self._ownership(plan, sorted(nodes), position, at)
+
+    def _resources(
+        self, plan: InventoryPlan, position: LogPosition, event: NodeResourcesChanged
+    ) -> None:
+        state = self.state
+        before = state.node_capacity.get(event.node)
+        state.set_capacity(event.node, event.capacity)
+        plan.node_resources[event.node] = node_resources_row(event)
+        if state.node_capacity[event.node] != before:
+            self._ownership(plan, (event.node,), position, event.observed_at)
+
+    # -- conflicts -----------------------------------------------------------------------------
+
+    def _ownership(
+        self, plan: InventoryPlan, nodes: Iterable[str], position: LogPosition, at: datetime
+    ) -> None:
+        """Re-check ``plugin-and-dra`` on ``nodes``: raise what is found, clear what is gone."""
+        for node in nodes:
+            if not self.state.has_slices(node) and node not in self._by_node:
+                continue  # no DRA on the node and nothing to clear: nothing to find
+            found = by_key(self.state.ownership_conflicts((node,)))
+            for conflict in found.values():
+                self._raise(plan, conflict, position, at)
+            for key in sorted(self.active_on(node, ConflictKind.PLUGIN_AND_DRA) - found.keys()):
+                self._clear(plan, key, position, at)
+
+    def _raise(
+        self, plan: InventoryPlan, conflict: Conflict, position: LogPosition, at: datetime
+    ) -> None:
+        key = conflict_key(conflict)
+        current = self.active.get(key)
+        if current is not None:
+            last = max(current.last_seen, at)
+            if current.detail == conflict.detail and current.last_seen == last:
+                return
+            row = replace(current, detail=conflict.detail, last_seen=last)
+            self.active[key] = row
+            plan.conflicts[key] = row
+            return
+        row = ConflictRow(*key, detail=conflict.detail, active=True, first_seen=at, last_seen=at)
+        self._activate(row)
+        plan.conflicts[key] = row
+        plan.changes.append(ConflictChange(position, at, row))
+
+    def _clear(
+        self, plan: InventoryPlan, key: ConflictKey, position: LogPosition, at: datetime
+    ) -> None:
+        current = self.active.pop(key, None)
+        if current is None:
+            return
+        held = self._by_node.get(key[1])
+        if held is not None:
+            held.discard(key)
+            if not held:
+                del self._by_node[key[1]]
+        row = replace(current, active=False, last_seen=max(current.last_seen, at))
+        plan.conflicts[key] = row
+        plan.changes.append(ConflictChange(position, at, row))
+
+    def _activate(self, row: ConflictRow) -> None:
+        self.active[row.key] = row
+        self._by_node.setdefault(row.node, set()).add(row.key)
+
+
+def _plugin_uuid(identity: Identity | None) -> bool:
+    return (
+        identity is not None
+        and identity.owner is DeviceSource.DEVICE_PLUGIN
+        and identity.uuid is not None
+    )

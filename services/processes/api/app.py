@@ -1,0 +1,183 @@
+"""The directory API application: ``create_app(settings)``.
+
+The database engine and the command producer are created when the app starts (lifespan) and
+closed when it stops; nothing connects at import time. The API only reads the projection (the
+stream worker and the governor write it); operator writes are commands appended to the governance
+topic (:mod:`services.processes.api.routes_governance`). ``create_app`` raises
+:class:`~services.processes.api.auth.TokenConfigError` for an invalid token configuration, so a
+misconfigured API never starts.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime
+
+import orjson
+import structlog
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from services.adapters.projection.store import ProjectionStore
+from services.domain.events import now_utc
+from services.processes.api import (
+    routes_devices,
+    routes_extender,
+    routes_governance,
+    routes_inventory,
+    routes_ops,
+)
+from services.processes.api.auth import Authenticator, describe, read_access
+from services.processes.api.commands import CommandLogUnavailable, CommandPublisher
+from services.processes.api.governance_reads import GovernanceReads
+from services.processes.api.hardening import (
+    EXTENDER_MAX_BODY_BYTES,
+    MAX_BODY_BYTES,
+    BodyLimitMiddleware,
+    NulGuardMiddleware,
+    validation_failed,
+)
+from services.processes.api.inventory_reads import InventoryReads
+from services.processes.api.routes_ops import GovernanceGaugeCache
+from services.runtime.config import Settings
+
+DESCRIPTION = """\
+Current health of every allocated device (KEP-4680 `allocatedResourcesStatus`), as the
+event-sourced projection holds it.
+
+**URL scheme.** A device is identified by `(node, resourceID)`. Node names never contain `/`;
+resourceIDs often do (`gpu.example.com/pool-a/gpu-3`, CDI names), so the resourceID is always the
+**last** part of a path and may contain `/` unescaped:
+`/v1/nodes/{node}/devices/{resourceID}`, `/v1/nodes/{node}/history/{resourceID}`.
+Percent-encode only what URLs require (`%`, `?`, `#`, spaces).
+
+**JSON.** Field names are camelCase; times are RFC 3339 in UTC; `statusVersion` values are
+decimal strings (Kubernetes resourceVersions exceed what JSON numbers hold exactly).
+Lists are paged with `limit` and an opaque `cursor` (`nextCursor` of the previous page).
+Errors carry a `detail` message: 404 for an unknown node or device, 422 for invalid parameters
+(a list of `{loc, msg, type}`; the offending value is not echoed), 503 when the database cannot
+be read. 400 for a NUL character (`%00`) anywhere in the path or query; 413 for a request body
+over 1 MiB (16 MiB for `/scheduler/filter`).
+
+**Authentication.** `Authorization: Bearer <token>`; roles viewer < operator < admin. GETs need
+no token unless `DEVICESTATE_API_ANONYMOUS_READ=false` (then viewer); writes need operator (break-
+glass releases and breaker resets: admin). 401 (with `WWW-Authenticate: Bearer`) for a missing or
+invalid token, 403 for too weak a role. `/healthz`, `/readyz`, `/metrics` stay open.
+
+**Governance writes are commands.** `POST` routes append an operator command to the governance
+log and answer `202 {commandID, status: "pending"}` (503 when Kafka is unreachable); the governor
+decides it. `?wait=<s>` (at most 30) waits for the decision: 201/200 accepted, 409 rejected with
+the governor's reason. `GET /v1/commands/{commandID}` reads an outcome later. An
+`Idempotency-Key` header becomes the commandID, so retries do not duplicate a command.
+Body strings may not contain U+0000, other control characters (reasons: tab, LF and CR allowed)
+or lone surrogates; `reason` is at most 1024 characters, `node` 253 bytes, `resourceID` 1024
+bytes; `expiresAt` at most 366 days ahead, like `ttlSeconds`. `NaN`/`Infinity` are refused.
+Quarantine IDs contain `/` and `@` and are written unescaped; actions come last:
+`POST /v1/quarantines/{quarantineID}/extend`, `.../release`.
+
+**Inventory** (issue 4). `/v1/inventory/devices` lists every device, idle ones included (DRA
+devices of the ResourceSlices, device-plugin devices whose IDs Pods reported), keyed by
+`(node, deviceID)` with the physical identity; `/v1/inventory/unseen` counts device-plugin
+capacity never reported (plugins publish no IDs for idle devices); `/v1/inventory/conflicts`
+lists data-quality findings. `/v1/capacity?view=node|pool|deviceClass|namespace` gives total,
+allocated, idle, unavailable (quarantined, recovering, restricted, deferred, Unhealthy, tainted)
+and fragmented counts; `/v1/capacity/divergence` compares what ResourceSlices advertise for a
+DeviceClass's `extendedResourceName` with the Node's capacity.
+
+**Scheduler extender.** With `DEVICESTATE_SCHEDULER_EXTENDER=true`, `POST /scheduler/filter`
+answers kube-scheduler's extender `filter` verb (no token: the scheduler sends none; off: 404).
+It drops nodes whose only free devices of a requested device-plugin resource are quarantined or
+restricted, passes nodes it knows nothing about, and reports internal errors in the result's
+`Error` field with status 200 (configure the extender `ignorable: true` to fail open).
+"""
+
+log = structlog.get_logger(__name__)
+
+
+async def database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    """503 for a database that is unreachable or not migrated, instead of a bare 500."""
+    log.warning("database read failed", path=request.url.path, error=repr(exc))
+    return JSONResponse({"detail": f"database unavailable: {type(exc).__name__}"}, status_code=503)
+
+
+async def command_log_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    """503 for a write whose command Kafka did not take; reads are unaffected."""
+    return JSONResponse(
+        {"detail": f"command not recorded, retry later: {exc}"},
+        status_code=503,
+        headers={"Retry-After": "5"},
+    )
+
+
+def create_app(settings: Settings, *, clock: Callable[[], datetime] = now_utc) -> FastAPI:
+    """The FastAPI app serving the projection in ``settings.database_schema`` of
+    ``settings.database_url``. The engine and the command producer are created on startup and
+    closed on shutdown. ``clock`` (wall clock, UTC) serves staleness and expiry computations.
+
+    Raises :class:`~services.processes.api.auth.TokenConfigError` for an invalid token configuration."""
+    authenticator = Authenticator.from_settings(settings)
+    if authenticator.entries:
+        log.info("api tokens loaded", tokens=describe(authenticator.entries))
+    else:
+        log.warning("no api tokens configured: every write is refused (401)")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # No pre-ping: it costs a round trip per request. A connection broken by a database
+        # restart fails one request with 503 and is then replaced by the pool.
+        engine = create_async_engine(
+            settings.database_url,
+            pool_size=10,
+            max_overflow=20,
+            pool_recycle=1800,
+            json_deserializer=orjson.loads,
+        )
+        app.state.store = ProjectionStore(engine, settings.database_schema)
+        app.state.reads = GovernanceReads(engine, settings.database_schema)
+        app.state.inventory = InventoryReads(engine, settings.database_schema)
+        publisher = CommandPublisher(settings)
+        app.state.publisher = publisher
+        await publisher.start()
+        try:
+            yield
+        finally:
+            await publisher.close()
+            await engine.dispose()
+
+    app = FastAPI(
+        title="devicestate directory API",
+        version="1",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.clock = clock
+    app.state.authenticator = authenticator
+    app.state.recent_commands = OrderedDict()
+    app.state.governance_gauges = GovernanceGaugeCache()
+    app.state.inventory_gauges = routes_inventory.InventoryGaugeCache()
+    app.state.extender_stats = routes_extender.ExtenderStats()
+    app.add_exception_handler(RequestValidationError, validation_failed)
+    app.add_exception_handler(SQLAlchemyError, database_unavailable)
+    app.add_exception_handler(OSError, database_unavailable)
+    app.add_exception_handler(CommandLogUnavailable, command_log_unavailable)
+    app.include_router(routes_devices.router, dependencies=[Depends(read_access)])
+    app.include_router(routes_governance.writes)
+    app.include_router(routes_governance.reads_router)
+    app.include_router(routes_inventory.router, dependencies=[Depends(read_access)])
+    app.include_router(routes_ops.router)
+    if settings.scheduler_extender:  # off by default: the route does not exist (404)
+        app.include_router(routes_extender.router)  # no token: the scheduler sends none
+    # The last added runs first: NUL in the URL (400) before the body is read (413).
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=MAX_BODY_BYTES,
+        overrides={"/scheduler/": EXTENDER_MAX_BODY_BYTES},
+    )
+    app.add_middleware(NulGuardMiddleware)
+    return app

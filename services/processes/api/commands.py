@@ -1,0 +1,141 @@
+"""The API's producer of operator commands on the governance topic.
+
+Operator writes never touch the projection: each is an
+:class:`~services.domain.governance.inputs.OperatorCommand` appended to ``settings.governance_topic``
+(one partition, the governor's total order). The governor answers with a ``CommandAccepted`` or
+``CommandRejected`` decision and a ``governance_commands`` row, which the API reads back.
+
+aiokafka idempotent producer, ``acks=all``: a command the API answered 202 for is on every in-sync
+replica. The producer is started with the app (lifespan); when Kafka is down then, the API still
+starts (reads keep working) and each write tries to connect again, answering 503 while it cannot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Final
+
+import structlog
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from services.domain.governance.inputs import OperatorCommand, encode_input
+from services.runtime.config import Settings
+
+log = structlog.get_logger(__name__)
+
+CONNECT_TIMEOUT_SECONDS: Final = 5.0
+"""Longest wait for a broker when (re)connecting."""
+SEND_TIMEOUT_SECONDS: Final = 10.0
+"""Longest wait for the acknowledgement of one command."""
+RECONNECT_BACKOFF_SECONDS: Final = 2.0
+"""After a failed connection, writes within this many seconds get 503 at once (no pile-up of
+connection attempts while Kafka is down)."""
+
+
+class CommandLogUnavailable(RuntimeError):
+    """The command could not be appended to the governance topic (Kafka unreachable, topic
+    missing, not acknowledged in time); nothing was written, the client may retry."""
+
+
+class CommandPublisher:
+    """``await start()`` (never raises), ``await publish(command)``, ``await close()``."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS,
+        send_timeout_seconds: float = SEND_TIMEOUT_SECONDS,
+    ) -> None:
+        self.topic = settings.governance_topic
+        self._options: dict[str, Any] = dict(
+            bootstrap_servers=settings.kafka_bootstrap_servers,
+            client_id="devicestate-api",
+            acks="all",
+            enable_idempotence=True,
+            # Also bounds the wait for the topic's metadata (a missing topic, a dead broker).
+            request_timeout_ms=int(send_timeout_seconds * 1000),
+        )
+        self._connect_timeout = connect_timeout_seconds
+        self._send_timeout = send_timeout_seconds
+        self._producer: AIOKafkaProducer | None = None
+        self._lock = asyncio.Lock()
+        self._failed_at = float("-inf")
+        self._failure = ""
+
+    @property
+    def connected(self) -> bool:
+        return self._producer is not None
+
+    async def start(self) -> None:
+        """Connect now if Kafka answers; otherwise log it and connect on the first write."""
+        try:
+            await self._connect()
+        except CommandLogUnavailable as exc:
+            log.warning(
+                "command producer not connected; writes get 503 until it is", error=str(exc)
+            )
+
+    async def _connect(self) -> AIOKafkaProducer:
+        async with self._lock:
+            if self._producer is not None:
+                return self._producer
+            loop = asyncio.get_running_loop()
+            if loop.time() - self._failed_at < RECONNECT_BACKOFF_SECONDS:
+                raise CommandLogUnavailable(self._failure)
+            producer = AIOKafkaProducer(**self._options)
+            try:
+                async with asyncio.timeout(self._connect_timeout):
+                    await producer.start()
+            except (KafkaError, OSError, TimeoutError) as exc:
+                await _stop_quietly(producer)
+                self._failed_at = loop.time()
+                self._failure = (
+                    f"cannot connect to Kafka at {self._options['bootstrap_servers']}: "
+                    f"{_describe(exc)}"
+                )
+                raise CommandLogUnavailable(self._failure) from exc
+            except BaseException:
+                await _stop_quietly(producer)
+                raise
+            self._producer = producer
+            log.info("command producer connected", topic=self.topic)
+            return producer
+
+    async def publish(self, command: OperatorCommand) -> None:
+        """Append ``command`` and wait for its acknowledgement (``acks=all``). Raises
+        :class:`CommandLogUnavailable` when that fails; the command may then still have been
+        written (an unacknowledged send), which is harmless: the governor ignores a repeated
+        commandID, and a client retry reuses it through the ``Idempotency-Key`` header."""
+        producer = await self._connect()
+        key = (command.node or "fleet").encode("utf-8")
+        try:
+            async with asyncio.timeout(self._send_timeout):
+                await producer.send_and_wait(self.topic, encode_input(command), key=key)
+        except (KafkaError, OSError, TimeoutError) as exc:
+            log.warning(
+                "command not acknowledged", command_id=command.command_id, error=_describe(exc)
+            )
+            raise CommandLogUnavailable(
+                f"the governance topic {self.topic!r} did not acknowledge the command: "
+                f"{_describe(exc)}"
+            ) from exc
+
+    async def close(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await _stop_quietly(producer)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return str(exc) or type(exc).__name__
+
+
+async def _stop_quietly(producer: AIOKafkaProducer) -> None:
+    try:
+        await producer.stop()
+    except Exception as exc:  # closing a broken producer must not mask the cause
+        log.debug("producer stop failed", error=repr(exc))

@@ -1,0 +1,206 @@
+"""Operational endpoints: ``/healthz`` (process alive), ``/readyz`` (database reachable and
+projection lag known), ``/metrics`` (Prometheus text, read from the projection per scrape).
+
+The stream worker exports its own counters on its own port; these gauges describe the projection
+as the API sees it, so they are right whichever worker process wrote it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated
+
+import structlog
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+from sqlalchemy.exc import SQLAlchemyError
+
+from services.processes.api.governance_reads import FleetStatus, GovernanceReads
+from services.processes.api.routes_devices import Store
+from services.processes.api.routes_extender import extender_metrics
+from services.processes.api.routes_inventory import CAPACITY_NODE_VIEW_METRICS, inventory_gauges
+from services.processes.api.schemas import PartitionOut, ReadyOut
+
+log = structlog.get_logger(__name__)
+
+router = APIRouter(tags=["operations"])
+
+DATABASE_ERRORS = (SQLAlchemyError, OSError, TimeoutError)
+
+GOVERNANCE_CACHE_SECONDS = 5.0
+"""How long the governance gauges' projection reads are reused between scrapes."""
+
+
+@dataclass(slots=True)
+class GovernanceGaugeCache:
+    """The last :class:`FleetStatus` read for ``/metrics`` and when (monotonic seconds)."""
+
+    status: FleetStatus | None = None
+    read_at: float = float("-inf")
+
+    async def get(self, reads: GovernanceReads) -> FleetStatus:
+        """The cached status while younger than :data:`GOVERNANCE_CACHE_SECONDS`, else a new
+        read (errors propagate and are not cached)."""
+        now = time.monotonic()
+        if self.status is None or now - self.read_at > GOVERNANCE_CACHE_SECONDS:
+            self.status = await reads.fleet_status()
+            self.read_at = now
+        return self.status
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """The process is alive (no dependencies are checked)."""
+    return {"status": "ok"}
+
+
+@router.get(
+    "/readyz",
+    response_model=ReadyOut,
+    responses={503: {"model": ReadyOut, "description": "Not ready; `reason` says why."}},
+)
+async def readyz(store: Store) -> ReadyOut | JSONResponse:
+    """Ready when the database answers and the projection's lag is known (the worker has recorded
+    progress for at least one partition); 503 with a reason otherwise."""
+    try:
+        progress = await store.partition_progress()
+    except DATABASE_ERRORS as exc:
+        log.warning("readiness check failed", error=repr(exc))
+        return _unavailable(f"database unreachable or not migrated: {type(exc).__name__}")
+    if not progress:
+        return _unavailable("projection lag unknown: no partition progress recorded yet")
+    return ReadyOut(status="ready", partitions=[PartitionOut.of(p) for p in progress])
+
+
+def _unavailable(reason: str) -> JSONResponse:
+    body = ReadyOut(status="unavailable", reason=reason)
+    return JSONResponse(body.model_dump(mode="json", by_alias=True), status_code=503)
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(
+    request: Request,
+    store: Store,
+    capacity_node_view: Annotated[
+        bool,
+        Query(
+            alias="capacityNodeView",
+            description="false: leave out the per-node capacity series (large fleets).",
+        ),
+    ] = CAPACITY_NODE_VIEW_METRICS,
+) -> Response:
+    """Prometheus metrics of the projection, read when scraped.
+
+    ``devicestate_projection_freshness_seconds``: now minus the newest applied event's
+    ``observedAt`` (absent before the first batch; negative if the watcher's clock runs ahead); ``devicestate_consumer_lag{topic,partition}``: records not yet applied
+    (highwater - offset - 1); ``devicestate_devices{health}``: devices by health;
+    ``devicestate_api_database_up``: 1 when the reads succeeded.
+
+    Governance (read at most every 5 s): ``devicestate_quarantines_active`` (active or
+    recovering), ``devicestate_devices_by_governance_state{state}``,
+    ``devicestate_governor_watermark_age_seconds`` (wall clock minus the governor's watermark;
+    absent before the first watermark), ``devicestate_breaker_open``,
+    ``devicestate_automation_paused``; ``devicestate_api_governance_up``: 1 when those reads
+    succeeded (0 also while the governance tables do not exist yet).
+
+    Inventory (read at most every 5 s): ``devicestate_capacity_devices{view,key,kind}`` (kind
+    total/allocated/idle/unavailable/fragmented; the node view unless ``capacityNodeView=false``),
+    ``devicestate_capacity_request_size``, ``devicestate_inventory_divergence{node,resource}``
+    (ResourceSlice devices minus Node capacity where both offer the resource),
+    ``devicestate_api_inventory_up``. With the scheduler extender enabled:
+    ``devicestate_scheduler_extender_calls_total{outcome}`` and
+    ``devicestate_scheduler_extender_failed_nodes_total``.
+    """
+    clock = request.app.state.clock
+    registry = CollectorRegistry()
+    up = Gauge(
+        "devicestate_api_database_up",
+        "1 when the API could read the projection for this scrape.",
+        registry=registry,
+    )
+    try:
+        newest = await store.freshness()
+        progress = await store.partition_progress()
+        fleet = await store.fleet_counts()
+    except DATABASE_ERRORS as exc:
+        log.warning("metrics read failed", error=repr(exc))
+        up.set(0)
+    else:
+        up.set(1)
+        if newest is not None:
+            Gauge(
+                "devicestate_projection_freshness_seconds",
+                "Seconds since the observedAt of the newest event applied to the projection.",
+                registry=registry,
+            ).set((clock() - newest).total_seconds())
+        lag = Gauge(
+            "devicestate_consumer_lag",
+            "Records of the partition not yet applied to the projection (highwater-offset-1).",
+            ["topic", "partition"],
+            registry=registry,
+        )
+        for p in progress:
+            if p.lag is not None:
+                lag.labels(p.topic, str(p.partition)).set(p.lag)
+        devices = Gauge(
+            "devicestate_devices",
+            "Devices in the directory by health.",
+            ["health"],
+            registry=registry,
+        )
+        for health, count in fleet.by_health.items():
+            devices.labels(health.value).set(count)
+    await _governance_gauges(request, registry, clock())
+    await inventory_gauges(request, registry, capacity_node_view, DATABASE_ERRORS)
+    if request.app.state.settings.scheduler_extender:
+        extender_metrics(request, registry)
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+async def _governance_gauges(request: Request, registry: CollectorRegistry, now: datetime) -> None:
+    up = Gauge(
+        "devicestate_api_governance_up",
+        "1 when the API could read the governance projection for this scrape.",
+        registry=registry,
+    )
+    cache: GovernanceGaugeCache = request.app.state.governance_gauges
+    try:
+        status = await cache.get(request.app.state.reads)
+    except DATABASE_ERRORS as exc:
+        log.warning("governance metrics read failed", error=repr(exc))
+        up.set(0)
+        return
+    up.set(1)
+    Gauge(
+        "devicestate_quarantines_active",
+        "Quarantines active or recovering.",
+        registry=registry,
+    ).set(status.active_quarantines)
+    by_state = Gauge(
+        "devicestate_devices_by_governance_state",
+        "Devices the governor knows, by governance state.",
+        ["state"],
+        registry=registry,
+    )
+    for state, count in status.by_state.items():
+        by_state.labels(state).set(count)
+    if status.watermark is not None:
+        Gauge(
+            "devicestate_governor_watermark_age_seconds",
+            "Wall clock minus the governor's event-time watermark: how old its view of the "
+            "observations is.",
+            registry=registry,
+        ).set((now - status.watermark).total_seconds())
+    Gauge(
+        "devicestate_breaker_open",
+        "1 while the governance circuit breaker is open.",
+        registry=registry,
+    ).set(int(status.breaker_open))
+    Gauge(
+        "devicestate_automation_paused",
+        "1 while an operator paused governance automation.",
+        registry=registry,
+    ).set(int(status.automation_paused))

@@ -1,0 +1,1 @@
+"""Rebuild the projection from the event log: ``devicestate replay`` (see :mod:`services.processes.replay.run`)."""

@@ -1,0 +1,200 @@
+"""Rebuild the governance projection from the governance topic: ``devicestate replay --governance``.
+
+Reads the governance topic's one partition from offset 0 up to the end offset captured at the start
+(no consumer group, nothing committed), folds every record through the same pure
+:func:`~services.domain.governance.machine.step` as the governor, with the same policy
+(``DEVICESTATE_*`` settings), from an empty state, and writes the rows with the governor's own
+writer (:class:`~services.adapters.projection.governance_store.GovernanceStore`) into a fresh schema. Records
+that do not decode are counted and skipped (the governor dead-lettered them already, and folded
+nothing for them either). No decision is published.
+
+The fold has no wall clock, so the rows equal the live governor's whatever the batch boundaries
+or restarts were: ``--verify`` diffs ``device_governance``, ``quarantines`` and
+``governance_decisions`` with the live schema (the governor should have caught up).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from services.adapters.projection.governance_store import GovernanceStore, batch_rows
+from services.adapters.projection.migrate import migrate
+from services.adapters.projection.tables import check_schema_name
+from services.domain.governance.decisions import Decision
+from services.domain.governance.inputs import decode_input
+from services.domain.governance.policy import GovernancePolicy
+from services.domain.governance.state import GovernorState
+from services.processes.replay.run import ReplayError, drop_schema, schema_exists, topic_partitions
+from services.runtime.config import Settings
+
+StepFn = Callable[[GovernorState, Any, int, GovernancePolicy], list[Decision]]
+
+
+@dataclass(slots=True)
+class GovernanceReplaySummary:
+    """What a governance replay did."""
+
+    schema: str
+    total: int = 0
+    """Records between the beginning and the end offset captured at the start."""
+    read: int = 0
+    undecodable: int = 0
+    decisions: int = 0
+    batches: int = 0
+    elapsed: float = 0.0
+    devices: int = 0
+    quarantines: int = 0
+    end_offset: int = 0
+
+    def line(self) -> str:
+        """The one-line summary the CLI prints."""
+        rate = self.read / self.elapsed if self.elapsed > 0 else 0.0
+        return (
+            f"replayed {self.read} governance records into schema {self.schema}: decisions "
+            f"{self.decisions}, devices {self.devices}, quarantines {self.quarantines}, "
+            f"undecodable {self.undecodable}; {self.batches} batches in {self.elapsed:.2f} s "
+            f"({rate:,.0f} records/s)"
+        )
+
+
+async def read_governance_log(
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    batch_size: int = 5000,
+    on_ready: Callable[[int, int], None] | None = None,
+) -> AsyncIterator[list[tuple[int, bytes | None]]]:
+    """Yield ``(offset, value)`` lists of partition 0 from the beginning up to the end offset
+    captured at the start; ``on_ready(begin, end)`` is called first. Raises :class:`ReplayError`
+    when the topic does not exist or has more than one partition."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    partitions = await topic_partitions(bootstrap_servers, topic)
+    if partitions != [0]:
+        raise ReplayError(f"governance topic {topic!r} must have one partition, has {partitions}")
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap_servers,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=batch_size,
+    )
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        begin = (await consumer.beginning_offsets([tp]))[tp]
+        end = (await consumer.end_offsets([tp]))[tp]
+        if on_ready is not None:
+            on_ready(begin, end)
+        await consumer.seek_to_beginning(tp)
+        position = begin
+        while position < end:
+            fetched = await consumer.getmany(tp, timeout_ms=1000, max_records=batch_size)
+            batch = [(m.offset, m.value) for m in fetched.get(tp, []) if m.offset < end]
+            if batch:
+                yield batch
+            position = await consumer.position(tp)
+    finally:
+        await consumer.stop()
+
+
+async def replay_governance(
+    settings: Settings,
+    *,
+    engine: AsyncEngine,
+    database_url: str,
+    schema: str,
+    batch_size: int = 5000,
+    progress: Callable[[int, int], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
+    step: StepFn | None = None,
+) -> GovernanceReplaySummary:
+    """Fold ``settings.governance_topic`` from offset 0 into the new schema ``schema``.
+
+    The schema must not exist (it is created and migrated; dropped again if the replay fails).
+    Raises :class:`ReplayError` for a missing topic or an existing schema.
+    """
+    check_schema_name(schema)
+    topic = settings.governance_topic
+    await topic_partitions(settings.kafka_bootstrap_servers, topic)  # fail early
+    if await schema_exists(engine, schema):
+        raise ReplayError(f"schema {schema!r} already exists; pick another name or drop it")
+    await migrate(database_url, schema)
+    try:
+        return await _fold(settings, engine, schema, batch_size, progress, on_start, step)
+    except BaseException:
+        await drop_schema(engine, schema)
+        raise
+
+
+async def _fold(
+    settings: Settings,
+    engine: AsyncEngine,
+    schema: str,
+    batch_size: int,
+    progress: Callable[[int, int], None] | None,
+    on_start: Callable[[int], None] | None,
+    step: StepFn | None,
+) -> GovernanceReplaySummary:
+    if step is None:
+        from services.domain.governance.machine import step as machine_step
+
+        step = machine_step
+    policy = GovernancePolicy.from_settings(settings)
+    store = GovernanceStore(engine, schema)
+    state = GovernorState()
+    summary = GovernanceReplaySummary(schema=schema)
+    topic = settings.governance_topic
+    started = time.perf_counter()
+    recorded: int | None = None
+
+    def ready(begin: int, end: int) -> None:
+        summary.total, summary.end_offset = end - begin, end
+        if on_start is not None:
+            on_start(summary.total)
+
+    async for batch in read_governance_log(
+        settings.kafka_bootstrap_servers, topic, batch_size=batch_size, on_ready=ready
+    ):
+        decisions: list[Decision] = []
+        for offset, value in batch:
+            summary.read += 1
+            try:
+                if value is None:
+                    raise ValueError("record has no value")
+                record = decode_input(value)
+            except Exception:
+                summary.undecodable += 1
+                continue
+            decisions.extend(step(state, record, offset, policy))
+        last = batch[-1][0]
+        await store.write(
+            batch_rows(state, decisions, topic=topic, offset=last, expected_offset=recorded)
+        )
+        state.clear_dirty()
+        recorded = last
+        summary.decisions += len(decisions)
+        summary.batches += 1
+        if progress is not None:
+            progress(summary.read, summary.total)
+    summary.devices = len(state.devices)
+    summary.quarantines = sum(1 for d in state.devices.values() if d.quarantine is not None)
+    summary.elapsed = time.perf_counter() - started
+    return summary
+
+
+async def verify_governance(engine: AsyncEngine, live_schema: str, replay_schema: str) -> list[str]:
+    """Differences in ``device_governance``, ``quarantines`` and ``governance_decisions`` between
+    the live schema and the replayed one (empty: identical)."""
+    from services.adapters.projection.compare import GOVERNANCE_COMPARED_TABLES, diff_projections
+
+    differences: list[str] = await diff_projections(
+        engine, live_schema, replay_schema, GOVERNANCE_COMPARED_TABLES
+    )
+    return differences

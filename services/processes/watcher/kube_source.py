@@ -1,0 +1,486 @@
+"""LIST then WATCH Pods in all namespaces from the Kubernetes API (kubernetes-asyncio, raw JSON).
+
+Pattern (``../shared/notes/stack.md``, kubernetes-asyncio watch): LIST and take its
+resourceVersion; WATCH from it with ``allowWatchBookmarks=true`` and a server timeout; follow the
+resourceVersion of every Pod event and BOOKMARK; when the watch ends, watch again from there;
+on 410 Gone (an ERROR event with code 410, or HTTP 410) LIST again and reconcile; on network
+errors back off exponentially with jitter (tenacity) and resume from the last resourceVersion.
+
+The loop is :class:`ListWatchSource`; :class:`KubeSource` runs it for Pods (and
+``node_source.ObjectSource`` for node Leases and Nodes, and for the DRA objects of
+``dra_source``). The Kubernetes I/O sits behind
+:class:`PodApi` (two calls), so tests drive :class:`KubeSource` with a fake API.
+:class:`KubernetesPodApi` is the real one, on :class:`RawListWatch`: raw responses
+(``_preload_content=False``) parsed with orjson, never the client's model objects (75x the
+memory and CPU per Pod, see the notes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Final, Protocol, TypeAlias
+
+import aiohttp
+import orjson
+import structlog
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client.exceptions import ApiException
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_never,
+    wait_random_exponential,
+)
+
+from services.processes.watcher.watch_lines import (
+    Bookmark,
+    BrokenLine,
+    ObjectChange,
+    PodChange,
+    WatchError,
+    WatchItem,
+    decode_watch_line,
+    split_lines,
+)
+from services.runtime.config import Settings
+
+log = structlog.get_logger(__name__)
+
+CONNECT_TIMEOUT_SECONDS: Final = 10.0
+LIST_PAGE_SIZE: Final = 500
+MIN_QUIET_WATCH_SECONDS: Final = 1.0
+"""A watch that ends sooner than this (seconds) without any event counts as a failure."""
+
+
+class ResourceExpired(Exception):
+    """HTTP 410 Gone: the resourceVersion to resume from is too old; LIST again."""
+
+
+class ApiUnavailable(Exception):
+    """A transient failure (network, timeout, 429, 5xx): retry after a backoff."""
+
+
+class ApiRejected(Exception):
+    """A failure that retrying will not fix (401, 403, 400...): the watcher stops."""
+
+
+class ResourceNotServed(ApiRejected):
+    """HTTP 404 on a LIST or WATCH: the API server does not serve the resource (e.g. a cluster
+    without resource.k8s.io/v1, or a namespace that does not exist). An :class:`ApiRejected`:
+    it stops the watcher, unless the loop was started as optional
+    (``node_source.ObjectSource(optional=True)``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectList:
+    """A complete LIST: the objects as raw JSON and the list's resourceVersion."""
+
+    items: list[dict[str, Any]]
+    resource_version: str | None
+
+
+PodList = ObjectList
+"""A LIST of Pods (the name the Pod path and its tests use)."""
+
+
+class PodApi(Protocol):
+    """The two Kubernetes calls the watcher needs. Both raise :class:`ResourceExpired`,
+    :class:`ApiUnavailable` or :class:`ApiRejected`, never a client library's exception."""
+
+    async def list_pods(self) -> ObjectList:
+        """LIST every Pod (all pages)."""
+        ...
+
+    def watch_pods(self, resource_version: str | None) -> AsyncIterator[bytes]:
+        """WATCH Pods from ``resource_version``: the raw lines of the watch body, until the
+        server ends the watch."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Relisted:
+    """A LIST was taken (at start or after 410): reconcile every Pod against it."""
+
+    pods: list[dict[str, Any]]
+    resource_version: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectsListed:
+    """A LIST of Leases, Nodes, ResourceSlices, ResourceClaims or DeviceClasses (``object_kind``)
+    was taken (at start or after 410)."""
+
+    object_kind: str
+    items: list[dict[str, Any]]
+    resource_version: str | None
+
+
+SourceItem: TypeAlias = WatchItem | Relisted | ObjectsListed
+Handler: TypeAlias = Callable[[SourceItem, str], Awaitable[None]]
+"""``handle(item, source)``: ``source`` names where the item came from (dead-letter header)."""
+
+
+class ListWatchSource(ABC):
+    """The LIST/WATCH loop of one resource; subclasses say how to LIST, WATCH and decode.
+
+    ``max_backoff_seconds`` caps the wait between retries after transient errors; ``sleep`` is
+    tenacity's sleep (tests pass a fast one); ``on_restart(reason)`` is told each time a watch
+    ends (``expired``, ``timeout``, ``error``) and ``on_retry()`` each time a backoff starts.
+    """
+
+    resource: str = "objects"
+    """Plural name for logs (``pods``, ``leases``, ``nodes``)."""
+
+    def __init__(
+        self,
+        *,
+        max_backoff_seconds: float = 30.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_restart: Callable[[str], None] | None = None,
+        on_retry: Callable[[], None] | None = None,
+    ) -> None:
+        self._max_backoff = max_backoff_seconds
+        self._sleep = sleep
+        self._on_restart = on_restart or (lambda reason: None)
+        self._on_retry = on_retry or (lambda: None)
+        self._resource_version: str | None = None
+        self._need_list = True
+
+    @abstractmethod
+    async def _list_objects(self) -> ObjectList:
+        """LIST every object (all pages)."""
+
+    @abstractmethod
+    def _watch_lines(self, resource_version: str | None) -> AsyncIterator[bytes]:
+        """WATCH from ``resource_version``: the raw lines of the body."""
+
+    @abstractmethod
+    def _decode(self, line: bytes) -> WatchItem:
+        """One watch line as an item."""
+
+    @abstractmethod
+    def _listed(self, listed: ObjectList) -> SourceItem:
+        """The item handed over after a LIST."""
+
+    def _source(self, what: str) -> str:
+        return f"kube:{what}@{self._resource_version}"
+
+    @property
+    def resource_version(self) -> str | None:
+        """Where the next WATCH resumes from (``None`` before the first LIST)."""
+        return self._resource_version
+
+    async def run(self, handle: Handler, stop: asyncio.Event | None = None) -> None:
+        """LIST/WATCH until ``stop`` is set (checked between watches) or the task is cancelled.
+
+        Raises :class:`ApiRejected` (and whatever ``handle`` raises); transient errors are
+        retried forever.
+        """
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
+            # A fresh retry state per round: a watch that made progress resets the backoff.
+            async for attempt in self._retrying():
+                with attempt:
+                    await self._round(handle, stop)
+
+    def _retrying(self) -> AsyncRetrying:
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            self._on_retry()
+            log.warning(
+                "kubernetes API unavailable, backing off",
+                resource=self.resource,
+                attempt=state.attempt_number,
+                resume_from=self._resource_version,
+                error=repr(exc),
+            )
+
+        return AsyncRetrying(
+            retry=retry_if_exception_type(ApiUnavailable),
+            wait=wait_random_exponential(multiplier=0.5, max=self._max_backoff),
+            stop=stop_never,
+            sleep=self._sleep,
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+
+    async def _round(self, handle: Handler, stop: asyncio.Event) -> None:
+        """One LIST (when needed) and one WATCH. Returns when the watch ended after progress;
+        raises :class:`ApiUnavailable` when it failed before any, so the caller backs off."""
+        if stop.is_set():
+            return
+        listed = progressed = False
+        started = time.monotonic()
+        try:
+            if self._need_list:
+                await self._list(handle)
+                listed = True
+            async for line in self._watch_lines(self._resource_version):
+                source = self._source("watch")
+                item = self._decode(line)
+                if isinstance(item, PodChange | ObjectChange | Bookmark) and item.resource_version:
+                    self._resource_version = item.resource_version
+                    progressed = True
+                await handle(item, source)
+                if isinstance(item, WatchError):
+                    if item.expired:
+                        raise ResourceExpired(item.message)
+                    raise ApiUnavailable(f"watch ERROR {item.code}: {item.message}")
+                if isinstance(item, BrokenLine):
+                    # Cut mid-object (dropped connection): resume from the last good version.
+                    raise ApiUnavailable(f"broken watch line: {item.reason}")
+            if not (listed or progressed) and time.monotonic() - started < MIN_QUIET_WATCH_SECONDS:
+                # Ended at once without a single event: a misbehaving server or proxy, not the
+                # server-side timeout. Back off instead of reconnecting in a tight loop.
+                raise ApiUnavailable("watch ended immediately without events")
+            self._on_restart("timeout")
+        except ResourceExpired as exc:
+            self._on_restart("expired")
+            self._need_list = True
+            log.info(
+                "watch expired (410 Gone), listing again",
+                resource=self.resource,
+                expired=self._resource_version,
+            )
+            if listed and not progressed:
+                # Expired right after a fresh LIST: something is off; do not LIST in a loop.
+                raise ApiUnavailable(f"410 right after LIST: {exc}") from exc
+        except ApiUnavailable:
+            self._on_restart("error")
+            if not (listed or progressed):
+                raise
+            log.warning(
+                "watch interrupted, resuming",
+                resource=self.resource,
+                resume_from=self._resource_version,
+            )
+
+    async def _list(self, handle: Handler) -> None:
+        listed = await self._list_objects()
+        self._resource_version = listed.resource_version
+        self._need_list = False
+        log.info(
+            f"listed {self.resource}",
+            count=len(listed.items),
+            resource_version=listed.resource_version,
+        )
+        await handle(self._listed(listed), self._source("list"))
+
+
+class KubeSource(ListWatchSource):
+    """Drives LIST/WATCH of Pods over a :class:`PodApi` and hands every item to a handler, in
+    order (``Relisted`` after each LIST). Options: :class:`ListWatchSource`."""
+
+    resource = "pods"
+
+    def __init__(
+        self,
+        api: PodApi,
+        *,
+        max_backoff_seconds: float = 30.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_restart: Callable[[str], None] | None = None,
+        on_retry: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(
+            max_backoff_seconds=max_backoff_seconds,
+            sleep=sleep,
+            on_restart=on_restart,
+            on_retry=on_retry,
+        )
+        self._api = api
+
+    async def _list_objects(self) -> ObjectList:
+        return await self._api.list_pods()
+
+    def _watch_lines(self, resource_version: str | None) -> AsyncIterator[bytes]:
+        return self._api.watch_pods(resource_version)
+
+    def _decode(self, line: bytes) -> WatchItem:
+        return decode_watch_line(line)
+
+    def _listed(self, listed: ObjectList) -> SourceItem:
+        return Relisted(listed.items, listed.resource_version)
+
+
+# --- the real Kubernetes API ----------------------------------------------------------------
+
+
+def _raise_for_status(status: int, body: bytes) -> None:
+    if 200 <= status < 300:
+        return
+    text = body[:500].decode("utf-8", "replace")
+    if status == 410:
+        raise ResourceExpired(text)
+    if status == 429 or status >= 500:
+        raise ApiUnavailable(f"HTTP {status}: {text}")
+    if status == 404:
+        raise ResourceNotServed(f"HTTP {status}: {text}")
+    raise ApiRejected(f"HTTP {status}: {text}")
+
+
+def _mapped(exc: BaseException) -> BaseException:
+    """A client library exception as :class:`ResourceExpired`/:class:`ApiUnavailable`/
+    :class:`ApiRejected`; other exceptions unchanged."""
+    if isinstance(exc, ApiException):
+        status = int(exc.status or 0)
+        if status == 410:
+            return ResourceExpired(str(exc.reason))
+        if status == 0 or status == 429 or status >= 500:
+            return ApiUnavailable(f"HTTP {status}: {exc.reason}")
+        if status == 404:
+            return ResourceNotServed(f"HTTP {status}: {exc.reason}")
+        return ApiRejected(f"HTTP {status}: {exc.reason}")
+    if isinstance(exc, aiohttp.ClientError | asyncio.TimeoutError | OSError):
+        return ApiUnavailable(repr(exc))
+    return exc
+
+
+class RawListWatch:
+    """LIST (all pages) and WATCH over one kubernetes-asyncio list call (e.g.
+    ``CoreV1Api.list_pod_for_all_namespaces``) with raw JSON responses (``_preload_content=False``),
+    errors mapped to :class:`ResourceExpired`/:class:`ApiUnavailable`/:class:`ApiRejected`.
+
+    Each WATCH asks the server for bookmarks and to end after ``settings.watch_timeout_seconds``;
+    the client gives up on a connection that sends nothing for ``settings.read_timeout_seconds``
+    (half-open connections). ``params`` go to every call (selectors, namespace).
+    """
+
+    def __init__(
+        self,
+        call: Callable[..., Awaitable[Any]],
+        settings: Settings,
+        *,
+        page_size: int = LIST_PAGE_SIZE,
+        params: dict[str, Any] | None = None,
+    ) -> None:
+        self._call = call
+        self._settings = settings
+        self._page_size = page_size
+        self._params = params or {}
+        self._timeout = (CONNECT_TIMEOUT_SECONDS, settings.read_timeout_seconds)
+
+    async def list_all(self) -> ObjectList:
+        """LIST every object, following ``continue`` tokens."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        try:
+            while True:
+                paging: dict[str, Any] = {"limit": self._page_size}
+                if token:
+                    paging["_continue"] = token
+                response = await self._call(
+                    **self._params,
+                    **paging,
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                )
+                try:
+                    body: bytes = await response.read()
+                    _raise_for_status(response.status, body)
+                finally:
+                    response.release()
+                document = orjson.loads(body)
+                items.extend(document.get("items") or [])
+                metadata = document.get("metadata") or {}
+                token = metadata.get("continue")
+                if not token:
+                    return ObjectList(items, metadata.get("resourceVersion"))
+        except ResourceExpired as exc:
+            # The continue token expired mid-way: start the LIST over after a backoff.
+            raise ApiUnavailable(f"LIST continue token expired: {exc}") from exc
+        except orjson.JSONDecodeError as exc:
+            raise ApiUnavailable(f"LIST body is not JSON: {exc}") from exc
+        except (ApiUnavailable, ApiRejected):
+            raise
+        except Exception as exc:
+            mapped = _mapped(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    async def watch(self, resource_version: str | None) -> AsyncIterator[bytes]:
+        """WATCH from ``resource_version``: the raw lines of the body until the server ends it."""
+        try:
+            response = await self._call(
+                **self._params,
+                watch=True,
+                allow_watch_bookmarks=True,
+                resource_version=resource_version,
+                timeout_seconds=self._settings.watch_timeout_seconds,
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            )
+        except Exception as exc:
+            mapped = _mapped(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        try:
+            if response.status != 200:
+                _raise_for_status(response.status, await response.read())
+            async for line in split_lines(response.content.iter_any()):
+                yield line
+        except (ResourceExpired, ApiUnavailable, ApiRejected):
+            raise
+        except Exception as exc:
+            mapped = _mapped(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        finally:
+            response.release()
+
+
+class KubernetesPodApi:
+    """:class:`PodApi` over kubernetes-asyncio's ``CoreV1Api`` (:class:`RawListWatch`); selectors
+    come from ``settings.label_selector``/``field_selector``."""
+
+    def __init__(self, core: Any, settings: Settings, *, page_size: int = LIST_PAGE_SIZE) -> None:
+        selectors = {}
+        if settings.label_selector:
+            selectors["label_selector"] = settings.label_selector
+        if settings.field_selector:
+            selectors["field_selector"] = settings.field_selector
+        self._raw = RawListWatch(
+            core.list_pod_for_all_namespaces, settings, page_size=page_size, params=selectors
+        )
+
+    async def list_pods(self) -> ObjectList:
+        return await self._raw.list_all()
+
+    def watch_pods(self, resource_version: str | None) -> AsyncIterator[bytes]:
+        return self._raw.watch(resource_version)
+
+
+@asynccontextmanager
+async def kubernetes_api_client(settings: Settings) -> AsyncIterator[k8s_client.ApiClient]:
+    """A kubernetes-asyncio ``ApiClient`` configured from ``settings.kubeconfig``, else the
+    in-cluster service account, else ``~/.kube/config``. Raises
+    ``kubernetes_asyncio.config.ConfigException`` when none is usable."""
+    configuration = k8s_client.Configuration()
+    if settings.kubeconfig:
+        await k8s_config.load_kube_config(
+            config_file=settings.kubeconfig, client_configuration=configuration
+        )
+    else:
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        except k8s_config.ConfigException:
+            await k8s_config.load_kube_config(client_configuration=configuration)
+    async with k8s_client.ApiClient(configuration=configuration) as api_client:
+        yield api_client
+
+
+@asynccontextmanager
+async def kubernetes_pod_api(settings: Settings) -> AsyncIterator[KubernetesPodApi]:
+    """A :class:`KubernetesPodApi` on :func:`kubernetes_api_client`."""
+    async with kubernetes_api_client(settings) as api_client:
+        yield KubernetesPodApi(k8s_client.CoreV1Api(api_client), settings)

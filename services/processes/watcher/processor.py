@@ -1,0 +1,306 @@
+"""What the watcher does with each Pod, node Lease, Node and DRA object it sees, without doing
+any I/O.
+
+:class:`WatchProcessor` reads a Pod (:func:`~services.domain.pod_status.read_pod`), asks the
+:class:`~services.domain.watch.pod_tracker.PodTracker` what changed and says what to publish and what to
+dead-letter. :class:`NodeProcessor` does the same for Leases and Nodes with the
+:class:`~services.domain.watch.node_tracker.NodeTracker`, :class:`InventoryProcessor` for ResourceSlices,
+ResourceClaims and DeviceClasses with the
+:class:`~services.domain.watch.inventory_tracker.InventoryTracker`. The file and Kubernetes sources and
+the run loop (``run.py``) do the I/O around them; the golden tests drive them directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+import orjson
+
+from services.domain.events import Event, parse_resource_version
+from services.domain.inventory.events import InventoryKind, InventoryObserved
+from services.domain.limits import field_violations
+from services.domain.pod_status import (
+    DEAD_LETTER_CODES,
+    PodReading,
+    Problem,
+    ProblemCode,
+    read_pod,
+)
+from services.domain.watch.inventory_tracker import InventoryOutcome, InventoryTracker
+from services.domain.watch.node_tracker import NodeFact, NodeOutcome, NodeProblem, NodeTracker
+from services.domain.watch.pod_tracker import PodTracker, WatchKind
+
+STAGE_WATCH_LINE: Final = "watch-line"
+"""Dead-letter stage of a line that is not a readable watch event."""
+
+STAGE_POD_STATUS: Final = "pod-status"
+"""Dead-letter stage of a Pod whose device health could not be keyed or was contradictory."""
+
+STAGE_NODE_LEASE: Final = "node-lease"
+"""Dead-letter stage of a node Lease that could not be read (no name, bad renewTime)."""
+
+STAGE_NODE_STATUS: Final = "node-status"
+"""Dead-letter stage of a Node whose name or extended-resource counts could not be read."""
+
+STAGE_DRA_INVENTORY: Final = "dra-inventory"
+"""Dead-letter stage of a ResourceSlice, ResourceClaim or DeviceClass that could not be read."""
+
+_NODE_STAGES: Final = {"Lease": STAGE_NODE_LEASE, "Node": STAGE_NODE_STATUS}
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Original bytes to park on the dead-letter topic, with why (``reason``), where in the
+    pipeline (``stage``) and where they came from (``source``, e.g. ``file:path:line``)."""
+
+    original: bytes
+    reason: str
+    stage: str
+    source: str
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What to do after one Pod event or one LIST: publish ``events`` in order, dead-letter
+    ``dead_letters``, and count ``problems``."""
+
+    events: list[Event] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+
+
+def _dead_letter(reading: PodReading, original: bytes, source: str) -> DeadLetter | None:
+    reasons = [
+        f"{p.code.value}: {p.message}" for p in reading.problems if p.code in DEAD_LETTER_CODES
+    ]
+    if not reasons:
+        return None
+    return DeadLetter(
+        original=original,
+        reason=f"Pod {reading.ref}: " + "; ".join(reasons),
+        stage=STAGE_POD_STATUS,
+        source=source,
+    )
+
+
+def _refuse_unstorable(outcome: Outcome, reading: PodReading, original: bytes, source: str) -> None:
+    """Move events the projection could not store (``limits.field_violations``) from
+    ``outcome.events`` to one dead letter of the Pod's original bytes."""
+    kept, reasons = [], []
+    for event in outcome.events:
+        violations = field_violations(event)
+        if violations:
+            reasons.extend(violations)
+        else:
+            kept.append(event)
+    if not reasons:
+        return
+    reason = f"Pod {reading.ref}: invalid-field: " + "; ".join(dict.fromkeys(reasons))
+    outcome.events = kept
+    outcome.problems.append(Problem(ProblemCode.INVALID_FIELD, reason))
+    outcome.dead_letters.append(DeadLetter(original, reason, STAGE_POD_STATUS, source))
+
+
+class WatchProcessor:
+    """Pod events in, actions out. Holds the tracker (the only state)."""
+
+    def __init__(self, tracker: PodTracker | None = None) -> None:
+        self.tracker = tracker if tracker is not None else PodTracker()
+
+    def pod_event(
+        self,
+        kind: WatchKind,
+        pod: Mapping[str, Any],
+        original: bytes,
+        source: str,
+        observed_at: datetime,
+    ) -> Outcome:
+        """One ADDED/MODIFIED/DELETED. ``original`` is the line as read (dead-lettered when the
+        Pod is rejected); ``observed_at`` is the watcher time (UTC) stamped on the events."""
+        reading = read_pod(pod, observed_at)
+        outcome = Outcome(events=self.tracker.apply(kind, reading))
+        _refuse_unstorable(outcome, reading, original, source)
+        if kind is not WatchKind.DELETED:
+            # A DELETED object is not read for health, so its problems are not news either.
+            outcome.problems.extend(reading.problems)
+            letter = _dead_letter(reading, original, source)
+            if letter is not None:
+                outcome.dead_letters.append(letter)
+        return outcome
+
+    def relisted(
+        self,
+        pods: Iterable[Mapping[str, Any]],
+        list_version: str | None,
+        source: str,
+        observed_at: datetime,
+    ) -> Outcome:
+        """A complete LIST (``list_version``: its ``metadata.resourceVersion``): re-emit every
+        listed Pod's devices and release the tracked Pods that are gone."""
+        outcome = Outcome()
+        readings = []
+        by_uid: dict[str, tuple[PodReading, Mapping[str, Any]]] = {}
+        for pod in pods:
+            reading = read_pod(pod, observed_at)
+            readings.append(reading)
+            by_uid[reading.uid] = (reading, pod)
+            outcome.problems.extend(reading.problems)
+            if reading.rejected:
+                letter = _dead_letter(reading, orjson.dumps(pod), source)
+                if letter is not None:
+                    outcome.dead_letters.append(letter)
+        outcome.events = self.tracker.reconcile(
+            readings, parse_resource_version(list_version), observed_at
+        )
+        # Unstorable events (limits.field_violations): one dead letter per Pod, its own bytes.
+        events, outcome.events = outcome.events, []
+        for uid in dict.fromkeys(e.pod_uid for e in events):
+            pod_outcome = Outcome(events=[e for e in events if e.pod_uid == uid])
+            if uid in by_uid:
+                reading, raw = by_uid[uid]
+                _refuse_unstorable(pod_outcome, reading, orjson.dumps(raw), source)
+            outcome.events.extend(pod_outcome.events)
+            outcome.problems.extend(pod_outcome.problems)
+            outcome.dead_letters.extend(pod_outcome.dead_letters)
+        return outcome
+
+
+@dataclass(slots=True)
+class NodeActions:
+    """What to do after one Lease/Node event or one LIST of them: publish ``events`` in order,
+    dead-letter ``dead_letters``, count ``problems``, ``coarsened`` heartbeats and ``ignored``
+    objects (the reason of each)."""
+
+    events: list[NodeFact] = field(default_factory=list)
+    problems: list[NodeProblem] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    coarsened: int = 0
+    ignored: list[str] = field(default_factory=list)
+
+    def add(self, outcome: NodeOutcome, object_kind: str, original: bytes, source: str) -> None:
+        self.events.extend(outcome.events)
+        self.problems.extend(outcome.problems)
+        self.coarsened += outcome.coarsened
+        if outcome.ignored is not None:
+            self.ignored.append(outcome.ignored)
+        if outcome.reject_reason is not None:
+            self.dead_letters.append(
+                DeadLetter(original, outcome.reject_reason, _NODE_STAGES[object_kind], source)
+            )
+
+
+class NodeProcessor:
+    """Lease and Node events in, actions out. Holds the :class:`NodeTracker` (the only state)."""
+
+    def __init__(self, tracker: NodeTracker) -> None:
+        self.tracker = tracker
+
+    def object_event(
+        self,
+        kind: WatchKind,
+        object_kind: str,
+        obj: Mapping[str, Any],
+        original: bytes,
+        source: str,
+        observed_at: datetime,
+    ) -> NodeActions:
+        """One ADDED/MODIFIED/DELETED of a Lease or a Node (``object_kind``); ``original`` is the
+        line as read (dead-lettered when the object is malformed)."""
+        if object_kind == "Lease":
+            outcome = self.tracker.lease_event(kind, obj, observed_at)
+        elif object_kind == "Node":
+            outcome = self.tracker.node_event(kind, obj, observed_at)
+        else:
+            raise ValueError(f"not a node object kind: {object_kind!r}")
+        actions = NodeActions()
+        actions.add(outcome, object_kind, original, source)
+        return actions
+
+    def listed(
+        self,
+        object_kind: str,
+        objs: list[dict[str, Any]],
+        source: str,
+        observed_at: datetime,
+    ) -> NodeActions:
+        """A complete LIST of Leases or Nodes: each read as ADDED, the unlisted forgotten."""
+        if object_kind == "Lease":
+            outcomes = self.tracker.leases_listed(objs, observed_at)
+        elif object_kind == "Node":
+            outcomes = self.tracker.nodes_listed(objs, observed_at)
+        else:
+            raise ValueError(f"not a node object kind: {object_kind!r}")
+        actions = NodeActions()
+        for obj, outcome in zip(objs, outcomes, strict=True):
+            original = orjson.dumps(obj) if outcome.reject_reason is not None else b""
+            actions.add(outcome, object_kind, original, source)
+        return actions
+
+
+@dataclass(slots=True)
+class InventoryActions:
+    """What to do after one DRA object event or one LIST of them: publish ``events`` in order,
+    dead-letter ``dead_letters`` and count ``ignored`` objects (the reason of each: ``stale``,
+    ``unchanged``, ``unknown``)."""
+
+    events: list[InventoryObserved] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+
+    def add(self, outcome: InventoryOutcome, original: bytes, source: str) -> None:
+        self.events.extend(outcome.events)
+        if outcome.ignored is not None:
+            self.ignored.append(outcome.ignored)
+        if outcome.reject_reason is not None:
+            self.dead_letters.append(
+                DeadLetter(original, outcome.reject_reason, STAGE_DRA_INVENTORY, source)
+            )
+
+
+class InventoryProcessor:
+    """ResourceSlice, ResourceClaim and DeviceClass events in, actions out. Holds the
+    :class:`InventoryTracker` (the only state)."""
+
+    def __init__(self, tracker: InventoryTracker | None = None) -> None:
+        self.tracker = tracker if tracker is not None else InventoryTracker()
+
+    def object_event(
+        self,
+        kind: WatchKind,
+        object_kind: str,
+        obj: Mapping[str, Any],
+        original: bytes,
+        source: str,
+        observed_at: datetime,
+    ) -> InventoryActions:
+        """One ADDED/MODIFIED/DELETED of a DRA object (``object_kind``); ``original`` is the line
+        as read (dead-lettered when the object is malformed). Raises ``ValueError`` for a kind
+        that is not a DRA inventory kind."""
+        outcome = self.tracker.event(kind, InventoryKind(object_kind), obj, observed_at)
+        actions = InventoryActions()
+        actions.add(outcome, original, source)
+        return actions
+
+    def listed(
+        self,
+        object_kind: str,
+        objs: list[dict[str, Any]],
+        source: str,
+        observed_at: datetime,
+    ) -> InventoryActions:
+        """A complete LIST of one DRA kind: each object read as ADDED, then ``deleted=True`` for
+        the tracked ones it no longer has."""
+        relist = self.tracker.listed(InventoryKind(object_kind), objs, observed_at)
+        actions = InventoryActions()
+        for obj, outcome in zip(objs, relist.outcomes, strict=True):
+            original = orjson.dumps(obj) if outcome.reject_reason is not None else b""
+            actions.add(outcome, original, source)
+        actions.events.extend(relist.deleted)
+        return actions
+
+    def tracked(self) -> dict[str, int]:
+        """Tracked objects by kind (every kind, zeros included)."""
+        return {kind.value: self.tracker.tracked(kind) for kind in InventoryKind}

@@ -1,1 +1,0 @@
-"""Rebuild the projection from the event log: ``devicestate replay`` (see :mod:`services.replay.run`)."""
