@@ -14,8 +14,9 @@ from typing import Any
 
 import orjson
 
+from services.adapters.kube.list_watch import ObjectList
 from services.processes.watcher.file_source import HarnessClock
-from services.processes.watcher.kube_source import KubeSource, ObjectsListed, PodList
+from services.processes.watcher.kube_source import KubeSource, ObjectsListed
 from services.processes.watcher.metrics import WatcherMetrics
 from services.processes.watcher.run import WatchSession, WatchSummary, run_file
 from services.runtime.config import Settings
@@ -77,7 +78,7 @@ def versioned(pod: dict[str, Any], version: str) -> dict[str, Any]:
 
 
 async def run_live(
-    session: WatchSession, lists: list[PodList | Exception], watches: list[list[Any]]
+    session: WatchSession, lists: list[ObjectList | Exception], watches: list[list[Any]]
 ) -> FakePodApi:
     api = FakePodApi(lists, watches)
 
@@ -97,7 +98,7 @@ async def test_live_observes_each_pod_once_and_never_after_a_relist(
     # The claim of the DRA Pods, as the ResourceClaim watch would have listed it.
     await session.handle(ObjectsListed("ResourceClaim", [claim()], "5"), "test")
 
-    first_list = PodList(
+    first_list = ObjectList(
         [
             versioned(plugin_pod("a"), "10"),  # already Ready: remembered, not observed
             versioned(plugin_pod("b", ready=None), "11"),
@@ -105,7 +106,7 @@ async def test_live_observes_each_pod_once_and_never_after_a_relist(
         ],
         "20",
     )
-    relist = PodList(
+    relist = ObjectList(
         [
             versioned(plugin_pod("a"), "10"),
             versioned(plugin_pod("b"), "21"),
@@ -164,7 +165,7 @@ async def test_live_claim_not_known_yet_observes_pod_ready_and_counts_it(
     session = new_session(publisher)
     await run_live(
         session,
-        [PodList([], "20")],
+        [ObjectList([], "20")],
         [
             [event_line("ADDED", versioned(dra_pod("f", ready=None), "21"))],
             [event_line("MODIFIED", versioned(dra_pod("f"), "22"))],
@@ -176,7 +177,7 @@ async def test_live_claim_not_known_yet_observes_pod_ready_and_counts_it(
     await session.handle(ObjectsListed("ResourceClaim", [claim()], "30"), "test")
     await run_live(
         session,
-        [PodList([versioned(dra_pod("f"), "22")], "40")],
+        [ObjectList([versioned(dra_pod("f"), "22")], "40")],
         [[event_line("MODIFIED", versioned(dra_pod("f"), "41"))]],
     )
     assert all_counts(session) == {("pod_ready", "unknown", "dra"): 1}

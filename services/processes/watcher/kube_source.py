@@ -7,12 +7,10 @@ on 410 Gone (an ERROR event with code 410, or HTTP 410) LIST again and reconcile
 errors back off exponentially with jitter (tenacity) and resume from the last resourceVersion.
 
 The loop is :class:`ListWatchSource`; :class:`KubeSource` runs it for Pods (and
-``node_source.ObjectSource`` for node Leases and Nodes, and for the DRA objects of
-``dra_source``). The Kubernetes I/O sits behind
-:class:`PodApi` (two calls), so tests drive :class:`KubeSource` with a fake API.
-:class:`KubernetesPodApi` is the real one, on :class:`RawListWatch`: raw responses
-(``_preload_content=False``) parsed with orjson, never the client's model objects (75x the
-memory and CPU per Pod, see the notes).
+``node_source.ObjectSource`` for node Leases and Nodes, and for the DRA objects). The Kubernetes
+I/O sits behind :class:`PodApi` (two calls), so tests drive :class:`KubeSource` with a fake API.
+The real one is :class:`~services.adapters.kube.watch_apis.KubernetesPodApi` (raw responses
+parsed with orjson, errors mapped in :mod:`services.adapters.kube.errors`).
 """
 
 from __future__ import annotations
@@ -21,16 +19,10 @@ import asyncio
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeAlias
 
-import aiohttp
-import orjson
 import structlog
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.client.exceptions import ApiException
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -39,6 +31,8 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from services.adapters.kube.errors import ApiUnavailable, ResourceExpired
+from services.adapters.kube.list_watch import ObjectList
 from services.processes.watcher.watch_lines import (
     Bookmark,
     BrokenLine,
@@ -47,52 +41,18 @@ from services.processes.watcher.watch_lines import (
     WatchError,
     WatchItem,
     decode_watch_line,
-    split_lines,
 )
-from services.runtime.config import Settings
 
 log = structlog.get_logger(__name__)
 
-CONNECT_TIMEOUT_SECONDS: Final = 10.0
-LIST_PAGE_SIZE: Final = 500
 MIN_QUIET_WATCH_SECONDS: Final = 1.0
 """A watch that ends sooner than this (seconds) without any event counts as a failure."""
 
 
-class ResourceExpired(Exception):
-    """HTTP 410 Gone: the resourceVersion to resume from is too old; LIST again."""
-
-
-class ApiUnavailable(Exception):
-    """A transient failure (network, timeout, 429, 5xx): retry after a backoff."""
-
-
-class ApiRejected(Exception):
-    """A failure that retrying will not fix (401, 403, 400...): the watcher stops."""
-
-
-class ResourceNotServed(ApiRejected):
-    """HTTP 404 on a LIST or WATCH: the API server does not serve the resource (e.g. a cluster
-    without resource.k8s.io/v1, or a namespace that does not exist). An :class:`ApiRejected`:
-    it stops the watcher, unless the loop was started as optional
-    (``node_source.ObjectSource(optional=True)``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ObjectList:
-    """A complete LIST: the objects as raw JSON and the list's resourceVersion."""
-
-    items: list[dict[str, Any]]
-    resource_version: str | None
-
-
-PodList = ObjectList
-"""A LIST of Pods (the name the Pod path and its tests use)."""
-
-
 class PodApi(Protocol):
-    """The two Kubernetes calls the watcher needs. Both raise :class:`ResourceExpired`,
-    :class:`ApiUnavailable` or :class:`ApiRejected`, never a client library's exception."""
+    """The two Kubernetes calls the watcher needs. Both raise ``ResourceExpired``,
+    ``ApiUnavailable`` or ``ApiRejected`` (:mod:`services.adapters.kube.errors`), never a client
+    library's exception."""
 
     async def list_pods(self) -> ObjectList:
         """LIST every Pod (all pages)."""
@@ -308,179 +268,3 @@ class KubeSource(ListWatchSource):
 
     def _listed(self, listed: ObjectList) -> SourceItem:
         return Relisted(listed.items, listed.resource_version)
-
-
-# --- the real Kubernetes API ----------------------------------------------------------------
-
-
-def _raise_for_status(status: int, body: bytes) -> None:
-    if 200 <= status < 300:
-        return
-    text = body[:500].decode("utf-8", "replace")
-    if status == 410:
-        raise ResourceExpired(text)
-    if status == 429 or status >= 500:
-        raise ApiUnavailable(f"HTTP {status}: {text}")
-    if status == 404:
-        raise ResourceNotServed(f"HTTP {status}: {text}")
-    raise ApiRejected(f"HTTP {status}: {text}")
-
-
-def _mapped(exc: BaseException) -> BaseException:
-    """A client library exception as :class:`ResourceExpired`/:class:`ApiUnavailable`/
-    :class:`ApiRejected`; other exceptions unchanged."""
-    if isinstance(exc, ApiException):
-        status = int(exc.status or 0)
-        if status == 410:
-            return ResourceExpired(str(exc.reason))
-        if status == 0 or status == 429 or status >= 500:
-            return ApiUnavailable(f"HTTP {status}: {exc.reason}")
-        if status == 404:
-            return ResourceNotServed(f"HTTP {status}: {exc.reason}")
-        return ApiRejected(f"HTTP {status}: {exc.reason}")
-    if isinstance(exc, aiohttp.ClientError | asyncio.TimeoutError | OSError):
-        return ApiUnavailable(repr(exc))
-    return exc
-
-
-class RawListWatch:
-    """LIST (all pages) and WATCH over one kubernetes-asyncio list call (e.g.
-    ``CoreV1Api.list_pod_for_all_namespaces``) with raw JSON responses (``_preload_content=False``),
-    errors mapped to :class:`ResourceExpired`/:class:`ApiUnavailable`/:class:`ApiRejected`.
-
-    Each WATCH asks the server for bookmarks and to end after ``settings.watch_timeout_seconds``;
-    the client gives up on a connection that sends nothing for ``settings.read_timeout_seconds``
-    (half-open connections). ``params`` go to every call (selectors, namespace).
-    """
-
-    def __init__(
-        self,
-        call: Callable[..., Awaitable[Any]],
-        settings: Settings,
-        *,
-        page_size: int = LIST_PAGE_SIZE,
-        params: dict[str, Any] | None = None,
-    ) -> None:
-        self._call = call
-        self._settings = settings
-        self._page_size = page_size
-        self._params = params or {}
-        self._timeout = (CONNECT_TIMEOUT_SECONDS, settings.read_timeout_seconds)
-
-    async def list_all(self) -> ObjectList:
-        """LIST every object, following ``continue`` tokens."""
-        items: list[dict[str, Any]] = []
-        token: str | None = None
-        try:
-            while True:
-                paging: dict[str, Any] = {"limit": self._page_size}
-                if token:
-                    paging["_continue"] = token
-                response = await self._call(
-                    **self._params,
-                    **paging,
-                    _preload_content=False,
-                    _request_timeout=self._timeout,
-                )
-                try:
-                    body: bytes = await response.read()
-                    _raise_for_status(response.status, body)
-                finally:
-                    response.release()
-                document = orjson.loads(body)
-                items.extend(document.get("items") or [])
-                metadata = document.get("metadata") or {}
-                token = metadata.get("continue")
-                if not token:
-                    return ObjectList(items, metadata.get("resourceVersion"))
-        except ResourceExpired as exc:
-            # The continue token expired mid-way: start the LIST over after a backoff.
-            raise ApiUnavailable(f"LIST continue token expired: {exc}") from exc
-        except orjson.JSONDecodeError as exc:
-            raise ApiUnavailable(f"LIST body is not JSON: {exc}") from exc
-        except (ApiUnavailable, ApiRejected):
-            raise
-        except Exception as exc:
-            mapped = _mapped(exc)
-            if mapped is exc:
-                raise
-            raise mapped from exc
-
-    async def watch(self, resource_version: str | None) -> AsyncIterator[bytes]:
-        """WATCH from ``resource_version``: the raw lines of the body until the server ends it."""
-        try:
-            response = await self._call(
-                **self._params,
-                watch=True,
-                allow_watch_bookmarks=True,
-                resource_version=resource_version,
-                timeout_seconds=self._settings.watch_timeout_seconds,
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            )
-        except Exception as exc:
-            mapped = _mapped(exc)
-            if mapped is exc:
-                raise
-            raise mapped from exc
-        try:
-            if response.status != 200:
-                _raise_for_status(response.status, await response.read())
-            async for line in split_lines(response.content.iter_any()):
-                yield line
-        except (ResourceExpired, ApiUnavailable, ApiRejected):
-            raise
-        except Exception as exc:
-            mapped = _mapped(exc)
-            if mapped is exc:
-                raise
-            raise mapped from exc
-        finally:
-            response.release()
-
-
-class KubernetesPodApi:
-    """:class:`PodApi` over kubernetes-asyncio's ``CoreV1Api`` (:class:`RawListWatch`); selectors
-    come from ``settings.label_selector``/``field_selector``."""
-
-    def __init__(self, core: Any, settings: Settings, *, page_size: int = LIST_PAGE_SIZE) -> None:
-        selectors = {}
-        if settings.label_selector:
-            selectors["label_selector"] = settings.label_selector
-        if settings.field_selector:
-            selectors["field_selector"] = settings.field_selector
-        self._raw = RawListWatch(
-            core.list_pod_for_all_namespaces, settings, page_size=page_size, params=selectors
-        )
-
-    async def list_pods(self) -> ObjectList:
-        return await self._raw.list_all()
-
-    def watch_pods(self, resource_version: str | None) -> AsyncIterator[bytes]:
-        return self._raw.watch(resource_version)
-
-
-@asynccontextmanager
-async def kubernetes_api_client(settings: Settings) -> AsyncIterator[k8s_client.ApiClient]:
-    """A kubernetes-asyncio ``ApiClient`` configured from ``settings.kubeconfig``, else the
-    in-cluster service account, else ``~/.kube/config``. Raises
-    ``kubernetes_asyncio.config.ConfigException`` when none is usable."""
-    configuration = k8s_client.Configuration()
-    if settings.kubeconfig:
-        await k8s_config.load_kube_config(
-            config_file=settings.kubeconfig, client_configuration=configuration
-        )
-    else:
-        try:
-            k8s_config.load_incluster_config(client_configuration=configuration)
-        except k8s_config.ConfigException:
-            await k8s_config.load_kube_config(client_configuration=configuration)
-    async with k8s_client.ApiClient(configuration=configuration) as api_client:
-        yield api_client
-
-
-@asynccontextmanager
-async def kubernetes_pod_api(settings: Settings) -> AsyncIterator[KubernetesPodApi]:
-    """A :class:`KubernetesPodApi` on :func:`kubernetes_api_client`."""
-    async with kubernetes_api_client(settings) as api_client:
-        yield KubernetesPodApi(k8s_client.CoreV1Api(api_client), settings)

@@ -6,7 +6,7 @@ the last resourceVersion, with bookmarks, a re-LIST after 410 Gone and backoff o
 as Pods (:class:`~services.processes.watcher.kube_source.ListWatchSource`). Each LIST is handed over as
 :class:`~services.processes.watcher.kube_source.ObjectsListed`, each watch event as
 :class:`~services.processes.watcher.watch_lines.ObjectChange`. :class:`ObjectSource` runs the DRA objects'
-loops too (``dra_source``); those are *optional*: a cluster that does not serve their API (404)
+loops too (``run``); those are *optional*: a cluster that does not serve their API (404)
 ends the loop with a warning instead of the watcher.
 """
 
@@ -14,28 +14,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 import structlog
-from kubernetes_asyncio import client as k8s_client
 
+from services.adapters.kube.errors import ResourceNotServed
+from services.adapters.kube.list_watch import ObjectList
 from services.processes.watcher.kube_source import (
-    LIST_PAGE_SIZE,
     Handler,
     ListWatchSource,
-    ObjectList,
     ObjectsListed,
-    RawListWatch,
-    ResourceNotServed,
     SourceItem,
 )
 from services.processes.watcher.watch_lines import WatchItem, decode_watch_line
-from services.runtime.config import Settings
 
 log = structlog.get_logger(__name__)
-
-LEASE: Final = "Lease"
-NODE: Final = "Node"
 
 PLURALS: Final = {
     "Lease": "leases",
@@ -50,8 +43,9 @@ PLURALS: Final = {
 class ObjectApi(Protocol):
     """LIST and WATCH of one kind of object (``object_kind``: ``Lease``, ``Node``, or a DRA kind:
     ``ResourceSlice``, ``ResourceClaim``, ``DeviceClass``). Both calls
-    raise ``ResourceExpired``, ``ApiUnavailable`` or ``ApiRejected`` (``kube_source``), never a
-    client library's exception."""
+    raise ``ResourceExpired``, ``ApiUnavailable`` or ``ApiRejected``
+    (:mod:`services.adapters.kube.errors`), never a client library's exception. The real ones are
+    :mod:`services.adapters.kube.watch_apis`'s."""
 
     @property
     def object_kind(self) -> str: ...
@@ -71,7 +65,7 @@ class ObjectSource(ListWatchSource):
     watch. Options as :class:`~services.processes.watcher.kube_source.ListWatchSource`.
 
     ``optional``: when the API server does not serve the resource (HTTP 404,
-    :class:`~services.processes.watcher.kube_source.ResourceNotServed`), log a warning, call
+    :class:`~services.adapters.kube.errors.ResourceNotServed`), log a warning, call
     ``on_not_served()`` and return from :meth:`run` (the other loops go on) instead of raising.
     """
 
@@ -130,52 +124,3 @@ class ObjectSource(ListWatchSource):
 
     def _source(self, what: str) -> str:
         return f"kube:{self.resource}/{what}@{self._resource_version}"
-
-
-class KubernetesObjectApi:
-    """:class:`ObjectApi` over one kubernetes-asyncio list call (:class:`RawListWatch`)."""
-
-    def __init__(
-        self,
-        object_kind: str,
-        call: Callable[..., Awaitable[Any]],
-        settings: Settings,
-        *,
-        page_size: int = LIST_PAGE_SIZE,
-        params: dict[str, Any] | None = None,
-    ) -> None:
-        self._object_kind = object_kind
-        self._raw = RawListWatch(call, settings, page_size=page_size, params=params)
-
-    @property
-    def object_kind(self) -> str:
-        return self._object_kind
-
-    async def list_objects(self) -> ObjectList:
-        return await self._raw.list_all()
-
-    def watch_objects(self, resource_version: str | None) -> AsyncIterator[bytes]:
-        return self._raw.watch(resource_version)
-
-
-def lease_api(
-    api_client: k8s_client.ApiClient, settings: Settings, *, page_size: int = LIST_PAGE_SIZE
-) -> KubernetesObjectApi:
-    """Leases in ``settings.lease_namespace`` (``CoordinationV1Api.list_namespaced_lease``)."""
-    coordination = k8s_client.CoordinationV1Api(api_client)
-    return KubernetesObjectApi(
-        LEASE,
-        coordination.list_namespaced_lease,
-        settings,
-        page_size=page_size,
-        params={"namespace": settings.lease_namespace},
-    )
-
-
-def node_api(
-    api_client: k8s_client.ApiClient, settings: Settings, *, page_size: int = LIST_PAGE_SIZE
-) -> KubernetesObjectApi:
-    """All Nodes (``CoreV1Api.list_node``)."""
-    return KubernetesObjectApi(
-        NODE, k8s_client.CoreV1Api(api_client).list_node, settings, page_size=page_size
-    )

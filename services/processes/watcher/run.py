@@ -27,18 +27,27 @@ import contextlib
 import functools
 import signal
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Protocol
 
 import structlog
-from kubernetes_asyncio import client as k8s_client
 from tenacity import AsyncRetrying, retry_if_exception, stop_never, wait_random_exponential
 
 from services.adapters.kafka.producer import EventPublisher, is_retriable
 from services.adapters.kafka.topics import ensure_topics
+from services.adapters.kube.client import ApiClient, kubernetes_api_client
+from services.adapters.kube.watch_apis import (
+    KubernetesObjectApi,
+    KubernetesPodApi,
+    device_class_api,
+    lease_api,
+    node_api,
+    resource_claim_api,
+    resource_slice_api,
+)
 from services.domain.events import parse_resource_version
 from services.domain.inventory.events import InventoryKind, InventoryObserved
 from services.domain.inventory.objects import ResourceClaimInfo
@@ -48,19 +57,16 @@ from services.domain.watch.inventory_tracker import INVENTORY_KINDS
 from services.domain.watch.lifecycle_tracker import LifecycleTracker
 from services.domain.watch.node_tracker import NodeTracker
 from services.domain.watch.pod_tracker import WatchKind
-from services.processes.watcher.dra_source import DRA_APIS
 from services.processes.watcher.file_source import HarnessClock, read_watch_file, source_of
 from services.processes.watcher.kube_source import (
-    KubernetesPodApi,
     KubeSource,
     ListWatchSource,
     ObjectsListed,
     Relisted,
     SourceItem,
-    kubernetes_api_client,
 )
 from services.processes.watcher.metrics import WatcherMetrics
-from services.processes.watcher.node_source import PLURALS, ObjectSource, lease_api, node_api
+from services.processes.watcher.node_source import PLURALS, ObjectSource
 from services.processes.watcher.processor import (
     STAGE_WATCH_LINE,
     InventoryActions,
@@ -94,6 +100,13 @@ DEFAULT_HEARTBEAT_INTERVAL: Final = timedelta(seconds=60)
 
 POD_STREAM: Final = "Pod"
 """``stream`` of the Pod source (and of a recorded file, whatever kinds it mixes)."""
+
+DRA_APIS: Final[tuple[Callable[[ApiClient, Settings], KubernetesObjectApi], ...]] = (
+    device_class_api,
+    resource_slice_api,
+    resource_claim_api,
+)
+"""The three DRA watches, in the order the watcher starts them."""
 
 
 class Publisher(Protocol):
@@ -443,7 +456,7 @@ async def tick_every(session: WatchSession, interval_seconds: float, stop: async
 
 
 def _live_tasks(
-    session: WatchSession, settings: Settings, api_client: Any, stop: asyncio.Event
+    session: WatchSession, settings: Settings, api_client: ApiClient, stop: asyncio.Event
 ) -> dict[str, Coroutine[Any, Any, None]]:
     metrics = session.metrics
 
@@ -451,7 +464,7 @@ def _live_tasks(
         return lambda reason: metrics.watch_restarts.labels(reason, resource).inc()
 
     pods = KubeSource(
-        KubernetesPodApi(k8s_client.CoreV1Api(api_client), settings),
+        KubernetesPodApi(api_client, settings),
         on_restart=restarts("pods"),
     )
     sources: list[tuple[ListWatchSource, str]] = [(pods, POD_STREAM)]
@@ -537,7 +550,7 @@ async def run_watch(settings: Settings, from_file: Path | None = None) -> WatchS
     ``from_file``: a recorded JSONL watch stream, read to its end (``_CLOCK`` directives set
     ``observedAt`` and send ticks; without one the wall clock is used). ``None``: the live cluster
     (kubeconfig from ``settings``) until SIGTERM/SIGINT. Waits for Kafka at start; raises
-    ``kube_source.ApiRejected`` if the API refuses the watcher (RBAC), ``OSError`` if the file
+    ``services.adapters.kube.errors.ApiRejected`` if the API refuses the watcher (RBAC), ``OSError`` if the file
     cannot be read.
     """
     metrics = WatcherMetrics()
