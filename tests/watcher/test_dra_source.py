@@ -29,12 +29,15 @@ from services.domain.inventory.objects import (
     ResourceSliceInfo,
 )
 from services.processes.watcher.file_source import HarnessClock
-from services.processes.watcher.kube_source import ObjectsListed, SourceItem
+from services.processes.watcher.live import DRA_APIS
 from services.processes.watcher.metrics import WatcherMetrics
 from services.processes.watcher.node_source import ObjectSource
 from services.processes.watcher.processor import STAGE_DRA_INVENTORY, DeadLetter, InventoryProcessor
-from services.processes.watcher.run import DRA_APIS, WatchSession, WatchSummary, run_file
+from services.processes.watcher.run import run_file
+from services.processes.watcher.session import WatchSession
+from services.processes.watcher.summary import WatchSummary
 from services.processes.watcher.watch_lines import OBJECT_KINDS, ObjectChange, decode_watch_line
+from services.processes.watcher.watch_loop import ObjectsListed, SourceItem
 from services.runtime.config import Settings
 from tests.watcher.conftest import (
     CLAIMS_PATH,

@@ -20,9 +20,10 @@ from services.adapters.kube.errors import ApiRejected, ApiUnavailable, ResourceE
 from services.adapters.kube.list_watch import ObjectList
 from services.adapters.kube.watch_apis import KubernetesPodApi
 from services.domain.events import DeviceHealthObserved, Event, PodDevicesReleased, ReleaseReason
-from services.processes.watcher.kube_source import KubeSource, Relisted, SourceItem
+from services.processes.watcher.pod_source import KubeSource
 from services.processes.watcher.processor import WatchProcessor
 from services.processes.watcher.watch_lines import BrokenLine, PodChange
+from services.processes.watcher.watch_loop import Relisted, SourceItem
 from services.runtime.config import Settings
 from tests.domain.test_pod_tracker import make_pod
 

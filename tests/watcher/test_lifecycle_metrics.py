@@ -16,9 +16,12 @@ import orjson
 
 from services.adapters.kube.list_watch import ObjectList
 from services.processes.watcher.file_source import HarnessClock
-from services.processes.watcher.kube_source import KubeSource, ObjectsListed
 from services.processes.watcher.metrics import WatcherMetrics
-from services.processes.watcher.run import WatchSession, WatchSummary, run_file
+from services.processes.watcher.pod_source import KubeSource
+from services.processes.watcher.run import run_file
+from services.processes.watcher.session import WatchSession
+from services.processes.watcher.summary import WatchSummary
+from services.processes.watcher.watch_loop import ObjectsListed
 from services.runtime.config import Settings
 from tests.domain.test_lifecycle import claim, dra_pod, plugin_pod
 from tests.watcher.conftest import FakePublisher

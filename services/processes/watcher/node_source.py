@@ -1,32 +1,33 @@
-"""LIST then WATCH node Leases and Nodes, with the Pod loop's machinery (``kube_source``).
+"""LIST then WATCH node Leases and Nodes, with the loop of ``watch_loop``.
 
 Leases: coordination.k8s.io/v1 in ``settings.lease_namespace`` (kube-node-lease: one per node,
 renewed by kubelet every 10 s). Nodes: core/v1, cluster-scoped. Both as raw JSON, resumed from
 the last resourceVersion, with bookmarks, a re-LIST after 410 Gone and backoff on errors, exactly
-as Pods (:class:`~services.processes.watcher.kube_source.ListWatchSource`). Each LIST is handed over as
-:class:`~services.processes.watcher.kube_source.ObjectsListed`, each watch event as
-:class:`~services.processes.watcher.watch_lines.ObjectChange`. :class:`ObjectSource` runs the DRA objects'
-loops too (``run``); those are *optional*: a cluster that does not serve their API (404)
+as Pods (:class:`~services.processes.watcher.watch_loop.ListWatchSource`). Each LIST is handed
+over as :class:`~services.processes.watcher.watch_loop.ObjectsListed`, each watch event as
+:class:`~services.processes.watcher.watch_lines.ObjectChange`. :class:`ObjectSource` runs the DRA
+objects' loops too (``live``); those are *optional*: a cluster that does not serve their API (404)
 ends the loop with a warning instead of the watcher.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Final, Protocol
+from collections.abc import AsyncIterator, Callable
+from typing import Final, Protocol, Unpack
 
 import structlog
 
 from services.adapters.kube.errors import ResourceNotServed
 from services.adapters.kube.list_watch import ObjectList
-from services.processes.watcher.kube_source import (
+from services.processes.watcher.watch_lines import WatchItem, decode_watch_line
+from services.processes.watcher.watch_loop import (
     Handler,
     ListWatchSource,
+    LoopOptions,
     ObjectsListed,
     SourceItem,
 )
-from services.processes.watcher.watch_lines import WatchItem, decode_watch_line
 
 log = structlog.get_logger(__name__)
 
@@ -62,7 +63,7 @@ class ObjectApi(Protocol):
 class ObjectSource(ListWatchSource):
     """Drives LIST/WATCH over an :class:`ObjectApi` and hands every item to a handler, in order:
     ``ObjectsListed`` after each LIST, ``ObjectChange`` (and bookmarks, errors...) from the
-    watch. Options as :class:`~services.processes.watcher.kube_source.ListWatchSource`.
+    watch. Options as :class:`~services.processes.watcher.watch_loop.ListWatchSource`.
 
     ``optional``: when the API server does not serve the resource (HTTP 404,
     :class:`~services.adapters.kube.errors.ResourceNotServed`), log a warning, call
@@ -73,19 +74,11 @@ class ObjectSource(ListWatchSource):
         self,
         api: ObjectApi,
         *,
-        max_backoff_seconds: float = 30.0,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        on_restart: Callable[[str], None] | None = None,
-        on_retry: Callable[[], None] | None = None,
         optional: bool = False,
         on_not_served: Callable[[], None] | None = None,
+        **options: Unpack[LoopOptions],
     ) -> None:
-        super().__init__(
-            max_backoff_seconds=max_backoff_seconds,
-            sleep=sleep,
-            on_restart=on_restart,
-            on_retry=on_retry,
-        )
+        super().__init__(**options)
         self._api = api
         self.object_kind = api.object_kind
         self.resource = PLURALS.get(api.object_kind, f"{api.object_kind.lower()}s")

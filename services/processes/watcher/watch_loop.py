@@ -1,16 +1,14 @@
-"""LIST then WATCH Pods in all namespaces from the Kubernetes API (kubernetes-asyncio, raw JSON).
+"""The LIST/WATCH loop of one Kubernetes resource, and the items it hands over.
 
 Pattern (``../shared/notes/stack.md``, kubernetes-asyncio watch): LIST and take its
 resourceVersion; WATCH from it with ``allowWatchBookmarks=true`` and a server timeout; follow the
-resourceVersion of every Pod event and BOOKMARK; when the watch ends, watch again from there;
+resourceVersion of every object event and BOOKMARK; when the watch ends, watch again from there;
 on 410 Gone (an ERROR event with code 410, or HTTP 410) LIST again and reconcile; on network
 errors back off exponentially with jitter (tenacity) and resume from the last resourceVersion.
 
-The loop is :class:`ListWatchSource`; :class:`KubeSource` runs it for Pods (and
-``node_source.ObjectSource`` for node Leases and Nodes, and for the DRA objects). The Kubernetes
-I/O sits behind :class:`PodApi` (two calls), so tests drive :class:`KubeSource` with a fake API.
-The real one is :class:`~services.adapters.kube.watch_apis.KubernetesPodApi` (raw responses
-parsed with orjson, errors mapped in :mod:`services.adapters.kube.errors`).
+:class:`ListWatchSource` is that loop; its subclasses say what to LIST and WATCH and how to
+decode a line: ``pod_source.KubeSource`` (Pods) and ``node_source.ObjectSource`` (node Leases,
+Nodes, the DRA objects). The calls raise the errors of :mod:`services.adapters.kube.errors`.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, TypeAlias
+from typing import Any, Final, TypeAlias, TypedDict
 
 import structlog
 from tenacity import (
@@ -40,28 +38,12 @@ from services.processes.watcher.watch_lines import (
     PodChange,
     WatchError,
     WatchItem,
-    decode_watch_line,
 )
 
 log = structlog.get_logger(__name__)
 
 MIN_QUIET_WATCH_SECONDS: Final = 1.0
 """A watch that ends sooner than this (seconds) without any event counts as a failure."""
-
-
-class PodApi(Protocol):
-    """The two Kubernetes calls the watcher needs. Both raise ``ResourceExpired``,
-    ``ApiUnavailable`` or ``ApiRejected`` (:mod:`services.adapters.kube.errors`), never a client
-    library's exception."""
-
-    async def list_pods(self) -> ObjectList:
-        """LIST every Pod (all pages)."""
-        ...
-
-    def watch_pods(self, resource_version: str | None) -> AsyncIterator[bytes]:
-        """WATCH Pods from ``resource_version``: the raw lines of the watch body, until the
-        server ends the watch."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +69,22 @@ Handler: TypeAlias = Callable[[SourceItem, str], Awaitable[None]]
 """``handle(item, source)``: ``source`` names where the item came from (dead-letter header)."""
 
 
+class LoopOptions(TypedDict, total=False):
+    """The options of every :class:`ListWatchSource`, as its subclasses pass them on."""
+
+    max_backoff_seconds: float
+    sleep: Callable[[float], Awaitable[None]]
+    on_restart: Callable[[str], None] | None
+    on_retry: Callable[[], None] | None
+
+
 class ListWatchSource(ABC):
     """The LIST/WATCH loop of one resource; subclasses say how to LIST, WATCH and decode.
 
     ``max_backoff_seconds`` caps the wait between retries after transient errors; ``sleep`` is
     tenacity's sleep (tests pass a fast one); ``on_restart(reason)`` is told each time a watch
-    ends (``expired``, ``timeout``, ``error``) and ``on_retry()`` each time a backoff starts.
+    ends (``expired``, ``timeout``, ``error``) and ``on_retry()`` each time a backoff starts
+    (:class:`LoopOptions`).
     """
 
     resource: str = "objects"
@@ -140,7 +132,7 @@ class ListWatchSource(ABC):
     async def run(self, handle: Handler, stop: asyncio.Event | None = None) -> None:
         """LIST/WATCH until ``stop`` is set (checked between watches) or the task is cancelled.
 
-        Raises :class:`ApiRejected` (and whatever ``handle`` raises); transient errors are
+        Raises ``ApiRejected`` (and whatever ``handle`` raises); transient errors are
         retried forever.
         """
         stop = stop or asyncio.Event()
@@ -232,39 +224,3 @@ class ListWatchSource(ABC):
             resource_version=listed.resource_version,
         )
         await handle(self._listed(listed), self._source("list"))
-
-
-class KubeSource(ListWatchSource):
-    """Drives LIST/WATCH of Pods over a :class:`PodApi` and hands every item to a handler, in
-    order (``Relisted`` after each LIST). Options: :class:`ListWatchSource`."""
-
-    resource = "pods"
-
-    def __init__(
-        self,
-        api: PodApi,
-        *,
-        max_backoff_seconds: float = 30.0,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        on_restart: Callable[[str], None] | None = None,
-        on_retry: Callable[[], None] | None = None,
-    ) -> None:
-        super().__init__(
-            max_backoff_seconds=max_backoff_seconds,
-            sleep=sleep,
-            on_restart=on_restart,
-            on_retry=on_retry,
-        )
-        self._api = api
-
-    async def _list_objects(self) -> ObjectList:
-        return await self._api.list_pods()
-
-    def _watch_lines(self, resource_version: str | None) -> AsyncIterator[bytes]:
-        return self._api.watch_pods(resource_version)
-
-    def _decode(self, line: bytes) -> WatchItem:
-        return decode_watch_line(line)
-
-    def _listed(self, listed: ObjectList) -> SourceItem:
-        return Relisted(listed.items, listed.resource_version)
