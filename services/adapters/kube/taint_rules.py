@@ -19,6 +19,7 @@ from typing import Any, Final
 from kubernetes_asyncio import client as k8s_client
 
 from services.adapters.kube.client import ApiClient, kubernetes_api_client
+from services.adapters.kube.errors import KubeApiError
 from services.adapters.kube.requests import request_json
 from services.runtime.config import Settings
 
@@ -69,10 +70,13 @@ class KubernetesTaintRules:
             options["preconditions"] = {"uid": uid}
         if dry_run:
             options["dryRun"] = ["All"]
-        deleted = await request_json(
-            self._api.delete_device_taint_rule, name, missing_ok=True, body=options
-        )
-        return deleted is not None
+        try:
+            await request_json(self._api.delete_device_taint_rule, name, body=options)
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
 
 
 @asynccontextmanager
