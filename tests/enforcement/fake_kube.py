@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.processes.enforcement.kube import KubeApiError
+from services.adapters.kube.errors import KubeApiError
 
 
 def matches(selector: str, labels: dict[str, str]) -> bool:

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from services.adapters.kube.errors import KubeApiError
 from services.domain.governance.decisions import Decision, DecisionKind
 from services.processes.enforcement.desired import LABEL_SELECTOR, rule_name
-from services.processes.enforcement.kube import KubeApiError
 from services.processes.enforcement.metrics import EnforcementMetrics
 from services.processes.enforcement.reconciler import (
     EnforceOptions,

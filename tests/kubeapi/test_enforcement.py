@@ -28,10 +28,11 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from devtools.testenv import kubeapi
+from services.adapters.kube.errors import KubeApiError
+from services.adapters.kube.taint_rules import KubernetesTaintRules
 from services.adapters.projection.governance_tables import device_governance, quarantines
 from services.adapters.projection.tables import in_schema
 from services.processes.enforcement.desired import LABEL_SELECTOR, label_hash, rule_name
-from services.processes.enforcement.kube import KubeApiError, KubernetesTaintRules
 from services.processes.enforcement.metrics import EnforcementMetrics
 from services.processes.enforcement.reconciler import Reconciler
 from services.processes.enforcement.source import PostgresQuarantineSource

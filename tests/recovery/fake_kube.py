@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.processes.recovery.kube import KubeApiError
+from services.adapters.kube.errors import KubeApiError
 
 
 @dataclass

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from services.adapters.kube.errors import KubeApiError
 from services.domain.events import DeviceSource
 from services.domain.governance.inputs import RecoveryStage
 from services.processes.recovery.executors import (
@@ -18,7 +19,6 @@ from services.processes.recovery.executors import (
     KubernetesJobExecutor,
     RecoveryCheck,
 )
-from services.processes.recovery.kube import KubeApiError
 from services.processes.recovery.manifests import job_name
 from tests.recovery.fake_kube import FakeKube
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from services.adapters.kube.objects import KubernetesObjects
 from services.domain.events import DeviceSource
 from services.domain.governance.inputs import RecoveryStage
 from services.processes.recovery.executors import (
@@ -21,7 +22,6 @@ from services.processes.recovery.executors import (
     KubernetesJobExecutor,
     RecoveryCheck,
 )
-from services.processes.recovery.kube import KubernetesObjects
 
 # The harness's session fixtures (a second API server when tests/kubeapi runs in the same session).
 from tests.kubeapi import conftest as harness

@@ -15,32 +15,29 @@ from typing import Any
 import orjson
 import pytest
 
+from services.adapters.kube.errors import ApiRejected, ResourceExpired, ResourceNotServed
+from services.adapters.kube.list_watch import ObjectList
+from services.adapters.kube.watch_apis import (
+    device_class_api,
+    resource_claim_api,
+    resource_slice_api,
+)
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.objects import (
     DeviceClassInfo,
     ResourceClaimInfo,
     ResourceSliceInfo,
 )
-from services.processes.watcher.dra_source import (
-    DRA_APIS,
-    device_class_api,
-    resource_claim_api,
-    resource_slice_api,
-)
 from services.processes.watcher.file_source import HarnessClock
-from services.processes.watcher.kube_source import (
-    ApiRejected,
-    ObjectList,
-    ObjectsListed,
-    ResourceExpired,
-    ResourceNotServed,
-    SourceItem,
-)
+from services.processes.watcher.live import DRA_APIS
 from services.processes.watcher.metrics import WatcherMetrics
 from services.processes.watcher.node_source import ObjectSource
 from services.processes.watcher.processor import STAGE_DRA_INVENTORY, DeadLetter, InventoryProcessor
-from services.processes.watcher.run import WatchSession, WatchSummary, run_file
+from services.processes.watcher.run import run_file
+from services.processes.watcher.session import WatchSession
+from services.processes.watcher.summary import WatchSummary
 from services.processes.watcher.watch_lines import OBJECT_KINDS, ObjectChange, decode_watch_line
+from services.processes.watcher.watch_loop import ObjectsListed, SourceItem
 from services.runtime.config import Settings
 from tests.watcher.conftest import (
     CLAIMS_PATH,

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from services.adapters.kube.list_watch import split_lines
 from services.domain.watch.pod_tracker import WatchKind
 from services.processes.watcher.file_source import HarnessClock, read_watch_file, source_of
 from services.processes.watcher.watch_lines import (
@@ -25,7 +26,6 @@ from services.processes.watcher.watch_lines import (
     UnknownType,
     WatchError,
     decode_watch_line,
-    split_lines,
 )
 
 EXAMPLES = Path(__file__).parents[2].parent / "shared" / "examples"

@@ -16,19 +16,14 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client as k8s_client
 
+from services.adapters.kube.errors import ApiRejected, ApiUnavailable, ResourceExpired
+from services.adapters.kube.list_watch import ObjectList
+from services.adapters.kube.watch_apis import KubernetesPodApi
 from services.domain.events import DeviceHealthObserved, Event, PodDevicesReleased, ReleaseReason
-from services.processes.watcher.kube_source import (
-    ApiRejected,
-    ApiUnavailable,
-    KubernetesPodApi,
-    KubeSource,
-    PodList,
-    Relisted,
-    ResourceExpired,
-    SourceItem,
-)
+from services.processes.watcher.pod_source import KubeSource
 from services.processes.watcher.processor import WatchProcessor
 from services.processes.watcher.watch_lines import BrokenLine, PodChange
+from services.processes.watcher.watch_loop import Relisted, SourceItem
 from services.runtime.config import Settings
 from tests.domain.test_pod_tracker import make_pod
 
@@ -59,13 +54,13 @@ GONE = event_line(
 class FakePodApi:
     """Scripted LIST responses and WATCH sessions; sets ``stop`` when the script runs out."""
 
-    lists: list[PodList | Exception]
+    lists: list[ObjectList | Exception]
     watches: list[list[Step]]
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     list_calls: int = 0
     watch_calls: list[str | None] = field(default_factory=list)
 
-    async def list_pods(self) -> PodList:
+    async def list_pods(self) -> ObjectList:
         self.list_calls += 1
         response = self.lists.pop(0)
         if isinstance(response, Exception):
@@ -121,7 +116,7 @@ class Run:
     source: KubeSource
 
 
-async def run_source(lists: list[PodList | Exception], watches: list[list[Step]]) -> Run:
+async def run_source(lists: list[ObjectList | Exception], watches: list[list[Step]]) -> Run:
     api = FakePodApi(lists, watches)
     sleeps: list[float] = []
     restarts: list[str] = []
@@ -137,7 +132,7 @@ async def run_source(lists: list[PodList | Exception], watches: list[list[Step]]
 
 
 async def test_initial_list_emits_every_pod() -> None:
-    run = await run_source([PodList([pod("a", "10"), pod("b", "11")], "12")], [])
+    run = await run_source([ObjectList([pod("a", "10"), pod("b", "11")], "12")], [])
     assert run.collector.observed() == [
         ("a", "GPU-0", "Healthy", 10),
         ("b", "GPU-0", "Healthy", 11),
@@ -149,7 +144,7 @@ async def test_initial_list_emits_every_pod() -> None:
 
 async def test_watch_modifications_emit_only_changes() -> None:
     run = await run_source(
-        [PodList([pod("a", "10", **{"GPU-0": "Healthy", "GPU-1": "Healthy"})], "12")],
+        [ObjectList([pod("a", "10", **{"GPU-0": "Healthy", "GPU-1": "Healthy"})], "12")],
         [
             [
                 event_line("MODIFIED", pod("a", "13", **{"GPU-1": "Healthy", "GPU-0": "Healthy"})),
@@ -165,7 +160,7 @@ async def test_watch_modifications_emit_only_changes() -> None:
 
 
 async def test_bookmark_advances_the_resume_point() -> None:
-    run = await run_source([PodList([pod("a", "10")], "12")], [[bookmark("50")]])
+    run = await run_source([ObjectList([pod("a", "10")], "12")], [[bookmark("50")]])
     assert run.api.watch_calls[:2] == ["12", "50"]
     assert run.collector.observed() == [("a", "GPU-0", "Healthy", 10)]  # no Pod processing
     assert run.restarts[0] == "timeout"
@@ -174,7 +169,7 @@ async def test_bookmark_advances_the_resume_point() -> None:
 @pytest.mark.parametrize("expiry", [GONE, ResourceExpired("HTTP 410")], ids=["event", "http"])
 async def test_410_relists_and_releases_vanished_pods(expiry: Step) -> None:
     run = await run_source(
-        [PodList([pod("a", "10"), pod("b", "11")], "12"), PodList([pod("a", "10")], "40")],
+        [ObjectList([pod("a", "10"), pod("b", "11")], "12"), ObjectList([pod("a", "10")], "40")],
         [[event_line("MODIFIED", pod("b", "20", **{"GPU-0": "Unhealthy"})), expiry]],
     )
     assert run.api.list_calls == 2
@@ -198,7 +193,7 @@ async def test_410_relists_and_releases_vanished_pods(expiry: Step) -> None:
 
 async def test_dropped_connection_resumes_from_the_last_resource_version() -> None:
     run = await run_source(
-        [PodList([pod("a", "10")], "12")],
+        [ObjectList([pod("a", "10")], "12")],
         [
             [
                 event_line("MODIFIED", pod("a", "20", **{"GPU-0": "Unknown"})),
@@ -221,7 +216,7 @@ async def test_dropped_connection_resumes_from_the_last_resource_version() -> No
 
 async def test_backoff_grows_while_the_api_stays_down() -> None:
     down: list[list[Step]] = [[ApiUnavailable("refused")] for _ in range(6)]
-    run = await run_source([PodList([pod("a", "10")], "12")], [[bookmark("13")], *down])
+    run = await run_source([ObjectList([pod("a", "10")], "12")], [[bookmark("13")], *down])
     waits = run.sleeps[:6]
     assert len(waits) == 6
     assert all(0 <= w <= 30 for w in waits)
@@ -230,7 +225,7 @@ async def test_backoff_grows_while_the_api_stays_down() -> None:
 
 async def test_broken_line_is_handed_over_and_the_watch_resumes() -> None:
     run = await run_source(
-        [PodList([pod("a", "10")], "12")],
+        [ObjectList([pod("a", "10")], "12")],
         [
             [
                 event_line("MODIFIED", pod("a", "20", **{"GPU-0": "Unhealthy"})),
@@ -249,7 +244,7 @@ async def test_broken_line_is_handed_over_and_the_watch_resumes() -> None:
 
 
 async def test_list_failure_backs_off_and_lists_again() -> None:
-    run = await run_source([ApiUnavailable("503"), PodList([pod("a", "10")], "12")], [])
+    run = await run_source([ApiUnavailable("503"), ObjectList([pod("a", "10")], "12")], [])
     assert run.api.list_calls == 2
     assert len(run.sleeps) >= 1
     assert run.collector.observed() == [("a", "GPU-0", "Healthy", 10)]
@@ -257,7 +252,7 @@ async def test_list_failure_backs_off_and_lists_again() -> None:
 
 async def test_rejected_api_stops_the_source() -> None:
     with pytest.raises(ApiRejected):
-        await run_source([PodList([], "12")], [[ApiRejected("HTTP 403: forbidden")]])
+        await run_source([ObjectList([], "12")], [[ApiRejected("HTTP 403: forbidden")]])
 
 
 # --- KubernetesPodApi over a fake API server --------------------------------------------------
@@ -302,7 +297,7 @@ class FakeApiServer:
         elif self.next_lists:
             self.pods, self.list_version = self.next_lists.pop(0)
         return web.Response(
-            body=orjson.dumps({"kind": "PodList", "metadata": metadata, "items": page}),
+            body=orjson.dumps({"kind": "ObjectList", "metadata": metadata, "items": page}),
             content_type="application/json",
         )
 
@@ -350,7 +345,7 @@ async def fake_server() -> AsyncIterator[
         configuration = k8s_client.Configuration(host=f"http://{host}:{port}")
         api_client = k8s_client.ApiClient(configuration=configuration)
         clients.append(api_client)
-        return KubernetesPodApi(k8s_client.CoreV1Api(api_client), settings, page_size=2)
+        return KubernetesPodApi(api_client, settings, page_size=2)
 
     yield server, connect
     for api_client in clients:
@@ -431,7 +426,7 @@ async def test_connection_cut_mid_body_is_unavailable(fake_server: Server) -> No
 async def test_unreachable_api_is_unavailable() -> None:
     configuration = k8s_client.Configuration(host="http://127.0.0.1:9")
     async with k8s_client.ApiClient(configuration=configuration) as api_client:
-        api = KubernetesPodApi(k8s_client.CoreV1Api(api_client), Settings())
+        api = KubernetesPodApi(api_client, Settings())
         with pytest.raises(ApiUnavailable):
             await api.list_pods()
 

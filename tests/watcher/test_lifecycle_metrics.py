@@ -14,10 +14,14 @@ from typing import Any
 
 import orjson
 
+from services.adapters.kube.list_watch import ObjectList
 from services.processes.watcher.file_source import HarnessClock
-from services.processes.watcher.kube_source import KubeSource, ObjectsListed, PodList
 from services.processes.watcher.metrics import WatcherMetrics
-from services.processes.watcher.run import WatchSession, WatchSummary, run_file
+from services.processes.watcher.pod_source import KubeSource
+from services.processes.watcher.run import run_file
+from services.processes.watcher.session import WatchSession
+from services.processes.watcher.summary import WatchSummary
+from services.processes.watcher.watch_loop import ObjectsListed
 from services.runtime.config import Settings
 from tests.domain.test_lifecycle import claim, dra_pod, plugin_pod
 from tests.watcher.conftest import FakePublisher
@@ -77,7 +81,7 @@ def versioned(pod: dict[str, Any], version: str) -> dict[str, Any]:
 
 
 async def run_live(
-    session: WatchSession, lists: list[PodList | Exception], watches: list[list[Any]]
+    session: WatchSession, lists: list[ObjectList | Exception], watches: list[list[Any]]
 ) -> FakePodApi:
     api = FakePodApi(lists, watches)
 
@@ -97,7 +101,7 @@ async def test_live_observes_each_pod_once_and_never_after_a_relist(
     # The claim of the DRA Pods, as the ResourceClaim watch would have listed it.
     await session.handle(ObjectsListed("ResourceClaim", [claim()], "5"), "test")
 
-    first_list = PodList(
+    first_list = ObjectList(
         [
             versioned(plugin_pod("a"), "10"),  # already Ready: remembered, not observed
             versioned(plugin_pod("b", ready=None), "11"),
@@ -105,7 +109,7 @@ async def test_live_observes_each_pod_once_and_never_after_a_relist(
         ],
         "20",
     )
-    relist = PodList(
+    relist = ObjectList(
         [
             versioned(plugin_pod("a"), "10"),
             versioned(plugin_pod("b"), "21"),
@@ -164,7 +168,7 @@ async def test_live_claim_not_known_yet_observes_pod_ready_and_counts_it(
     session = new_session(publisher)
     await run_live(
         session,
-        [PodList([], "20")],
+        [ObjectList([], "20")],
         [
             [event_line("ADDED", versioned(dra_pod("f", ready=None), "21"))],
             [event_line("MODIFIED", versioned(dra_pod("f"), "22"))],
@@ -176,7 +180,7 @@ async def test_live_claim_not_known_yet_observes_pod_ready_and_counts_it(
     await session.handle(ObjectsListed("ResourceClaim", [claim()], "30"), "test")
     await run_live(
         session,
-        [PodList([versioned(dra_pod("f"), "22")], "40")],
+        [ObjectList([versioned(dra_pod("f"), "22")], "40")],
         [[event_line("MODIFIED", versioned(dra_pod("f"), "41"))]],
     )
     assert all_counts(session) == {("pod_ready", "unknown", "dra"): 1}

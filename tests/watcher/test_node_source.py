@@ -11,20 +11,16 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import pytest
 
+from services.adapters.kube.errors import ApiRejected, ApiUnavailable, ResourceExpired
+from services.adapters.kube.list_watch import ObjectList
+from services.adapters.kube.watch_apis import lease_api, node_api
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 from services.domain.records import TopicRecord
 from services.domain.watch.node_tracker import NodeTracker
-from services.processes.watcher.kube_source import (
-    ApiRejected,
-    ApiUnavailable,
-    ObjectList,
-    ObjectsListed,
-    ResourceExpired,
-    SourceItem,
-)
-from services.processes.watcher.node_source import ObjectSource, lease_api, node_api
+from services.processes.watcher.node_source import ObjectSource
 from services.processes.watcher.processor import STAGE_NODE_LEASE, DeadLetter, NodeProcessor
 from services.processes.watcher.watch_lines import ObjectChange
+from services.processes.watcher.watch_loop import ObjectsListed, SourceItem
 from services.runtime.config import Settings
 from tests.domain.test_node_tracker import lease, node
 from tests.watcher.conftest import LEASES_PATH, FakeCluster

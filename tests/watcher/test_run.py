@@ -14,12 +14,12 @@ import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient
 
+from services.adapters.kube.errors import ApiRejected
 from services.domain.events import DeviceHealthObserved, parse_time
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.objects import ResourceClaimInfo, ResourceSliceInfo
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
 from services.domain.records import TopicRecord, decode_record
-from services.processes.watcher.kube_source import ApiRejected
 from services.processes.watcher.run import run_watch
 from services.runtime.config import Settings
 from tests.domain.test_node_tracker import lease, node

@@ -13,11 +13,14 @@ from services.domain.events import parse_time
 from services.domain.node_events import WatcherTick
 from services.domain.watch.node_tracker import NodeTracker
 from services.processes.watcher.file_source import HarnessClock
-from services.processes.watcher.kube_source import ObjectsListed
+from services.processes.watcher.live import tick_every
 from services.processes.watcher.metrics import WatcherMetrics
 from services.processes.watcher.processor import STAGE_NODE_LEASE, STAGE_NODE_STATUS, NodeProcessor
-from services.processes.watcher.run import WatchSession, WatchSummary, run_file, tick_every
+from services.processes.watcher.run import run_file
+from services.processes.watcher.session import WatchSession
+from services.processes.watcher.summary import WatchSummary
 from services.processes.watcher.watch_lines import Bookmark, decode_watch_line
+from services.processes.watcher.watch_loop import ObjectsListed
 from services.runtime.config import Settings
 from tests.domain.test_node_tracker import lease, node
 from tests.watcher.conftest import FakePublisher

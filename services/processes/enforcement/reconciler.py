@@ -44,6 +44,7 @@ from typing import Any
 
 import structlog
 
+from services.adapters.kube.errors import KubeApiError
 from services.domain.events import EventDecodeError
 from services.domain.governance.decisions import Decision, DecisionKind, decode_decision
 from services.processes.enforcement.desired import (
@@ -55,7 +56,7 @@ from services.processes.enforcement.desired import (
     plan,
     updated_object,
 )
-from services.processes.enforcement.kube import KubeApiError, TaintRuleApi
+from services.processes.enforcement.kube import TaintRuleApi
 from services.processes.enforcement.metrics import EnforcementMetrics
 from services.processes.enforcement.source import QuarantineSource
 from services.runtime.config import Settings
@@ -418,7 +419,7 @@ async def run_enforcer(
                 stack.push_async_callback(engine.dispose)
                 source = PostgresQuarantineSource(engine, settings.database_schema)
             if rules is None:
-                from services.processes.enforcement.kube import kubernetes_taint_rules
+                from services.adapters.kube.taint_rules import kubernetes_taint_rules
 
                 rules = await stack.enter_async_context(kubernetes_taint_rules(settings))
             reconciler = Reconciler(

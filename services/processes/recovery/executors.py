@@ -28,10 +28,11 @@ from typing import Any, Final
 
 import structlog
 
+from services.adapters.kube.errors import KubeApiError
 from services.domain.events import DeviceSource
 from services.domain.governance.state import DeviceKey
 from services.processes.recovery.checks import CheckResult, Executor, RecoveryCheck
-from services.processes.recovery.kube import KubeApiError, KubeObjects
+from services.processes.recovery.kube import KubeObjects
 from services.processes.recovery.manifests import (
     HOSTNAME_LABEL,
     DraDevice,
@@ -154,8 +155,8 @@ class KubernetesJobExecutor:
         except _FailClosed as exc:
             return CheckResult(False, str(exc))
         except KubeApiError as exc:
-            log.warning("kubernetes API error in a recovery check", error=str(exc))
-            return CheckResult(False, f"kubernetes API error: {exc}")
+            log.warning("kubernetes API error in a recovery check", error=exc.described)
+            return CheckResult(False, f"kubernetes API error: {exc.described}")
 
     async def _node(self, check: RecoveryCheck) -> tuple[str, list[dict[str, Any]]]:
         node = await self._objects.read_node(check.node)
@@ -273,7 +274,7 @@ class KubernetesJobExecutor:
             try:
                 await asyncio.shield(self._objects.delete_job(self.namespace, name))
             except KubeApiError as exc:
-                log.warning("recovery check Job not deleted", job=name, error=str(exc))
+                log.warning("recovery check Job not deleted", job=name, error=exc.described)
 
     async def _wait(self, name: str, left: float) -> CheckResult:
         loop = asyncio.get_running_loop()

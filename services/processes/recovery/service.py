@@ -496,7 +496,7 @@ async def open_executor(settings: Settings, options: RecoveryOptions) -> AsyncIt
     if settings.recovery_executor == "inprocess":
         yield InProcessExecutor(fail=options.fail)
         return
-    from services.processes.recovery.kube import kubernetes_objects
+    from services.adapters.kube.objects import kubernetes_objects
 
     async with kubernetes_objects(settings) as objects:
         yield KubernetesJobExecutor(

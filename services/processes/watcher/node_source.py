@@ -1,41 +1,35 @@
-"""LIST then WATCH node Leases and Nodes, with the Pod loop's machinery (``kube_source``).
+"""LIST then WATCH node Leases and Nodes, with the loop of ``watch_loop``.
 
 Leases: coordination.k8s.io/v1 in ``settings.lease_namespace`` (kube-node-lease: one per node,
 renewed by kubelet every 10 s). Nodes: core/v1, cluster-scoped. Both as raw JSON, resumed from
 the last resourceVersion, with bookmarks, a re-LIST after 410 Gone and backoff on errors, exactly
-as Pods (:class:`~services.processes.watcher.kube_source.ListWatchSource`). Each LIST is handed over as
-:class:`~services.processes.watcher.kube_source.ObjectsListed`, each watch event as
-:class:`~services.processes.watcher.watch_lines.ObjectChange`. :class:`ObjectSource` runs the DRA objects'
-loops too (``dra_source``); those are *optional*: a cluster that does not serve their API (404)
+as Pods (:class:`~services.processes.watcher.watch_loop.ListWatchSource`). Each LIST is handed
+over as :class:`~services.processes.watcher.watch_loop.ObjectsListed`, each watch event as
+:class:`~services.processes.watcher.watch_lines.ObjectChange`. :class:`ObjectSource` runs the DRA
+objects' loops too (``live``); those are *optional*: a cluster that does not serve their API (404)
 ends the loop with a warning instead of the watcher.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Final, Protocol
+from collections.abc import AsyncIterator, Callable
+from typing import Final, Protocol, Unpack
 
 import structlog
-from kubernetes_asyncio import client as k8s_client
 
-from services.processes.watcher.kube_source import (
-    LIST_PAGE_SIZE,
+from services.adapters.kube.errors import ResourceNotServed
+from services.adapters.kube.list_watch import ObjectList
+from services.processes.watcher.watch_lines import WatchItem, decode_watch_line
+from services.processes.watcher.watch_loop import (
     Handler,
     ListWatchSource,
-    ObjectList,
+    LoopOptions,
     ObjectsListed,
-    RawListWatch,
-    ResourceNotServed,
     SourceItem,
 )
-from services.processes.watcher.watch_lines import WatchItem, decode_watch_line
-from services.runtime.config import Settings
 
 log = structlog.get_logger(__name__)
-
-LEASE: Final = "Lease"
-NODE: Final = "Node"
 
 PLURALS: Final = {
     "Lease": "leases",
@@ -50,8 +44,9 @@ PLURALS: Final = {
 class ObjectApi(Protocol):
     """LIST and WATCH of one kind of object (``object_kind``: ``Lease``, ``Node``, or a DRA kind:
     ``ResourceSlice``, ``ResourceClaim``, ``DeviceClass``). Both calls
-    raise ``ResourceExpired``, ``ApiUnavailable`` or ``ApiRejected`` (``kube_source``), never a
-    client library's exception."""
+    raise ``ResourceExpired``, ``ApiUnavailable`` or ``ApiRejected``
+    (:mod:`services.adapters.kube.errors`), never a client library's exception. The real ones are
+    :mod:`services.adapters.kube.watch_apis`'s."""
 
     @property
     def object_kind(self) -> str: ...
@@ -68,10 +63,10 @@ class ObjectApi(Protocol):
 class ObjectSource(ListWatchSource):
     """Drives LIST/WATCH over an :class:`ObjectApi` and hands every item to a handler, in order:
     ``ObjectsListed`` after each LIST, ``ObjectChange`` (and bookmarks, errors...) from the
-    watch. Options as :class:`~services.processes.watcher.kube_source.ListWatchSource`.
+    watch. Options as :class:`~services.processes.watcher.watch_loop.ListWatchSource`.
 
     ``optional``: when the API server does not serve the resource (HTTP 404,
-    :class:`~services.processes.watcher.kube_source.ResourceNotServed`), log a warning, call
+    :class:`~services.adapters.kube.errors.ResourceNotServed`), log a warning, call
     ``on_not_served()`` and return from :meth:`run` (the other loops go on) instead of raising.
     """
 
@@ -79,19 +74,11 @@ class ObjectSource(ListWatchSource):
         self,
         api: ObjectApi,
         *,
-        max_backoff_seconds: float = 30.0,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        on_restart: Callable[[str], None] | None = None,
-        on_retry: Callable[[], None] | None = None,
         optional: bool = False,
         on_not_served: Callable[[], None] | None = None,
+        **options: Unpack[LoopOptions],
     ) -> None:
-        super().__init__(
-            max_backoff_seconds=max_backoff_seconds,
-            sleep=sleep,
-            on_restart=on_restart,
-            on_retry=on_retry,
-        )
+        super().__init__(**options)
         self._api = api
         self.object_kind = api.object_kind
         self.resource = PLURALS.get(api.object_kind, f"{api.object_kind.lower()}s")
@@ -130,52 +117,3 @@ class ObjectSource(ListWatchSource):
 
     def _source(self, what: str) -> str:
         return f"kube:{self.resource}/{what}@{self._resource_version}"
-
-
-class KubernetesObjectApi:
-    """:class:`ObjectApi` over one kubernetes-asyncio list call (:class:`RawListWatch`)."""
-
-    def __init__(
-        self,
-        object_kind: str,
-        call: Callable[..., Awaitable[Any]],
-        settings: Settings,
-        *,
-        page_size: int = LIST_PAGE_SIZE,
-        params: dict[str, Any] | None = None,
-    ) -> None:
-        self._object_kind = object_kind
-        self._raw = RawListWatch(call, settings, page_size=page_size, params=params)
-
-    @property
-    def object_kind(self) -> str:
-        return self._object_kind
-
-    async def list_objects(self) -> ObjectList:
-        return await self._raw.list_all()
-
-    def watch_objects(self, resource_version: str | None) -> AsyncIterator[bytes]:
-        return self._raw.watch(resource_version)
-
-
-def lease_api(
-    api_client: k8s_client.ApiClient, settings: Settings, *, page_size: int = LIST_PAGE_SIZE
-) -> KubernetesObjectApi:
-    """Leases in ``settings.lease_namespace`` (``CoordinationV1Api.list_namespaced_lease``)."""
-    coordination = k8s_client.CoordinationV1Api(api_client)
-    return KubernetesObjectApi(
-        LEASE,
-        coordination.list_namespaced_lease,
-        settings,
-        page_size=page_size,
-        params={"namespace": settings.lease_namespace},
-    )
-
-
-def node_api(
-    api_client: k8s_client.ApiClient, settings: Settings, *, page_size: int = LIST_PAGE_SIZE
-) -> KubernetesObjectApi:
-    """All Nodes (``CoreV1Api.list_node``)."""
-    return KubernetesObjectApi(
-        NODE, k8s_client.CoreV1Api(api_client).list_node, settings, page_size=page_size
-    )

@@ -9,7 +9,6 @@ streams in ``devtools/examples`` add harness directives whose ``type`` starts wi
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, TypeAlias
@@ -195,26 +194,3 @@ def decode_watch_line(
     if object_kind in kinds:
         return ObjectChange(kind, object_kind, obj, raw)
     return OtherKind(event_type, str(object_kind))
-
-
-async def split_lines(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
-    """Re-cut a byte stream into lines (without the newline), whatever the chunk sizes.
-
-    Used on the HTTP watch body instead of ``readline()``, whose line limit (aiohttp: 128 KiB)
-    a Pod with many annotations or managedFields can exceed. A last line without a newline
-    (connection cut mid-object) is yielded too, and will decode as :class:`BrokenLine`.
-    """
-    buffer = bytearray()
-    async for chunk in chunks:
-        # Search only the new bytes: the rest of the buffer is known to hold no newline.
-        search_from = len(buffer)
-        buffer += chunk
-        start = 0
-        while (end := buffer.find(b"\n", search_from)) != -1:
-            line = bytes(buffer[start:end])
-            if line.strip():
-                yield line
-            start = search_from = end + 1
-        del buffer[:start]
-    if buffer.strip():
-        yield bytes(buffer)
