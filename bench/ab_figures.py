@@ -10,7 +10,7 @@ and left out of the median.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,7 +122,7 @@ def spread(values: Sequence[float | None]) -> dict[str, Any]:
 
 
 def summarise(
-    base: Sequence[dict[str, float | None]], head: Sequence[dict[str, float | None]]
+    base: Sequence[Mapping[str, float | None]], head: Sequence[Mapping[str, float | None]]
 ) -> dict[str, dict[str, Any]]:
     """Per figure: each side's :func:`spread`, ``ratio`` = head median / base median, and
     ``ranges``: ``overlap`` when the two min-max ranges overlap (within the noise of these
