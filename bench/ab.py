@@ -91,6 +91,7 @@ def git(repo: Path, *args: str) -> str:
 
 
 def add_worktree(repo: Path, label: str, rev: str, trees: Path) -> Side:
+    """A detached ``git worktree`` of ``rev`` at ``trees/<label>-<short sha>``."""
     commit = git(repo, "rev-parse", "--verify", f"{rev}^{{commit}}")
     tree = trees / f"{label}-{commit[:8]}"
     git(repo, "worktree", "add", "--detach", str(tree), commit)
@@ -291,7 +292,7 @@ def cli(
     sides = outcome["sides"]
     labels = {k: f"{v['rev']} ({v['commit'][:8]})" for k, v in sides.items()}
     console.rule("A/B results")
-    if "base" in labels and "head" in labels:
+    if "base" in labels and "head" in labels and outcome["runs"]:
         print_summary(outcome["summary"], labels["base"], labels["head"])
     report = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -316,6 +317,7 @@ def cli(
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Entry point of ``python -m bench.ab`` (``argv``: the arguments, default ``sys.argv``)."""
     app = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
     app.command()(cli)
     app(argv)

@@ -28,6 +28,7 @@ FIRST_VERSION = 1_000_000
 
 
 def compact(payload: bytes) -> bytes:
+    """A copy of ``payload`` in a buffer of its own size (see the comment in :func:`generate`)."""
     return memoryview(payload).tobytes()
 
 
@@ -150,6 +151,7 @@ def generate(events: int, devices: int, nodes: int, dup_ratio: float, seed: int)
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1, nearest rank) of sorted values; NaN when empty."""
     if not sorted_values:
         return math.nan
     index = min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))

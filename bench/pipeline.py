@@ -63,6 +63,8 @@ STAGES = ("publish", "baseline", "worker", "replay", "api")
 
 @dataclass
 class Options:
+    """The benchmark's flags (see ``python -m bench.pipeline --help``)."""
+
     events: int
     devices: int
     nodes: int
@@ -87,6 +89,7 @@ class Options:
 
 
 async def main_async(opts: Options) -> int:
+    """Run the stages, clean up, print the table, write the JSON; returns the exit code."""
     run = new_run(opts.topic)
     skip = set(opts.skip)
     settings = run_settings(stack_settings(), run, opts.partitions)
@@ -385,6 +388,7 @@ def _run_with_signals(opts: Options) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Entry point of ``python -m bench.pipeline`` (``argv``: default ``sys.argv``)."""
     app = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
     app.command()(cli)
     app(argv)

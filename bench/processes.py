@@ -35,6 +35,8 @@ def free_port() -> int:
 
 @dataclass
 class Child:
+    """A started child process, its log, and the peak RSS (kB) seen while sampling it."""
+
     name: str
     process: subprocess.Popen[bytes]
     log_path: Path
@@ -91,6 +93,7 @@ def devicestate_commands() -> set[str]:
 
 
 def start_child(name: str, argv: Sequence[str], env: dict[str, str], log_dir: Path) -> Child:
+    """Start ``argv`` in its own session, output appended to ``<log_dir>/<name>.log``."""
     log_path = log_dir / f"{name}.log"
     log_file = log_path.open("ab")
     try:
@@ -109,6 +112,7 @@ def start_child(name: str, argv: Sequence[str], env: dict[str, str], log_dir: Pa
 
 
 def devicestate_argv(command: str) -> list[str]:
+    """``devicestate <command>`` from the virtualenv, else ``python -m services.cli.main``."""
     script = Path(sys.executable).with_name("devicestate")
     if script.exists():
         return [str(script), command]
@@ -116,6 +120,7 @@ def devicestate_argv(command: str) -> list[str]:
 
 
 def session_path(profile: Path) -> Path:
+    """Where pyinstrument saves the session of a ``--profile-*`` path."""
     return profile.with_name(profile.name + ".pyisession")
 
 

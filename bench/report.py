@@ -206,6 +206,7 @@ def verdicts(results: dict[str, Any], events: int) -> list[dict[str, Any]]:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
+    """The rows of :func:`verdicts` as a rich table."""
     table = Table(title="devicestate pipeline benchmark", show_lines=False)
     for name, justify in (
         ("figure", "left"),

@@ -76,6 +76,7 @@ def pick(gen: Generator, want: Callable[[Any], bool]) -> tuple[str, str] | None:
 
 
 def command(gen: Generator, j: int, at: datetime) -> None:
+    """Operator command ``j`` of the script (cycled), at event time ``at``."""
     kind = gen.command_script[j % len(gen.command_script)]
     rng = gen.rng
 

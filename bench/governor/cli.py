@@ -106,6 +106,7 @@ def cli(
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Entry point of ``python -m bench.governor`` (``argv``: default ``sys.argv``)."""
     app = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
     app.command()(cli)
     app(argv)

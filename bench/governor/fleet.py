@@ -19,6 +19,8 @@ XID = "XID 79: GPU has fallen off the bus"
 
 @dataclass(slots=True)
 class Gpu:
+    """One synthetic GPU: its node, DRA or device plugin, identities and episode count."""
+
     index: int
     node_index: int
     node: str
@@ -36,6 +38,8 @@ class Gpu:
 
 @dataclass
 class GeneratedLog:
+    """The generated log (encoded records in topic order) and what its closed-loop fold decided."""
+
     payloads: list[bytes]
     kinds: Counter[str]
     transitions: Counter[str]
@@ -52,6 +56,8 @@ class GeneratedLog:
 
 @dataclass
 class Options:
+    """The benchmark's flags (see ``python -m bench.governor --help``)."""
+
     records: int
     devices: int
     nodes: int

@@ -34,10 +34,12 @@ def _self_status() -> dict[str, int]:
 
 
 def rss_mb() -> float:
+    """Resident memory of this process now, MB."""
     return round(_self_status().get("VmRSS", 0) / 1024, 1)
 
 
 def peak_rss_mb() -> float:
+    """Peak resident memory of this process, MB."""
     hwm = _self_status().get("VmHWM")
     if hwm is None:  # not Linux: ru_maxrss is kB on Linux, bytes on macOS
         hwm = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -57,6 +59,7 @@ def digest(decisions: Sequence[Decision]) -> tuple[str, int]:
 
 
 def decode_pass(payloads: Sequence[bytes], label: str) -> tuple[list[GovernanceInput], float]:
+    """``decode_input`` of every payload: the records and the seconds it took."""
     progress = ProgressLines(label, len(payloads))
     out: list[GovernanceInput] = []
     append = out.append
@@ -73,6 +76,8 @@ def decode_pass(payloads: Sequence[bytes], label: str) -> tuple[list[GovernanceI
 
 @dataclass
 class Fold:
+    """A fold's final state, its decisions and its seconds (per record type when timed so)."""
+
     state: GovernorState
     decisions: list[Decision]
     seconds: float
@@ -119,6 +124,7 @@ def fold(
 
 
 def snapshot_bytes(state: GovernorState) -> tuple[bytes, float]:
+    """``orjson.dumps(state.snapshot())`` and the seconds it took."""
     started = time.perf_counter()
     data = orjson.dumps(state.snapshot())
     return data, time.perf_counter() - started
@@ -136,5 +142,6 @@ def restore(data: bytes, policy: GovernancePolicy) -> tuple[GovernorState, float
 
 
 def cpu_seconds() -> float:
+    """User + system CPU seconds of this process so far."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime

@@ -41,6 +41,7 @@ from services.domain.governance.policy import GovernancePolicy
 
 
 def run(opts: Options) -> int:
+    """Run the benchmark with ``opts``; returns the exit code (0: every check OK)."""
     policy = GovernancePolicy()
     report: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
