@@ -1,9 +1,11 @@
 #!/usr/bin/env python
-"""Summarise a pyinstrument session written by ``bench/pipeline.py --profile-*``.
+"""Summarise a pyinstrument session written by ``python -m bench.pipeline --profile-*``.
 
-    .venv/bin/python bench/profile_summary.py PROFILE.pyisession worker
-    .venv/bin/python bench/profile_summary.py PROFILE.pyisession --children Handle._run
-    .venv/bin/python bench/profile_summary.py PROFILE.pyisession --functions a,b,c
+    .venv/bin/python -m bench.profile_summary PROFILE.pyisession worker
+    .venv/bin/python -m bench.profile_summary PROFILE.pyisession --children Handle._run
+    .venv/bin/python -m bench.profile_summary PROFILE.pyisession --functions a,b,c
+
+(``.venv/bin/python bench/profile_summary.py ...`` works too: it imports nothing of the project.)
 
 Prints the inclusive time of chosen functions (outermost call only, so recursion is not counted
 twice), or the children of one function aggregated by name. The presets (``worker``, ``replay``,
@@ -125,8 +127,8 @@ def main() -> None:
             print(f"{seconds:9.2f}  {name}")
         return
     targets = args.functions.split(",") if args.functions else PRESETS[args.preset or "worker"]
-    for name, seconds in inclusive(root, targets).items():
-        print(f"{seconds:9.2f}  {name}")
+    for name, total in inclusive(root, targets).items():
+        print(f"{total:9.2f}  {name}")
 
 
 if __name__ == "__main__":

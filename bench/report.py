@@ -1,0 +1,237 @@
+"""The pipeline benchmark's verdicts and results table.
+
+:func:`verdicts` turns the stages' results into rows (figure, value, unit, ratio to the raw
+consume baseline, target, PASS/MISS); the JSON report keeps them under ``table``. The targets
+are the design's (see ``docs/benchmarks.md``): ingest >= 25k events/s and >= 0.25x the baseline,
+a replay of 1M events in <= 60 s, GET p99 <= 10 ms at 1k req/s with no errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from bench.console import console
+
+# Targets (see docs/benchmarks.md).
+TARGET_INGEST_EPS = 25_000.0
+TARGET_INGEST_RATIO = 0.25
+TARGET_REPLAY_SECONDS_PER_MILLION = 60.0
+TARGET_GET_P99_MS = 10.0
+TARGET_GET_RATE = 1000.0
+
+
+def verdicts(results: dict[str, Any], events: int) -> list[dict[str, Any]]:
+    """One row per figure: value, ratio to the baseline, target, PASS/MISS."""
+    rows: list[dict[str, Any]] = []
+    base = results.get("baseline", {}).get("events_per_second")
+
+    def ratio(value: float | None) -> float | None:
+        return None if value is None or not base else round(value / base, 3)
+
+    pub = results.get("publish")
+    if pub:
+        rows.append(
+            {
+                "figure": "publish (aiokafka producer)",
+                "value": pub["events_per_second"],
+                "unit": "events/s",
+                "ratio": ratio(pub["events_per_second"]),
+                "target": "-",
+                "verdict": "-",
+            }
+        )
+    if base:
+        rows.append(
+            {
+                "figure": "(a) raw consume baseline",
+                "value": base,
+                "unit": "events/s",
+                "ratio": 1.0,
+                "target": "-",
+                "verdict": "-",
+            }
+        )
+    worker = results.get("worker")
+    if worker and "events_per_second" in worker:
+        eps = worker["events_per_second"]
+        r = ratio(eps)
+        ok = eps >= TARGET_INGEST_EPS and (r is None or r >= TARGET_INGEST_RATIO)
+        rows.append(
+            {
+                "figure": "(b) worker ingest",
+                "value": eps,
+                "unit": "events/s",
+                "ratio": r,
+                "target": f">= {TARGET_INGEST_EPS:,.0f}/s and >= {TARGET_INGEST_RATIO}x (a)",
+                "verdict": "PASS" if ok else "MISS",
+            }
+        )
+        rows.append(
+            {
+                "figure": "(b) worker peak RSS",
+                "value": worker["peak_rss_mb"],
+                "unit": "MB",
+                "ratio": None,
+                "target": "-",
+                "verdict": "-",
+            }
+        )
+    replay = results.get("replay")
+    if replay and "events_per_second" in replay:
+        rows.append(
+            {
+                "figure": "(c) replay",
+                "value": replay["events_per_second"],
+                "unit": "events/s",
+                "ratio": ratio(replay["events_per_second"]),
+                "target": "-",
+                "verdict": "-",
+            }
+        )
+        per_million = replay["seconds_per_million"]
+        projected = "" if events == 1_000_000 else " (scaled to 1M)"
+        rows.append(
+            {
+                "figure": f"(c) replay seconds per 1M{projected}",
+                "value": per_million,
+                "unit": "s",
+                "ratio": None,
+                "target": f"<= {TARGET_REPLAY_SECONDS_PER_MILLION:.0f} s",
+                "verdict": "PASS" if per_million <= TARGET_REPLAY_SECONDS_PER_MILLION else "MISS",
+            }
+        )
+        if "compare" in replay:
+            rows.append(
+                {
+                    "figure": "(c) replay rows == worker rows",
+                    "value": "OK" if replay["compare"]["identical"] else "DIFF",
+                    "unit": "",
+                    "ratio": None,
+                    "target": "OK",
+                    "verdict": "PASS" if replay["compare"]["identical"] else "MISS",
+                }
+            )
+    api = results.get("api")
+    if api and "latency_ms" in api:
+        p99 = api["latency_ms"]["p99"]
+        rate_ok = api["achieved_rate"] >= 0.95 * min(api["target_rate"], TARGET_GET_RATE)
+        ok = (
+            p99 <= TARGET_GET_P99_MS
+            and rate_ok
+            and api["errors"] == 0
+            and (api["target_rate"] >= TARGET_GET_RATE)
+        )
+        rows.append(
+            {
+                "figure": "(d) GET achieved rate",
+                "value": api["achieved_rate"],
+                "unit": "req/s",
+                "ratio": None,
+                "target": f">= {TARGET_GET_RATE:,.0f}",
+                "verdict": "PASS" if api["achieved_rate"] >= 0.95 * TARGET_GET_RATE else "MISS",
+            }
+        )
+        for q in ("p50", "p90"):
+            rows.append(
+                {
+                    "figure": f"(d) GET {q}",
+                    "value": api["latency_ms"][q],
+                    "unit": "ms",
+                    "ratio": None,
+                    "target": "-",
+                    "verdict": "-",
+                }
+            )
+        rows.append(
+            {
+                "figure": "(d) GET p99",
+                "value": p99,
+                "unit": "ms",
+                "ratio": None,
+                "target": f"<= {TARGET_GET_P99_MS:.0f} ms at {TARGET_GET_RATE:,.0f}/s, 0 errors",
+                "verdict": "PASS" if ok else "MISS",
+            }
+        )
+        rows.append(
+            {
+                "figure": "(d) GET max",
+                "value": api["latency_ms"]["max"],
+                "unit": "ms",
+                "ratio": None,
+                "target": "-",
+                "verdict": "-",
+            }
+        )
+        rows.append(
+            {
+                "figure": "(d) GET errors",
+                "value": api["errors"],
+                "unit": "",
+                "ratio": None,
+                "target": "0",
+                "verdict": "PASS" if api["errors"] == 0 else "MISS",
+            }
+        )
+    for kind, other in (api or {}).get("other_clients", {}).items():
+        lat = other["latency_ms"]
+        rows.append(
+            {
+                "figure": f"(d) GET p50/p99 with the {kind} client",
+                "value": f"{lat['p50']} / {lat['p99']}",
+                "unit": f"ms at {other['achieved_rate']:,.0f} req/s",
+                "ratio": None,
+                "target": "(information)",
+                "verdict": "-",
+            }
+        )
+    for stage, result in results.items():
+        if isinstance(result, dict) and result.get("status") in (
+            "skipped",
+            "unavailable",
+            "failed",
+        ):
+            rows.append(
+                {
+                    "figure": f"{stage}",
+                    "value": result["status"],
+                    "unit": "",
+                    "ratio": None,
+                    "target": "-",
+                    "verdict": "MISS" if result["status"] == "failed" else "-",
+                }
+            )
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    """The rows of :func:`verdicts` as a rich table."""
+    table = Table(title="devicestate pipeline benchmark", show_lines=False)
+    for name, justify in (
+        ("figure", "left"),
+        ("value", "right"),
+        ("unit", "left"),
+        ("x baseline", "right"),
+        ("target", "left"),
+        ("", "center"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for row in rows:
+        value = row["value"]
+        text = (
+            f"{value:,.1f}"
+            if isinstance(value, float)
+            else (f"{value:,}" if isinstance(value, int) else str(value))
+        )
+        verdict = row["verdict"]
+        style = {"PASS": "[green]PASS[/green]", "MISS": "[red]MISS[/red]"}.get(verdict, verdict)
+        table.add_row(
+            row["figure"],
+            text,
+            row["unit"],
+            "-" if row["ratio"] is None else f"{row['ratio']:.3f}x",
+            row["target"],
+            style,
+        )
+    console.print(table)

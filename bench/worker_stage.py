@@ -1,0 +1,272 @@
+"""Stage (b) of the pipeline benchmark: ``devicestate worker`` ingesting the bench topic.
+
+The worker runs as a child process on the run's topics, consumer group, schema and data dir.
+Ingest is timed from its first consumed record (its Prometheus counter) until the group's
+committed offsets reach the topic's end offsets; then the stage waits for the governor agent
+(same process) to commit the end of the governance topic. CPU over the ingest window comes from
+:class:`bench.cpu.CpuSampler`, peak RSS from ``/proc``, counts from the worker's ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.console import Reporter, console, fmt_rate
+from bench.cpu import CpuSampler
+from bench.kafka_admin import admin_client, committed_offsets, end_offsets
+from bench.load import Workload
+from bench.processes import (
+    devicestate_argv,
+    devicestate_commands,
+    free_port,
+    pyinstrument_argv,
+    render_profile,
+    start_child,
+)
+from bench.stack import Run
+from services.runtime.config import Settings
+
+_METRIC_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text -> ``{name{labels}: value}`` (labels kept verbatim)."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = _METRIC_LINE.match(line)
+        if match:
+            with contextlib.suppress(ValueError):
+                values[match.group(1) + (match.group(2) or "")] = float(match.group(3))
+    return values
+
+
+def metric_sum(values: dict[str, float], name: str) -> float:
+    """Sum of metric ``name`` over all its label sets."""
+    return sum(v for k, v in values.items() if k == name or k.startswith(name + "{"))
+
+
+async def run_worker_stage(
+    run: Run, settings: Settings, total: int, *, batch_size: int | None, profile: Path | None
+) -> dict[str, Any]:
+    """Run the worker until it has committed all ``total`` records of ``settings.topic`` and the
+    governor the whole governance topic; stop it (by PID) and return the stage's figures
+    (``events_per_second``, ``cpu_seconds`` of the ingest window, RSS, worker and governor
+    metrics). Raises ``TimeoutError`` after 300 s + 1 ms per event (x5 under the profiler),
+    ``RuntimeError`` when the worker exits early (with its last log lines)."""
+    import httpx
+
+    port = free_port()
+    env = {
+        "DEVICESTATE_KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
+        "DEVICESTATE_TOPIC": settings.topic,
+        "DEVICESTATE_DEAD_LETTER_TOPIC": settings.dead_letter_topic,
+        # The worker forwards to the governance topic and its governor agent folds it: fresh
+        # per-run topics, or a second run would fold the first run's governance records too.
+        "DEVICESTATE_GOVERNANCE_TOPIC": settings.governance_topic,
+        "DEVICESTATE_DECISIONS_TOPIC": settings.decisions_topic,
+        "DEVICESTATE_TOPIC_PARTITIONS": str(settings.topic_partitions),
+        "DEVICESTATE_CONSUMER_GROUP": settings.consumer_group,
+        "DEVICESTATE_DATABASE_URL": settings.database_url,
+        "DEVICESTATE_DATABASE_SCHEMA": run.worker_schema,
+        "DEVICESTATE_WORKER_DATA_DIR": str(run.worker_data_dir),
+        "DEVICESTATE_WORKER_METRICS_PORT": str(port),
+        "DEVICESTATE_LOG_FORMAT": "json",
+        "DEVICESTATE_LOG_LEVEL": "INFO",
+    }
+    if batch_size is not None:
+        env["DEVICESTATE_WORKER_BATCH_SIZE"] = str(batch_size)
+    if "worker" in devicestate_commands():
+        argv = devicestate_argv("worker")
+        how = "devicestate worker"
+        module_argv = ["-m", "services.cli.main", "worker"]
+    else:  # the sub-command is not wired into the CLI yet: the module's own entry point
+        argv = [sys.executable, "-m", "streams.cli"]
+        how = "python -m streams.cli (no `devicestate worker` sub-command registered)"
+        module_argv = ["-m", "streams.cli"]
+    if profile is not None:
+        argv = pyinstrument_argv(profile, module_argv)
+        how += f" under pyinstrument -> {profile}"
+    console.print(f"  starting {how}; metrics on 127.0.0.1:{port}, log {run.log_dir}/worker.log")
+    spawned = time.monotonic()
+    child = start_child("worker", argv, env, run.log_dir)
+    run.children.append(child)
+    cpu = CpuSampler()
+    cpu.add("worker", child.pid)
+
+    closing = contextlib.AsyncExitStack()
+    admin = await closing.enter_async_context(admin_client(settings.kafka_bootstrap_servers))
+    ends = await end_offsets(settings.kafka_bootstrap_servers, settings.topic)
+    # Generous: 300 s + 1 ms per event (x5 under the profiler); the stage fails after it.
+    deadline = spawned + (300 + total / 1000) * (5 if profile is not None else 1)
+    first_consumed: float | None = None
+    consumed_all: float | None = None
+    caught_up: float | None = None
+    consumed = 0.0
+    last_metrics: dict[str, float] = {}
+    rss_samples: list[int] = []
+    last_commit_poll = 0.0
+    committed: dict[int, int] = {}
+    try:
+        async with httpx.AsyncClient(timeout=2.0) as http:
+            with Reporter("worker", total) as progress:
+                while True:
+                    child.check()
+                    now = time.monotonic()
+                    if now > deadline:
+                        raise TimeoutError(
+                            f"worker did not catch up within {deadline - spawned:.0f} s "
+                            f"(consumed {consumed:,.0f} of {total:,})"
+                        )
+                    with contextlib.suppress(httpx.HTTPError):
+                        response = await http.get(f"http://127.0.0.1:{port}/metrics")
+                        last_metrics = parse_metrics(response.text)
+                        consumed = metric_sum(
+                            last_metrics, "devicestate_worker_events_consumed_total"
+                        )
+                    now = time.monotonic()
+                    if consumed > 0 and first_consumed is None:
+                        first_consumed = now
+                        cpu.start()
+                    if consumed >= total and consumed_all is None:
+                        consumed_all = now
+                    status = child.sample()
+                    if "VmRSS" in status:
+                        rss_samples.append(status["VmRSS"])
+                    if first_consumed is not None and now - last_commit_poll >= 0.25:
+                        last_commit_poll = now
+                        with contextlib.suppress(Exception):
+                            committed = await committed_offsets(
+                                admin, settings.consumer_group, settings.topic
+                            )
+                        if all(committed.get(p, -1) >= end for p, end in ends.items()):
+                            caught_up = time.monotonic()
+                            progress.update(int(consumed), extra="committed: caught up")
+                            break
+                    lag = sum(max(end - committed.get(p, 0), 0) for p, end in ends.items())
+                    progress.update(int(consumed), extra=f"commit lag {lag:,}")
+                    await asyncio.sleep(0.1)
+            cpu_used = cpu.stop()  # the ingest window, as before the governor existed
+            # The health agent forwards before it commits, so the governance topic is complete
+            # now; the governor agent (same process) may still be folding it.
+            gov_ends = await end_offsets(
+                settings.kafka_bootstrap_servers, settings.governance_topic
+            )
+            gov_total = sum(gov_ends.values())
+            governor_caught_up: float | None = None
+            with Reporter("governor", gov_total, unit="records") as progress:
+                while True:
+                    child.check()
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("the governor did not catch up with its topic")
+                    gov_committed: dict[int, int] = {}
+                    with contextlib.suppress(Exception):
+                        gov_committed = await committed_offsets(
+                            admin, settings.consumer_group, settings.governance_topic
+                        )
+                    done = sum(min(max(gov_committed.get(p, 0), 0), e) for p, e in gov_ends.items())
+                    progress.update(done)
+                    if all(e == 0 or gov_committed.get(p, -1) >= e for p, e in gov_ends.items()):
+                        governor_caught_up = time.monotonic()
+                        break
+                    await asyncio.sleep(0.25)
+            with contextlib.suppress(httpx.HTTPError):
+                response = await http.get(f"http://127.0.0.1:{port}/metrics")
+                last_metrics = parse_metrics(response.text)
+    finally:
+        await closing.aclose()
+    assert first_consumed is not None and caught_up is not None
+    assert governor_caught_up is not None
+    status = child.sample()
+    child_stop_started = time.monotonic()
+    code = child.stop()
+    if profile is not None:
+        render_profile(profile)
+    stop_seconds = time.monotonic() - child_stop_started
+    ingest_seconds = caught_up - first_consumed
+    result: dict[str, Any] = {
+        "command": how,
+        "pid": child.pid,
+        "events": total,
+        "startup_seconds": round(first_consumed - spawned, 2),
+        "seconds": round(ingest_seconds, 3),
+        "events_per_second": round(total / ingest_seconds, 1),
+        "consumed_all_seconds": None
+        if consumed_all is None
+        else round(consumed_all - first_consumed, 3),
+        "peak_rss_mb": round(max(child.peak_rss_kb, status.get("VmHWM", 0)) / 1024, 1),
+        "median_rss_mb": round(sorted(rss_samples)[len(rss_samples) // 2] / 1024, 1)
+        if rss_samples
+        else None,
+        "cpu_seconds": cpu_used,
+        "exit_code": code,
+        "stop_seconds": round(stop_seconds, 2),
+        "metrics": {
+            "consumed": metric_sum(last_metrics, "devicestate_worker_events_consumed_total"),
+            "table_duplicates": metric_sum(
+                last_metrics, "devicestate_worker_table_duplicates_dropped_total"
+            ),
+            "db_noops": metric_sum(last_metrics, "devicestate_worker_db_noops_total"),
+            "applied": metric_sum(last_metrics, "devicestate_worker_events_applied_total"),
+            "dead_lettered": metric_sum(
+                last_metrics, "devicestate_worker_events_dead_lettered_total"
+            ),
+            "db_retries": metric_sum(last_metrics, "devicestate_worker_db_retries_total"),
+            "batches": metric_sum(last_metrics, "devicestate_worker_batch_seconds_count"),
+            "batch_seconds_sum": round(
+                metric_sum(last_metrics, "devicestate_worker_batch_seconds_sum"), 2
+            ),
+        },
+        "governance": {
+            "topic_records": gov_total,
+            "caught_up_seconds": round(governor_caught_up - first_consumed, 3),
+            "after_ingest_seconds": round(governor_caught_up - caught_up, 3),
+            "forwarded": {
+                key.split('"')[1]: value
+                for key, value in last_metrics.items()
+                if key.startswith("devicestate_worker_governance_forwarded_total{")
+            },
+            "governor_records": metric_sum(
+                last_metrics, "devicestate_governor_records_consumed_total"
+            ),
+            "decisions": metric_sum(last_metrics, "devicestate_governor_decisions_total"),
+            "governor_batches": metric_sum(
+                last_metrics, "devicestate_governor_batch_seconds_count"
+            ),
+            "governor_batch_seconds_sum": round(
+                metric_sum(last_metrics, "devicestate_governor_batch_seconds_sum"), 2
+            ),
+        },
+    }
+    return result
+
+
+def print_worker_summary(w: dict[str, Any], workload: Workload) -> None:
+    """The stage's figures, and the worker's counts against what the workload must produce."""
+    m = w["metrics"]
+    console.print(
+        f"  worker caught up: {w['events']:,} events in {w['seconds']:.2f} s = "
+        f"[bold]{fmt_rate(w['events_per_second'])} events/s[/bold] (start-up "
+        f"{w['startup_seconds']} s not counted); peak RSS {w['peak_rss_mb']} MB; "
+        f"CPU s {w['cpu_seconds']}"
+    )
+    console.print(
+        f"  worker metrics: consumed {m['consumed']:,.0f}, applied {m['applied']:,.0f}"
+        f" (expected {workload.new:,}), table-dropped {m['table_duplicates']:,.0f}, "
+        f"db no-ops {m['db_noops']:,.0f} (expected {workload.duplicates + workload.stale:,}), "
+        f"dead-lettered {m['dead_lettered']:,.0f}, batches {m['batches']:,.0f}"
+    )
+    g = w["governance"]
+    console.print(
+        f"  governance: {g['topic_records']:,} records forwarded {g['forwarded']}; "
+        f"governor caught up {g['after_ingest_seconds']} s after ingest "
+        f"({g['governor_records']:,.0f} records, {g['decisions']:,.0f} decisions, "
+        f"{g['governor_batch_seconds_sum']} s in its batches)"
+    )
