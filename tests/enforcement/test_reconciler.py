@@ -25,8 +25,9 @@ from services.processes.enforcement.reconciler import (
     run_enforcer,
 )
 from services.runtime.config import Settings
-from tests.enforcement.fake_kube import FakeSource, FakeTaintRules
 from tests.enforcement.test_desired import DRIVER, row
+from tests.fakes.quarantine_source import FakeSource
+from tests.fakes.taint_rules import FakeTaintRules
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -20,15 +19,13 @@ from hypothesis import strategies as st
 from sqlalchemy import exc as sa_exc
 
 from services.adapters.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
-from services.adapters.projection.store import BatchStats, ProjectionConflictError
+from services.adapters.projection.store import ProjectionConflictError
 from services.domain.directory import fold
 from services.domain.events import (
-    DeviceHealthObserved,
     Event,
     Health,
     encode_event,
 )
-from services.domain.log import LoggedEvent
 from services.runtime.config import Settings
 from streams.app import build_worker_app
 from streams.dedup import (
@@ -38,6 +35,7 @@ from streams.dedup import (
 )
 from tests.conftest import as_log
 from tests.domain.strategies import event_logs
+from tests.fakes.batch_sink import FakeSink
 
 # --- select_new -------------------------------------------------------------------------------
 
@@ -132,36 +130,6 @@ def test_is_transient(error: BaseException, expected: bool) -> None:
 
 
 # --- the agent on the memory store --------------------------------------------------------------
-
-
-class FakeSink:
-    """Records batches; fails the first ``fail`` calls with ``error``; checks the table is not
-    raised before the commit."""
-
-    def __init__(self, table: Any = None, fail: int = 0, error: Exception | None = None) -> None:
-        self.batches: list[list[LoggedEvent]] = []
-        self.table = table
-        self.fail = fail
-        self.error = error or ConnectionResetError("db restarted")
-        self.calls = 0
-        self.table_at_write: list[dict[str, Any]] = []
-        self.kwargs: list[dict[str, Any]] = []
-
-    async def apply_batch(
-        self,
-        records: Sequence[LoggedEvent],
-        highwaters: Mapping[tuple[str, int], int] | None = None,
-        consumed_through: Mapping[tuple[str, int], int] | None = None,
-        **kwargs: Any,
-    ) -> BatchStats:
-        self.calls += 1
-        self.kwargs.append(kwargs)
-        if self.table is not None:
-            self.table_at_write.append(dict(self.table.items()))
-        if self.calls <= self.fail:
-            raise self.error
-        self.batches.append(list(records))
-        return BatchStats(applied=sum(isinstance(r.event, DeviceHealthObserved) for r in records))
 
 
 class FakeDeadLetters:

@@ -32,7 +32,8 @@ from streams.forward import (
     record_key,
 )
 from tests.conftest import T0, TOPIC
-from tests.streams.test_dedup_unit import FakeSink, _run_agent
+from tests.fakes.batch_sink import FakeSink
+from tests.streams.test_dedup_unit import _run_agent
 
 
 def at(seconds: float) -> datetime:

@@ -4,10 +4,8 @@ Kubernetes API server serving Pods, node Leases and Nodes, and the DRA objects w
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +13,7 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client as k8s_client
 
-from services.domain.node_events import WatcherTick
-from services.domain.records import TopicRecord
+from tests.fakes.event_publisher import FakePublisher
 from tests.watcher.test_kube_source import FakeApiServer, pod
 
 LEASES_PATH = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
@@ -35,38 +32,6 @@ NOT_FOUND = {
     "reason": "NotFound",
     "code": 404,
 }
-
-
-@dataclass
-class FakePublisher:
-    """Keeps records (in order, ticks included), and dead letters as ``(original, reason,
-    stage, source)``; the topic has ``partition_count`` partitions."""
-
-    partition_count: int = 3
-    records: list[TopicRecord] = field(default_factory=list)
-    dead_letters: list[tuple[bytes, str, str, str]] = field(default_factory=list)
-    _published: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def publish(self, record: TopicRecord) -> None:
-        self.records.append(record)
-        self._published.set()
-
-    async def wait_for(self, count: int) -> None:
-        """Until at least ``count`` records were published."""
-        while len(self.records) < count:
-            self._published.clear()
-            await self._published.wait()
-
-    async def publish_tick(self, observed_at: datetime) -> int:
-        for partition in range(self.partition_count):
-            await self.publish(WatcherTick(partition=partition, observed_at=observed_at))
-        return self.partition_count
-
-    async def dead_letter(self, original: bytes, reason: str, stage: str, source: str) -> None:
-        self.dead_letters.append((original, reason, stage, source))
-
-    def of_type(self, name: str) -> list[Any]:
-        return [r for r in self.records if r.type == name]
 
 
 @pytest.fixture
