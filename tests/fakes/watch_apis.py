@@ -6,11 +6,34 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
 
 from services.adapters.kube.list_watch import ObjectList
 
 Step = bytes | Exception
 """One step of a scripted WATCH: a line of the body, or an exception raised there."""
+
+
+# The lines a script is made of, shaped as kube-apiserver serves them (what the watcher reads of
+# them is held to the real server by tests/contracts/test_watch_apis.py).
+def event_line(kind: str, obj: dict[str, Any]) -> bytes:
+    """A watch event line: ``{"type": kind, "object": obj}``."""
+    return orjson.dumps({"type": kind, "object": obj})
+
+
+def bookmark(version: str, kind: str = "Pod") -> bytes:
+    """A BOOKMARK at ``version`` (the server sends one shortly before a watch times out)."""
+    return event_line("BOOKMARK", {"kind": kind, "metadata": {"resourceVersion": version}})
+
+
+GONE = event_line(
+    "ERROR",
+    {"kind": "Status", "status": "Failure", "reason": "Expired", "code": 410, "message": "too old"},
+)
+"""What the server sends (HTTP 200, then this line, then the end) for a WATCH from a
+resourceVersion older than the history it keeps."""
 
 
 @dataclass

@@ -26,7 +26,7 @@ from services.processes.watcher.watch_lines import BrokenLine, PodChange
 from services.processes.watcher.watch_loop import Relisted, SourceItem
 from services.runtime.config import Settings
 from tests.domain.test_pod_tracker import make_pod
-from tests.fakes.watch_apis import FakePodApi
+from tests.fakes.watch_apis import GONE, FakePodApi, bookmark, event_line
 
 AT = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
@@ -35,20 +35,6 @@ Step = bytes | Exception
 
 def pod(uid: str, version: str, **devices: str) -> dict[str, Any]:
     return make_pod(devices or {"GPU-0": "Healthy"}, version, uid=uid, name=f"pod-{uid}")
-
-
-def event_line(kind: str, obj: dict[str, Any]) -> bytes:
-    return orjson.dumps({"type": kind, "object": obj})
-
-
-def bookmark(version: str) -> bytes:
-    return event_line("BOOKMARK", {"kind": "Pod", "metadata": {"resourceVersion": version}})
-
-
-GONE = event_line(
-    "ERROR",
-    {"kind": "Status", "status": "Failure", "reason": "Expired", "code": 410, "message": "too old"},
-)
 
 
 @dataclass
