@@ -18,18 +18,30 @@ import secrets
 import sys
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import orjson
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from services.client.directory import default_api_url, make_console
-from services.client.http import ApiClient, ApiError, error_message, path_segment
+from services.client.common import (
+    EXIT_PENDING,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    ApiUrl,
+    Token,
+    api_client,
+    cell,
+    fail,
+    fail_api_error,
+    make_table,
+    print_json,
+)
+from services.client.directory import make_console
+from services.client.http import ApiError, error_message, path_segment
 from services.domain.governance.inputs import Role
-
-EXIT_REFUSED, EXIT_USAGE, EXIT_PENDING = 1, 2, 3
+from services.runtime.tokens import token_entry
 
 
 class Output(StrEnum):
@@ -42,25 +54,6 @@ class WriteOutput(StrEnum):
     JSON = "json"
 
 
-ApiUrl = Annotated[
-    str | None,
-    typer.Option(
-        "--api-url",
-        envvar="DEVICESTATE_API_URL",
-        help="Base URL of the API (default: http://DEVICESTATE_API_HOST:DEVICESTATE_API_PORT).",
-        show_default=False,
-    ),
-]
-Token = Annotated[
-    str | None,
-    typer.Option(
-        "--token",
-        envvar="DEVICESTATE_TOKEN",
-        help="Bearer token (writes need the operator role, breaker reset and --break-glass "
-        "admin; reads need one only when the API refuses anonymous reads).",
-        show_default=False,
-    ),
-]
 Wait = Annotated[
     float,
     typer.Option(
@@ -127,43 +120,25 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-def _fail(message: str, code: int = EXIT_REFUSED) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def _client(api_url: str | None, token: str | None) -> ApiClient:
-    return ApiClient(api_url or default_api_url(), token)
-
-
-def _api_error(exc: ApiError) -> NoReturn:
-    _fail(str(exc), EXIT_USAGE if exc.status is None else EXIT_REFUSED)
-
-
 def _expiry(ttl: str | None, expires_at: str | None, required: bool) -> dict[str, Any]:
     if ttl is not None and expires_at is not None:
-        _fail("give --ttl or --expires-at, not both", EXIT_USAGE)
+        fail("give --ttl or --expires-at, not both", EXIT_USAGE)
     if ttl is not None:
         try:
             return {"ttlSeconds": parse_duration(ttl)}
         except ValueError as exc:
-            _fail(f"--ttl: {exc}", EXIT_USAGE)
+            fail(f"--ttl: {exc}", EXIT_USAGE)
     if expires_at is not None:
         try:
             value = datetime.fromisoformat(expires_at.replace("Z", "+00:00"))
         except ValueError:
-            _fail(f"--expires-at: {expires_at!r} is not an RFC 3339 time", EXIT_USAGE)
+            fail(f"--expires-at: {expires_at!r} is not an RFC 3339 time", EXIT_USAGE)
         if value.tzinfo is None:
-            _fail("--expires-at needs an offset (Z or +hh:mm)", EXIT_USAGE)
+            fail("--expires-at needs an offset (Z or +hh:mm)", EXIT_USAGE)
         return {"expiresAt": value.isoformat()}
     if required:
-        _fail("give the new expiry: --ttl or --expires-at", EXIT_USAGE)
+        fail("give the new expiry: --ttl or --expires-at", EXIT_USAGE)
     return {}
-
-
-def _print_json(value: Any) -> None:
-    sys.stdout.buffer.write(orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n")
-    sys.stdout.flush()
 
 
 def submit(
@@ -179,7 +154,7 @@ def submit(
     params = {"wait": wait} if wait > 0 else None
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
     try:
-        with _client(api_url, token) as client:
+        with api_client(api_url, token) as client:
             response = client.request(
                 "POST",
                 path,
@@ -190,12 +165,12 @@ def submit(
                 timeout=wait + 15,
             )
     except ApiError as exc:
-        _api_error(exc)
+        fail_api_error(exc)
     answer = response.json()
     if not isinstance(answer, dict) or "commandID" not in answer:  # a 409 of the API itself
-        _fail(error_message(response))
+        fail(error_message(response))
     if output is WriteOutput.JSON:
-        _print_json(answer)
+        print_json(answer)
     command_id = answer["commandID"]
     status = answer.get("status")
     action = answer.get("action") or "command"
@@ -221,19 +196,6 @@ def submit(
         )
     if wait > 0:
         raise typer.Exit(EXIT_PENDING)
-
-
-def _table(columns: list[str], rows: list[list[str]], wrap: tuple[str, ...] = ()) -> Table:
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in columns:
-        table.add_column(column, no_wrap=column not in wrap, overflow="fold")
-    for row in rows:
-        table.add_row(*[escape(cell) for cell in row])
-    return table
-
-
-def _s(value: Any) -> str:
-    return "-" if value is None or value == "" else str(value)
 
 
 # --- quarantine -----------------------------------------------------------------------------------
@@ -350,12 +312,12 @@ def quarantine_list(
         "resourceID": resource_id,
     }
     try:
-        with _client(api_url, token) as client:
+        with api_client(api_url, token) as client:
             items = list(client.pages("/v1/quarantines", params))
     except ApiError as exc:
-        _api_error(exc)
+        fail_api_error(exc)
     if output is Output.JSON:
-        _print_json(items)
+        print_json(items)
         return
     rows = [
         [
@@ -366,14 +328,14 @@ def quarantine_list(
             q["status"] + (f" ({q['recoveryStage']})" if q.get("recoveryStage") else ""),
             q["actor"],
             q["createdAt"],
-            _s(q.get("expiresAt")),
+            cell(q.get("expiresAt")),
             q["reason"],
         ]
         for q in items
     ]
     console = make_console()
     console.print(
-        _table(
+        make_table(
             [
                 "QUARANTINE ID",
                 "NODE",
@@ -401,11 +363,11 @@ def quarantine_show(
 ) -> None:
     """Print one quarantine record as JSON."""
     try:
-        with _client(api_url, token) as client:
+        with api_client(api_url, token) as client:
             record = client.get(f"/v1/quarantines/{path_segment(quarantine_id)}")
     except ApiError as exc:
-        _api_error(exc)
-    _print_json(record)
+        fail_api_error(exc)
+    print_json(record)
 
 
 # --- automation, breaker, commands, status, timeline ---------------------------------------------
@@ -469,11 +431,11 @@ def command(
 ) -> None:
     """Print a command's outcome (accepted or rejected, with the governor's reason)."""
     try:
-        with _client(api_url, token) as client:
+        with api_client(api_url, token) as client:
             response = client.request("GET", f"/v1/commands/{path_segment(command_id)}")
     except ApiError as exc:
-        _api_error(exc)
-    _print_json(response.json())
+        fail_api_error(exc)
+    print_json(response.json())
 
 
 def governance(
@@ -487,22 +449,24 @@ def governance(
     than two watcher ticks (+5 s).
     """
     try:
-        with _client(api_url, token) as client:
+        with api_client(api_url, token) as client:
             status = client.get("/v1/governance")
     except ApiError as exc:
-        _api_error(exc)
+        fail_api_error(exc)
     if output is Output.JSON:
-        _print_json(status)
+        print_json(status)
         return
     console = make_console()
     style = "bold red" if status["stale"] else "green"
     console.print(f"[{style}]{escape(status['message'])}[/]")
     age = status["watermarkAgeSeconds"]
-    watermark = _s(status["watermark"]) + ("" if age is None else f" ({age:.0f} s ago)")
+    watermark = cell(status["watermark"]) + ("" if age is None else f" ({age:.0f} s ago)")
     b = status["breaker"]
-    breaker = f"OPEN since {_s(b['openedAt'])} ({_s(b['incident'])})" if b["open"] else "closed"
+    breaker = f"OPEN since {cell(b['openedAt'])} ({cell(b['incident'])})" if b["open"] else "closed"
     a = status["automation"]
-    automation = f"PAUSED by {_s(a['pausedBy'])}: {_s(a['reason'])}" if a["paused"] else "running"
+    automation = (
+        f"PAUSED by {cell(a['pausedBy'])}: {cell(a['reason'])}" if a["paused"] else "running"
+    )
     by_state = ", ".join(f"{n} {s}" for s, n in status["devicesByState"].items() if n)
     rows = [
         ("watermark", watermark),
@@ -534,12 +498,12 @@ def timeline(
     """A device's observations and governance decisions in time order, oldest first."""
     path = f"/v1/nodes/{path_segment(node)}/timeline/{path_segment(resource_id)}"
     try:
-        with _client(api_url, token) as client:
+        with api_client(api_url, token) as client:
             body = client.get(path, limit=limit)
     except ApiError as exc:
-        _api_error(exc)
+        fail_api_error(exc)
     if output is Output.JSON:
-        _print_json(body)
+        print_json(body)
         return
     rows = []
     for item in body["items"]:
@@ -549,7 +513,7 @@ def timeline(
             detail = " ".join(
                 x
                 for x in (
-                    f"v{_s(f.get('statusVersion'))}",
+                    f"v{cell(f.get('statusVersion'))}",
                     f"{f['namespace']}/{f['podName']}",
                     f.get("message") or "",
                 )
@@ -560,7 +524,7 @@ def timeline(
             detail = f.get("summary") or orjson.dumps(f.get("details") or {}).decode()
         rows.append([item["time"], item["kind"], what, detail])
     console = make_console()
-    console.print(_table(["TIME", "KIND", "WHAT", "DETAIL"], rows, wrap=("DETAIL",)))
+    console.print(make_table(["TIME", "KIND", "WHAT", "DETAIL"], rows, wrap=("DETAIL",)))
     console.print(f"\n{len(rows)} items for {escape(node)}/{escape(resource_id)}")
 
 
@@ -576,15 +540,9 @@ RoleOption = Annotated[Role, typer.Option("--role", help="viewer, operator or ad
 TOKEN_PREFIX = "dst_"
 
 
-def _entry(name: str, role: Role, token: str) -> dict[str, str]:
-    from services.processes.api.auth import token_entry
-
-    return token_entry(name, role, token)
-
-
 def _check_name(name: str) -> None:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}", name):
-        _fail("--name must be 1-128 characters of letters, digits and ._@:-", EXIT_USAGE)
+        fail("--name must be 1-128 characters of letters, digits and ._@:-", EXIT_USAGE)
 
 
 @token_app.command("hash")
@@ -597,8 +555,8 @@ def token_hash(
     raw = typer.prompt("token", hide_input=True) if sys.stdin.isatty() else sys.stdin.read()
     token = raw.strip()
     if not token:
-        _fail("no token on stdin", EXIT_USAGE)
-    entry = _entry(name, role, token)
+        fail("no token on stdin", EXIT_USAGE)
+    entry = token_entry(name, role, token)
     typer.echo(entry["sha256"])
     typer.echo(orjson.dumps(entry).decode())
 
@@ -617,9 +575,9 @@ def token_new(
     """
     _check_name(name)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    entry = _entry(name, role, token)
+    entry = token_entry(name, role, token)
     if output is WriteOutput.JSON:
-        _print_json({"token": token, "entry": entry})
+        print_json({"token": token, "entry": entry})
         return
     typer.echo("token (shown only now; give it to its user through a secret store):")
     typer.echo(f"  {token}")

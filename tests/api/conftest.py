@@ -27,8 +27,8 @@ from services.adapters.projection.governance_tables import (
 from services.adapters.projection.tables import in_schema
 from services.domain.governance.inputs import OperatorCommand, decode_input
 from services.processes.api.app import create_app
-from services.processes.api.auth import token_entry
 from services.runtime.config import Settings
+from services.runtime.tokens import token_entry
 from tests.conftest import T0
 
 TOKENS = {

@@ -9,7 +9,8 @@ from typing import Any
 
 from services.adapters.projection.store import PendingCommit, Transition
 from services.domain.directory import apply_event
-from services.domain.events import ClaimRef, DeviceSource, Health, encode_event
+from services.domain.event_codec import encode_event
+from services.domain.events import ClaimRef, DeviceSource, Health
 from services.domain.governance.inputs import (
     HealthTransition,
     WatermarkAdvanced,

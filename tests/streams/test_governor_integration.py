@@ -22,13 +22,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.domain.events import (
-    ContainerRef,
-    DeviceHealthObserved,
-    DeviceSource,
-    Health,
-    encode_event,
-)
+from services.domain.event_codec import encode_event
+from services.domain.events import ContainerRef, DeviceHealthObserved, DeviceSource, Health
 from services.domain.governance.inputs import (
     GovernanceInput,
     HealthTransition,

@@ -19,7 +19,8 @@ from uuid import uuid4
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.domain.events import DeviceHealthObserved, Health, encode_event
+from services.domain.event_codec import encode_event
+from services.domain.events import DeviceHealthObserved, Health
 from services.domain.governance.inputs import (
     GovernanceInput,
     HealthTransition,

@@ -16,6 +16,7 @@ from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import (
     DeviceGov,
     GovernorState,
+    NodeGov,
 )
 
 SYSTEM_ACTOR: Final = "system"
@@ -95,3 +96,13 @@ def due(ctx: Ctx, deadline: datetime | None) -> bool:
 
 def device_name(device: DeviceGov) -> str:
     return f"{device.node}/{device.resource_id}"
+
+
+def node_of(ctx: Ctx, name: str) -> NodeGov:
+    """The node's state row, made on first sight; marked dirty (the caller is about to change it)."""
+    node = ctx.state.nodes.get(name)
+    if node is None:
+        node = NodeGov(name)
+        ctx.state.add_node(node)
+    ctx.state.dirty_nodes.add(name)
+    return node

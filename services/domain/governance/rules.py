@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from services.domain.events import DeviceSource, Health, format_time
-from services.domain.governance import context, limits, nodes
+from services.domain.governance import context, limits
 from services.domain.governance.decisions import AlertAction, DecisionKind, Severity
 from services.domain.governance.inputs import (
     RecoveryStage,
@@ -155,7 +155,7 @@ def sync_unknown_incident(ctx: context.Ctx, name: str, at: datetime) -> None:
     wanted = any(unknown_family(d) for d in ctx.state.devices_on(name))
     if wanted == open_now:
         return
-    node = nodes.node_of(ctx, name)
+    node = context.node_of(ctx, name)
     if wanted:
         members = [d for d in ctx.state.devices_on(name) if unknown_family(d)]
         node.unknown_incident = f"node-unknown/{name}/{format_time(at)}"

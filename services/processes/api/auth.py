@@ -64,16 +64,6 @@ class Principal:
     role: Role
 
 
-def token_digest(token: str) -> str:
-    """The hex SHA-256 of a token (UTF-8), as ``api_tokens`` holds it."""
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
-
-
-def token_entry(name: str, role: Role | str, token: str) -> dict[str, str]:
-    """The ``api_tokens`` entry of ``token``."""
-    return {"name": name, "role": Role(role).value, "sha256": token_digest(token)}
-
-
 def _parse(text: str, origin: str) -> list[TokenEntry]:
     if not text.strip():
         return []
