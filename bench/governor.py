@@ -71,6 +71,8 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: make `services` importabl
 
 from services.domain.events import DeviceSource, Health  # noqa: E402
 from services.domain.governance.decisions import Decision, DecisionKind, encode_decision  # noqa: E402
+from services.domain.governance.device_state import GovState, QuarantineKind  # noqa: E402
+from services.domain.governance.input_codec import decode_input, encode_input  # noqa: E402
 from services.domain.governance.inputs import (  # noqa: E402
     CommandAction,
     GovernanceInput,
@@ -82,12 +84,10 @@ from services.domain.governance.inputs import (  # noqa: E402
     RecoveryStage,
     Role,
     WatermarkAdvanced,
-    decode_input,
-    encode_input,
 )
 from services.domain.governance.machine import step  # noqa: E402
 from services.domain.governance.policy import GovernancePolicy  # noqa: E402
-from services.domain.governance.state import GovernorState, GovState, QuarantineKind  # noqa: E402
+from services.domain.governance.state import GovernorState  # noqa: E402
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged  # noqa: E402
 
 T0 = datetime(2026, 11, 29, 0, 0, tzinfo=UTC)

@@ -9,6 +9,7 @@ decided (the command is logged and will be decided).
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
 from typing import Annotated, Any, NoReturn
 
 import orjson
@@ -77,3 +78,25 @@ def make_table(columns: list[str], rows: list[list[str]], wrap: tuple[str, ...] 
 def cell(value: Any) -> str:
     """A table cell: ``-`` for a missing or empty value."""
     return "-" if value is None or value == "" else str(value)
+
+
+class Output(StrEnum):
+    """``-o`` of the read commands."""
+
+    TABLE = "table"
+    JSON = "json"
+
+
+class WriteOutput(StrEnum):
+    """``-o`` of the write commands: a line of text, or the API's answer as JSON."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
+WriteFormat = Annotated[
+    WriteOutput, typer.Option("-o", "--output", help="text, or json (the API's answer).")
+]
+
+
+ReadFormat = Annotated[Output, typer.Option("-o", "--output", help="table or json.")]

@@ -9,8 +9,9 @@ The watermark is the minimum over the device-health topic's partitions of the fo
 from __future__ import annotations
 
 from services.domain.governance import context, limits, nodes, rules
+from services.domain.governance.device_state import GovState
 from services.domain.governance.inputs import WatermarkAdvanced
-from services.domain.governance.state import GovState, TimerKind, device_deadlines
+from services.domain.governance.state import TimerKind, device_deadlines
 
 
 def on_watermark(ctx: context.Ctx, w: WatermarkAdvanced) -> None:

@@ -9,15 +9,12 @@ from typing import Any, Final
 
 from services.domain.events import format_time
 from services.domain.governance.decisions import AlertAction, Decision, DecisionKind, Severity
+from services.domain.governance.device_state import DeviceGov
 from services.domain.governance.inputs import (
     Role,
 )
 from services.domain.governance.policy import GovernancePolicy
-from services.domain.governance.state import (
-    DeviceGov,
-    GovernorState,
-    NodeGov,
-)
+from services.domain.governance.state import GovernorState, NodeGov
 
 SYSTEM_ACTOR: Final = "system"
 COMMANDS_REMEMBERED: Final = 10_000
@@ -99,7 +96,8 @@ def device_name(device: DeviceGov) -> str:
 
 
 def node_of(ctx: Ctx, name: str) -> NodeGov:
-    """The node's state row, made on first sight; marked dirty (the caller is about to change it)."""
+    """The node's state row, made on first sight; marked dirty (the caller is about to change
+    it)."""
     node = ctx.state.nodes.get(name)
     if node is None:
         node = NodeGov(name)

@@ -26,6 +26,7 @@ from services.domain.directory import version_rank
 from services.domain.events import Health
 from services.domain.governance import clock, commands, context, leases, nodes, rules
 from services.domain.governance.decisions import AlertAction, Decision, DecisionKind, Severity
+from services.domain.governance.device_state import DeviceGov
 from services.domain.governance.inputs import (
     GovernanceInput,
     HealthTransition,
@@ -35,10 +36,7 @@ from services.domain.governance.inputs import (
     WatermarkAdvanced,
 )
 from services.domain.governance.policy import GovernancePolicy
-from services.domain.governance.state import (
-    DeviceGov,
-    GovernorState,
-)
+from services.domain.governance.state import GovernorState
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 
 # --- entry point ------------------------------------------------------------------------------

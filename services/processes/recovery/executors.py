@@ -29,7 +29,7 @@ from typing import Any, Final
 import structlog
 
 from services.domain.events import DeviceSource
-from services.domain.governance.state import DeviceKey
+from services.domain.governance.device_state import DeviceKey
 from services.processes.recovery.checks import CheckResult, Executor, RecoveryCheck
 from services.processes.recovery.kube import KubeApiError, KubeObjects
 from services.processes.recovery.manifests import (
