@@ -11,6 +11,7 @@ from services.domain.governance import context, rules, transitions
 from services.domain.governance.decisions import AlertAction, DecisionKind, Severity
 from services.domain.governance.device_state import DeviceGov, GovState, QuarantineKind
 from services.domain.governance.inputs import (
+    ROLE_RANK,
     CommandAction,
     OperatorCommand,
     RecoveryStage,
@@ -58,7 +59,7 @@ def on_command(ctx: context.Ctx, c: OperatorCommand) -> None:
     needed = Role.ADMIN if c.action is CommandAction.RESET_BREAKER else Role.OPERATOR
     if c.break_glass:
         needed = Role.ADMIN
-    if context.ROLE_RANK[c.role] < context.ROLE_RANK[needed]:
+    if ROLE_RANK[c.role] < ROLE_RANK[needed]:
         reject(ctx, c, f"role {c.role.value} may not {c.action.value}; {needed.value} needed")
         return
     at = c.requested_at

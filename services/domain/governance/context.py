@@ -10,9 +10,6 @@ from typing import Any, Final
 from services.domain.events import format_time
 from services.domain.governance.decisions import AlertAction, Decision, DecisionKind, Severity
 from services.domain.governance.device_state import DeviceGov
-from services.domain.governance.inputs import (
-    Role,
-)
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState, NodeGov
 
@@ -26,8 +23,6 @@ REASON_UNRECOGNISED: Final = "unrecognised-health"
 REASON_HEARTBEAT: Final = "node-heartbeat-lost"
 REASON_PLUGIN: Final = "device-plugin-lost"
 NODE_LEVEL_REASONS: Final = frozenset({REASON_HEARTBEAT, REASON_PLUGIN})
-
-ROLE_RANK: Final = {Role.VIEWER: 0, Role.OPERATOR: 1, Role.ADMIN: 2}
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 from services.domain.events import (
     DeviceSource,
@@ -113,6 +113,11 @@ class Role(StrEnum):
     VIEWER = "viewer"
     OPERATOR = "operator"
     ADMIN = "admin"
+
+
+ROLE_RANK: Final = {Role.VIEWER: 0, Role.OPERATOR: 1, Role.ADMIN: 2}
+"""A role may do what any role of a lower or equal rank may do (the API's checks and the
+governor's agree on it)."""
 
 
 @dataclass(frozen=True, slots=True)
