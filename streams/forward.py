@@ -35,12 +35,12 @@ from typing import Any, Protocol
 
 from services.adapters.projection.store import PendingCommit, Transition
 from services.domain.directory import DeviceRecord
+from services.domain.governance.input_codec import encode_input
 from services.domain.governance.inputs import (
     GovernanceInput,
     HealthTransition,
     InventoryConflict,
     WatermarkAdvanced,
-    encode_input,
 )
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.fold import ConflictChange, forwards

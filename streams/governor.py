@@ -8,7 +8,7 @@ The governance topic has ONE partition (a total order); the agent reads it in ba
    :meth:`GovernorState.restore <services.domain.governance.state.GovernorState.restore>` of the
    device, node and fleet snapshots, and the topic's recorded offset in ``partition_progress``;
    records at or before that offset are skipped (already folded);
-2. each record is decoded (:func:`~services.domain.governance.inputs.decode_input`; one that does
+2. each record is decoded (:func:`~services.domain.governance.input_codec.decode_input`; one that does
    not decode goes to the dead-letter topic, stage ``governor-decode``, and the stream goes on)
    and folded: ``decisions = step(state, record, offset, policy)``, ``offset`` being the record's
    offset (the decisions' ``seq``);
@@ -43,9 +43,11 @@ from services.adapters.projection.governance_store import (
     batch_rows,
 )
 from services.domain.governance.decisions import Decision, DecisionKind, encode_decision
-from services.domain.governance.inputs import GovernanceInput, decode_input
+from services.domain.governance.device_state import DeviceKey, GovState
+from services.domain.governance.input_codec import decode_input
+from services.domain.governance.inputs import GovernanceInput
 from services.domain.governance.policy import GovernancePolicy
-from services.domain.governance.state import DeviceKey, GovernorState, GovState
+from services.domain.governance.state import GovernorState
 from services.runtime.config import Settings
 from streams.batchwrite import BatchNotWritten, BatchWriter
 from streams.dedup import is_retriable

@@ -19,7 +19,8 @@ from typing import Final, Literal, TypeAlias, overload
 
 import orjson
 
-from services.domain.events import Event, EventDecodeError, decode_event, encode_event
+from services.domain.event_codec import decode_event, encode_event
+from services.domain.events import Event, EventDecodeError
 from services.domain.inventory.events import InventoryObserved, decode_inventory, encode_inventory
 from services.domain.node_events import (
     NODE_EVENT_TYPES,

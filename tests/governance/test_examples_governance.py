@@ -22,7 +22,7 @@ import pytest
 
 from services.domain.events import Health, parse_time
 from services.domain.governance.decisions import AlertAction, DecisionKind
-from services.domain.governance.state import GovState
+from services.domain.governance.device_state import GovState
 from tests.golden.test_examples import device_key
 from tests.governance.harness import EXAMPLES, GovernanceRun, run_stream
 

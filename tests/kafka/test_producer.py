@@ -15,6 +15,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from services.adapters.kafka.producer import EventPublisher
 from services.adapters.kafka.topics import TopicState, ensure_topics
+from services.domain.event_codec import decode_event
 from services.domain.events import (
     ContainerRef,
     DeviceHealthObserved,
@@ -23,7 +24,6 @@ from services.domain.events import (
     Health,
     PodDevicesReleased,
     ReleaseReason,
-    decode_event,
 )
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
 from services.domain.records import decode_record

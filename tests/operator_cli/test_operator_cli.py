@@ -13,7 +13,7 @@ import typer
 from typer.testing import CliRunner, Result
 
 from services.adapters.projection.store import ProjectionStore
-from services.client.operator import parse_duration
+from services.client.writes import parse_duration
 from services.domain.events import format_time
 from services.domain.governance.inputs import CommandAction, Role
 from services.processes.api.auth import Authenticator, TokenConfigError, load_tokens

@@ -157,7 +157,7 @@ async def test_node_and_inventory_records_are_skipped_not_undecodable(
 ) -> None:
     from datetime import UTC, datetime
 
-    from services.domain.events import encode_event
+    from services.domain.event_codec import encode_event
     from services.domain.node_events import NodeHeartbeat, WatcherTick
     from services.domain.records import encode_record
     from tests.kafka.test_records import inventory_events
@@ -189,7 +189,7 @@ async def test_node_and_inventory_records_are_skipped_not_undecodable(
 async def inventory_topic(stream_settings: Settings, kafka_bootstrap: str) -> Settings:
     """A realistic log with the shared DRA examples, pod-04, a device-plugin GPU that DRA also
     publishes and a slice update among its records."""
-    from services.domain.events import encode_event
+    from services.domain.event_codec import encode_event
     from services.domain.records import encode_record
     from tests.projection.inventory_examples import (
         inventory_events,

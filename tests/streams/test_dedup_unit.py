@@ -22,12 +22,8 @@ from sqlalchemy import exc as sa_exc
 from services.adapters.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
 from services.adapters.projection.store import BatchStats, ProjectionConflictError
 from services.domain.directory import fold
-from services.domain.events import (
-    DeviceHealthObserved,
-    Event,
-    Health,
-    encode_event,
-)
+from services.domain.event_codec import encode_event
+from services.domain.events import DeviceHealthObserved, Event, Health
 from services.domain.log import LoggedEvent
 from services.runtime.config import Settings
 from streams.app import build_worker_app

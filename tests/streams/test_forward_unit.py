@@ -9,13 +9,10 @@ from typing import Any
 
 from services.adapters.projection.store import PendingCommit, Transition
 from services.domain.directory import apply_event
-from services.domain.events import ClaimRef, DeviceSource, Health, encode_event
-from services.domain.governance.inputs import (
-    HealthTransition,
-    WatermarkAdvanced,
-    decode_input,
-    encode_input,
-)
+from services.domain.event_codec import encode_event
+from services.domain.events import ClaimRef, DeviceSource, Health
+from services.domain.governance.input_codec import decode_input, encode_input
+from services.domain.governance.inputs import HealthTransition, WatermarkAdvanced
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import (
     NodeHeartbeat,

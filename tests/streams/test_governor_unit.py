@@ -21,12 +21,8 @@ from services.adapters.projection.governance_store import (
 )
 from services.domain.events import DeviceSource, Health
 from services.domain.governance.decisions import decode_decision
-from services.domain.governance.inputs import (
-    GovernanceInput,
-    HealthTransition,
-    WatermarkAdvanced,
-    encode_input,
-)
+from services.domain.governance.input_codec import encode_input
+from services.domain.governance.inputs import GovernanceInput, HealthTransition, WatermarkAdvanced
 from services.runtime.config import Settings
 from streams.app import build_worker_app
 from streams.governor import Governor

@@ -27,7 +27,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from services.adapters.projection.tables import quoted_schema
 from services.domain.events import Health
 from services.domain.governance.decisions import Decision, DecisionKind, decision_to_dict
-from services.domain.governance.state import DeviceGov, GovernorState, QuarantineStatus
+from services.domain.governance.device_state import DeviceGov, QuarantineStatus
+from services.domain.governance.state import GovernorState
 
 GOVERNANCE_PARTITION: Final = 0
 """The governance topic has one partition."""

@@ -19,7 +19,8 @@ import structlog
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from services.domain.governance.inputs import OperatorCommand, encode_input
+from services.domain.governance.input_codec import encode_input
+from services.domain.governance.inputs import OperatorCommand
 from services.runtime.config import Settings
 
 log = structlog.get_logger(__name__)

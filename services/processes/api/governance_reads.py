@@ -25,7 +25,7 @@ from services.adapters.projection.store import DeviceFilters, record_from_row
 from services.adapters.projection.tables import devices, in_schema
 from services.domain.directory import DeviceKey, DeviceRecord
 from services.domain.governance.decisions import DecisionKind
-from services.domain.governance.state import GovState, QuarantineStatus
+from services.domain.governance.device_state import GovState, QuarantineStatus
 
 ACTIVE_STATUSES = (QuarantineStatus.ACTIVE.value, QuarantineStatus.RECOVERING.value)
 """Quarantine statuses that still hold the device."""

@@ -2,8 +2,8 @@
 API, joined with the directory (``devices``) and the governance (``device_governance``). Read-only:
 the health agent writes the inventory tables, the governor the governance ones.
 
-:meth:`InventoryReads.snapshot` loads what :mod:`services.domain.inventory.views` computes the
-directory, capacity views and reconcile check from; :meth:`InventoryReads.extender_facts` loads
+:meth:`InventoryReads.snapshot` loads what :mod:`services.domain.inventory.snapshot` holds (the
+directory, capacity views and reconcile check read it); :meth:`InventoryReads.extender_facts` loads
 only what the scheduler extender needs for the candidate nodes.
 """
 
@@ -34,7 +34,7 @@ from services.domain.inventory.objects import (
     ResourceClaimInfo,
     ResourceSliceInfo,
 )
-from services.domain.inventory.views import (
+from services.domain.inventory.snapshot import (
     GovernanceRow,
     IdentityRow,
     NodeResources,

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from services.adapters.projection.store import DeviceFilters, ProjectionStore
 from services.domain.directory import DeviceKey
 from services.domain.events import DeviceSource, Health
-from services.domain.governance.state import GovState
+from services.domain.governance.device_state import GovState
 from services.processes.api.governance_reads import GovernanceReads
 from services.processes.api.schemas import (
     DeviceOut,

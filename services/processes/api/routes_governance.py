@@ -37,8 +37,8 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 
 from services.domain.events import format_time, parse_time
+from services.domain.governance.device_state import QuarantineKind, QuarantineStatus
 from services.domain.governance.inputs import CommandAction, OperatorCommand, Role
-from services.domain.governance.state import QuarantineKind, QuarantineStatus
 from services.processes.api.auth import Admin, Operator, Principal, check_role, read_access
 from services.processes.api.commands import CommandPublisher
 from services.processes.api.governance_reads import (

@@ -48,13 +48,9 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_r
 from services.adapters.kafka.producer import is_retriable
 from services.domain.events import DeviceSource, EventDecodeError, parse_time
 from services.domain.governance.decisions import Decision, DecisionKind, decode_decision
-from services.domain.governance.inputs import (
-    RecoveryLeaseRequested,
-    RecoveryReport,
-    RecoveryStage,
-    encode_input,
-)
-from services.domain.governance.state import DeviceKey
+from services.domain.governance.device_state import DeviceKey
+from services.domain.governance.input_codec import encode_input
+from services.domain.governance.inputs import RecoveryLeaseRequested, RecoveryReport, RecoveryStage
 from services.processes.recovery.checks import CheckResult, Executor, RecoveryCheck
 from services.processes.recovery.metrics import RecoveryMetrics
 from services.runtime.config import Settings

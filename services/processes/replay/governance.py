@@ -26,7 +26,7 @@ from services.adapters.projection.governance_store import GovernanceStore, batch
 from services.adapters.projection.migrate import migrate
 from services.adapters.projection.tables import check_schema_name
 from services.domain.governance.decisions import Decision
-from services.domain.governance.inputs import decode_input
+from services.domain.governance.input_codec import decode_input
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.processes.replay.run import ReplayError, drop_schema, schema_exists, topic_partitions
