@@ -1,6 +1,6 @@
 """The inventory directory, capacity views and the reconcile check, computed from projection rows
 (issue 4, items 2, 3 and 5c). Pure: :class:`Snapshot` holds plain rows read by
-:mod:`services.processes.api.inventory_reads`; nothing here touches the database or the clock.
+:mod:`services.adapters.projection.reads_inventory`; nothing here touches the database or the clock.
 
 Devices come from two places:
 

@@ -33,10 +33,10 @@ import orjson
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from services.domain.governance.context import ROLE_RANK
 from services.domain.governance.inputs import Role
 from services.runtime.config import Settings
 
-ROLE_RANK: Final = {Role.VIEWER: 0, Role.OPERATOR: 1, Role.ADMIN: 2}
 _HEX_DIGEST: Final = re.compile(r"^[0-9a-fA-F]{64}$")
 _ENTRY_KEYS: Final = frozenset({"name", "role", "sha256"})
 _NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}$")

@@ -27,6 +27,7 @@ import structlog
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from prometheus_client import CollectorRegistry, Gauge
 
+from services.adapters.projection.reads_inventory import InventoryReads
 from services.domain.events import DeviceSource, Health
 from services.domain.governance.state import GovState
 from services.domain.inventory.capacity import VIEWS
@@ -41,7 +42,6 @@ from services.domain.inventory.views import (
     page,
     plugin_resources,
 )
-from services.processes.api.inventory_reads import InventoryReads
 from services.processes.api.routes_devices import (
     MAX_PAGE,
     UNPROCESSABLE,

@@ -8,13 +8,13 @@ from datetime import datetime
 from pydantic import Field
 
 from services.domain.inventory.capacity import CapacityRow
+from services.domain.inventory.fold import ConflictRow
 from services.domain.inventory.views import (
     CapacityReport,
     Divergence,
     InventoryDevice,
     PluginResource,
 )
-from services.processes.api.inventory_reads import ConflictRow
 from services.processes.api.schemas import ApiModel
 
 
