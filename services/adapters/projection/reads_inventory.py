@@ -18,6 +18,7 @@ from sqlalchemy import Executable, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.adapters.projection.governance_tables import device_governance
+from services.adapters.projection.inventory_store import place_object
 from services.adapters.projection.inventory_tables import (
     device_identities,
     inventory_conflicts,
@@ -28,11 +29,6 @@ from services.adapters.projection.tables import devices, in_schema
 from services.domain.events import DeviceSource
 from services.domain.inventory.events import InventoryKind, object_from_json
 from services.domain.inventory.fold import ConflictRow
-from services.domain.inventory.objects import (
-    DeviceClassInfo,
-    ResourceClaimInfo,
-    ResourceSliceInfo,
-)
 from services.domain.inventory.views import (
     GovernanceRow,
     IdentityRow,
@@ -157,12 +153,7 @@ class InventoryReads:
             except (KeyError, ValueError, TypeError) as exc:
                 log.warning("unreadable inventory object skipped", kind=kind_value, error=repr(exc))
                 continue
-            if isinstance(obj, ResourceSliceInfo):
-                state.slices[(obj.driver, obj.pool, obj.name)] = obj
-            elif isinstance(obj, ResourceClaimInfo):
-                state.claims[(obj.namespace, obj.name)] = obj
-            elif isinstance(obj, DeviceClassInfo):
-                state.classes[obj.name] = obj
+            place_object(state, obj)
         for row in resource_rows:
             snap.node_resources[row.node] = NodeResources(
                 row.node, _counts(row.capacity), _counts(row.allocatable)
