@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from services.adapters.projection.store import PendingCommit, Transition
+from services.domain.batch import PendingCommit, Transition
 from services.domain.directory import DeviceRecord
 from services.domain.governance.input_codec import encode_input
 from services.domain.governance.inputs import (
@@ -213,7 +213,7 @@ class Forwarder:
         self.forwarded = 0
 
     def before_commit(self, batch: BatchView) -> Callable[[PendingCommit], Awaitable[None]]:
-        """The :data:`~services.adapters.projection.store.CommitHook` of one batch."""
+        """The :data:`~services.domain.batch.CommitHook` of one batch."""
 
         async def hook(commit: PendingCommit) -> None:
             records = governance_records(batch, commit, self.partitions())

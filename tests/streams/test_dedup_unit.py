@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -20,7 +19,9 @@ from hypothesis import strategies as st
 from sqlalchemy import exc as sa_exc
 
 from services.adapters.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
-from services.adapters.projection.store import BatchStats, ProjectionConflictError
+from services.adapters.projection.errors import ProjectionConflictError, is_transient
+from services.adapters.projection.store import BatchStats
+from services.domain.batch import CommitHook, LoggedBatch
 from services.domain.directory import fold
 from services.domain.event_codec import encode_event
 from services.domain.events import DeviceHealthObserved, Event, Health
@@ -28,7 +29,6 @@ from services.domain.log import LoggedEvent
 from services.runtime.config import Settings
 from streams.app import build_worker_app
 from streams.dedup import (
-    is_transient,
     select_new,
     table_key,
 )
@@ -141,17 +141,16 @@ class FakeSink:
         self.error = error or ConnectionResetError("db restarted")
         self.calls = 0
         self.table_at_write: list[dict[str, Any]] = []
-        self.kwargs: list[dict[str, Any]] = []
+        self.logged: list[LoggedBatch] = []
+        self.hooks: list[CommitHook | None] = []
 
     async def apply_batch(
-        self,
-        records: Sequence[LoggedEvent],
-        highwaters: Mapping[tuple[str, int], int] | None = None,
-        consumed_through: Mapping[tuple[str, int], int] | None = None,
-        **kwargs: Any,
+        self, batch: LoggedBatch, before_commit: CommitHook | None = None
     ) -> BatchStats:
+        records = batch.records
         self.calls += 1
-        self.kwargs.append(kwargs)
+        self.logged.append(batch)
+        self.hooks.append(before_commit)
         if self.table is not None:
             self.table_at_write.append(dict(self.table.items()))
         if self.calls <= self.fail:

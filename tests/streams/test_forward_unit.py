@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from services.adapters.projection.store import PendingCommit, Transition
+from services.domain.batch import PendingCommit, Transition
 from services.domain.directory import apply_event
 from services.domain.event_codec import encode_event
 from services.domain.events import ClaimRef, DeviceSource, Health
@@ -221,14 +221,15 @@ async def test_agent_keeps_node_events_out_of_the_directory_but_hands_them_over(
     assert dead.sent == []
     [written] = sink.batches
     assert [r.position.offset for r in written] == [0]
-    [kwargs] = sink.kwargs
-    assert sorted((p.offset, t) for p, t in kwargs["event_times"]) == [
+    [logged] = sink.logged
+    assert sorted((p.offset, t) for p, t in logged.event_times) == [
         (1, at(2)),
         (2, at(3)),
         (3, at(4)),
         (4, inventory.observed_at),
     ]
-    assert callable(kwargs["before_commit"])
+    [hook] = sink.hooks
+    assert callable(hook)
 
 
 # --- identities and inventory conflicts (issue 4) ---------------------------------------------
@@ -333,8 +334,9 @@ async def test_agent_hands_the_inventory_its_records_in_batch_order(
     ]
     sink = FakeSink()
     await _run_agent(tmp_path, payloads, sink, expected_calls=1)
-    [kwargs] = sink.kwargs
-    items = kwargs["inventory_items"]
+    [logged] = sink.logged
+    items = logged.inventory
+    assert items is not None
     assert [(p.offset, type(r).__name__) for p, r in items] == [
         (0, "InventoryObserved"),
         (1, "DeviceHealthObserved"),

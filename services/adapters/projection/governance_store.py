@@ -10,7 +10,7 @@ times, never the wall clock; ``partition_progress.updated_at`` aside), so a repl
 writes identical rows.
 
 Rows travel as one jsonb parameter per table expanded with ``jsonb_to_recordset``, like
-:mod:`services.adapters.projection.store`.
+:mod:`services.adapters.projection.batch_sql`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The inventory directory: every known device with its identity, health, governance state and
 holders, computed from projection rows (issue 4, item 2), with its filters and keyset pages.
 Pure: :class:`~.snapshot.Snapshot` holds plain rows read by
-:mod:`services.processes.api.inventory_reads`; nothing here touches the database or the clock.
-Capacity views are in :mod:`.capacity_report`, the reconcile check in :mod:`.reconcile`.
+:mod:`services.adapters.projection.reads_inventory`; nothing here touches the database or the
+clock. Capacity views are in :mod:`.capacity_report`, the reconcile check in :mod:`.reconcile`.
 
 Devices come from two places:
 

@@ -1,5 +1,5 @@
 """The rows the inventory views are computed from (:class:`Snapshot`), as the API's reads load them
-from the projection (:mod:`services.processes.api.inventory_reads`): observed devices, resolved
+from the projection (:mod:`services.adapters.projection.reads_inventory`): observed devices, resolved
 identities, governance rows, Node extended-resource counts and the DRA objects. Plain data.
 """
 

@@ -27,6 +27,7 @@ import structlog
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from prometheus_client import CollectorRegistry, Gauge
 
+from services.adapters.projection.reads_inventory import InventoryReads
 from services.domain.events import DeviceSource, Health
 from services.domain.governance.device_state import GovState
 from services.domain.inventory.capacity import VIEWS
@@ -38,7 +39,6 @@ from services.domain.inventory.capacity_report import (
 from services.domain.inventory.directory import DirectoryFilters, build_directory, page
 from services.domain.inventory.reconcile import Divergence, divergence
 from services.domain.inventory.state import ConflictKind
-from services.processes.api.inventory_reads import InventoryReads
 from services.processes.api.routes_devices import (
     MAX_PAGE,
     UNPROCESSABLE,

@@ -20,16 +20,16 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
+from services.adapters.projection.engine import Engine
 from services.adapters.projection.governance_store import GovernanceStore, batch_rows
 from services.adapters.projection.migrate import migrate
+from services.adapters.projection.schema_admin import drop_schema, schema_exists
 from services.adapters.projection.tables import check_schema_name
 from services.domain.governance.decisions import Decision
 from services.domain.governance.input_codec import decode_input
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
-from services.processes.replay.run import ReplayError, drop_schema, schema_exists, topic_partitions
+from services.processes.replay.run import ReplayError, topic_partitions
 from services.runtime.config import Settings
 
 StepFn = Callable[[GovernorState, Any, int, GovernancePolicy], list[Decision]]
@@ -107,7 +107,7 @@ async def read_governance_log(
 async def replay_governance(
     settings: Settings,
     *,
-    engine: AsyncEngine,
+    engine: Engine,
     database_url: str,
     schema: str,
     batch_size: int = 5000,
@@ -135,7 +135,7 @@ async def replay_governance(
 
 async def _fold(
     settings: Settings,
-    engine: AsyncEngine,
+    engine: Engine,
     schema: str,
     batch_size: int,
     progress: Callable[[int, int], None] | None,
@@ -189,7 +189,7 @@ async def _fold(
     return summary
 
 
-async def verify_governance(engine: AsyncEngine, live_schema: str, replay_schema: str) -> list[str]:
+async def verify_governance(engine: Engine, live_schema: str, replay_schema: str) -> list[str]:
     """Differences in ``device_governance``, ``quarantines`` and ``governance_decisions`` between
     the live schema and the replayed one (empty: identical)."""
     from services.adapters.projection.compare import GOVERNANCE_COMPARED_TABLES, diff_projections

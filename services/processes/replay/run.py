@@ -27,20 +27,25 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
-import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Final
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-
 from services.adapters.projection.cache import DeviceCache
+from services.adapters.projection.engine import Engine, create_engine
 from services.adapters.projection.migrate import migrate
+from services.adapters.projection.schema_admin import (
+    create_indexes,
+    drop_schema,
+    drop_secondary_indexes,
+    schema_exists,
+    truncate_projection,
+)
 from services.adapters.projection.store import BatchStats, ProjectionStore
-from services.adapters.projection.tables import check_schema_name, quoted_schema
+from services.adapters.projection.tables import check_schema_name
+from services.domain.batch import InventoryRecord, LoggedBatch
 from services.domain.events import DeviceHealthObserved, PodDevicesReleased
 from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LoggedEvent, LogPosition
@@ -48,27 +53,6 @@ from services.domain.node_events import NodeResourcesChanged
 from services.domain.records import decode_record
 from services.runtime.config import Settings
 
-REPLAY_SCHEMA_PREFIX: Final = "replay_"
-_REPLAY_SCHEMA: Final = re.compile(r"^replay_(\d+)$")
-
-
-_DEFERRED_INDEX_TABLES: Final = (
-    "devices",
-    "device_history",
-    "inventory_objects",
-    "device_identities",
-    "inventory_conflicts",
-)
-"""Tables whose secondary indexes a replay into a new schema builds at the end."""
-_HEALTH_TABLES: Final = (
-    "devices",
-    "device_history",
-    "inventory_objects",
-    "node_resources",
-    "device_identities",
-    "inventory_conflicts",
-)
-"""Tables built from the health topic (what an in-place replay truncates and rebuilds)."""
 _COLLECT_EVERY: Final = 1_000_000
 """Records between two collections of the young generations during a replay."""
 _READ_SLICE: Final = 100
@@ -87,7 +71,7 @@ class LogBatch:
     undecodable: int
     read: int
     node_events: int = 0
-    items: list[tuple[LogPosition, object]] = field(default_factory=list)
+    items: list[tuple[LogPosition, InventoryRecord]] = field(default_factory=list)
     """What the inventory folds, in read order: observations, DRA objects, resource counts."""
 
 
@@ -172,7 +156,7 @@ async def read_log(
             consumer.pause(*done)
         while remaining:
             records: list[LoggedEvent] = []
-            items: list[tuple[LogPosition, object]] = []
+            items: list[tuple[LogPosition, InventoryRecord]] = []
             undecodable = read = node_events = 0
             # A batch is gathered from small reads with a yield to the event loop after each:
             # decoding then runs while PostgreSQL works on the previous batch, and the writer
@@ -236,53 +220,10 @@ async def topic_partitions(bootstrap_servers: str, topic: str) -> list[int]:
     return partitions
 
 
-async def next_replay_schema(engine: AsyncEngine) -> str:
-    """``replay_<n>`` with ``n`` one more than the highest existing replay schema (from 1)."""
-    async with engine.connect() as conn:
-        names = (
-            await conn.execute(
-                text("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'replay\\_%'")
-            )
-        ).scalars()
-        numbers = [int(m.group(1)) for n in names if (m := _REPLAY_SCHEMA.match(n))]
-    return f"{REPLAY_SCHEMA_PREFIX}{max(numbers, default=0) + 1}"
-
-
-async def schema_exists(engine: AsyncEngine, schema: str) -> bool:
-    async with engine.connect() as conn:
-        found = await conn.execute(
-            text("SELECT 1 FROM pg_namespace WHERE nspname = :name"), {"name": schema}
-        )
-        return found.first() is not None
-
-
-async def drop_schema(engine: AsyncEngine, schema: str) -> None:
-    """``DROP SCHEMA ... CASCADE``."""
-    async with engine.begin() as conn:
-        await conn.execute(text(f"DROP SCHEMA IF EXISTS {quoted_schema(schema)} CASCADE"))
-
-
-async def truncate_projection(engine: AsyncEngine, schema: str, topic: str | None = None) -> None:
-    """Empty the projection tables of ``schema`` (one transaction): the directory and the
-    inventory. With ``topic``, only that topic's ``partition_progress`` rows go: the governance
-    projection and the governance topic's progress row (the governor's, derived from another log)
-    stay as they are."""
-    s = quoted_schema(schema)
-    health = ", ".join(f"{s}.{name}" for name in _HEALTH_TABLES)
-    async with engine.begin() as conn:
-        if topic is None:
-            await conn.execute(text(f"TRUNCATE {health}, {s}.partition_progress"))
-            return
-        await conn.execute(text(f"TRUNCATE {health}"))
-        await conn.execute(
-            text(f"DELETE FROM {s}.partition_progress WHERE topic = :topic"), {"topic": topic}
-        )
-
-
 async def replay(
     settings: Settings,
     *,
-    engine: AsyncEngine,
+    engine: Engine,
     database_url: str,
     schema: str,
     in_place: bool = False,
@@ -321,47 +262,9 @@ async def replay(
         raise
 
 
-async def drop_secondary_indexes(engine: AsyncEngine, schema: str) -> list[str]:
-    """Drop the indexes of ``schema``'s projection tables that no constraint needs (neither
-    primary key nor unique: the writes rely on those) and return the statements that create them
-    again, as ``pg_get_indexdef`` gives them (see :func:`create_indexes`)."""
-    async with engine.begin() as conn:
-        found = list(
-            await conn.execute(
-                text(
-                    "SELECT c.relname, pg_get_indexdef(i.indexrelid) FROM pg_index AS i "
-                    "JOIN pg_class AS c ON c.oid = i.indexrelid "
-                    "JOIN pg_class AS t ON t.oid = i.indrelid "
-                    "JOIN pg_namespace AS n ON n.oid = t.relnamespace "
-                    "WHERE n.nspname = :schema AND t.relname = ANY(:tables) "
-                    "AND NOT i.indisprimary AND NOT i.indisunique "
-                    "AND NOT EXISTS (SELECT 1 FROM pg_constraint AS k "
-                    "WHERE k.conindid = i.indexrelid) ORDER BY c.relname"
-                ),
-                {"schema": schema, "tables": list(_DEFERRED_INDEX_TABLES)},
-            )
-        )
-        for name, _ in found:
-            await conn.execute(text(f"DROP INDEX {quoted_schema(schema)}.{_quoted(name)}"))
-    return [definition for _, definition in found]
-
-
-async def create_indexes(engine: AsyncEngine, definitions: Sequence[str]) -> None:
-    """Run ``CREATE INDEX`` statements (from :func:`drop_secondary_indexes`) in one transaction."""
-    if not definitions:
-        return
-    async with engine.begin() as conn:
-        for definition in definitions:
-            await conn.execute(text(definition))
-
-
-def _quoted(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 async def _rebuild(
     settings: Settings,
-    engine: AsyncEngine,
+    engine: Engine,
     schema: str,
     batch_size: int,
     progress: ProgressCallback | None,
@@ -431,14 +334,9 @@ async def _rebuild(
                 if batch.records or batch.items:
                     # In a thread, so that the event loop keeps driving the write in flight and
                     # the reader meanwhile (the GIL changes hands every few milliseconds).
+                    logged = LoggedBatch(batch.records, summary.end_offsets, inventory=batch.items)
                     prepared = await asyncio.to_thread(
-                        functools.partial(
-                            store.prepare_batch,
-                            batch.records,
-                            cache,
-                            summary.end_offsets,
-                            inventory_items=batch.items,
-                        )
+                        functools.partial(store.prepare_batch, logged, cache)
                     )
                     cache.update(prepared.written, prepared.offsets)  # the next batch folds on it
                 if in_flight is not None:
@@ -484,17 +382,17 @@ def _young_collections_only() -> Iterator[None]:
             gc.enable()
 
 
-def make_engine(database_url: str) -> AsyncEngine:
+def make_engine(database_url: str) -> Engine:
     """An async engine for the replay (a small pool: one writer).
 
     No pre-ping: it would cost three round trips per batch, each waiting for the event loop,
     which the replay keeps busy; the pool is created for this one run and is in constant use, so
     there are no stale connections to weed out (a connection lost mid-run fails the replay either
     way)."""
-    return create_async_engine(database_url, pool_size=2, pool_pre_ping=False)
+    return create_engine(database_url, pool_size=2, pre_ping=False)
 
 
-async def verify(engine: AsyncEngine, live_schema: str, replay_schema: str) -> list[str]:
+async def verify(engine: Engine, live_schema: str, replay_schema: str) -> list[str]:
     """Differences between the live projection and the replayed one (empty: identical)."""
     from services.adapters.projection.compare import diff_projections
 
