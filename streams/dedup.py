@@ -43,6 +43,7 @@ from typing import Any, Final, Protocol
 import faust
 import structlog
 
+from services.adapters.kafka.clients import is_broker_unavailable
 from services.adapters.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
 from services.adapters.projection.store import CommitHook
 from services.domain.directory import version_rank
@@ -190,13 +191,10 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def is_retriable(exc: BaseException) -> bool:
-    """What a batch write retries: :func:`is_transient` database errors, and Kafka errors aiokafka
-    marks retriable (the forwarding inside the transaction), or a delivery that timed out."""
-    if is_transient(exc):
-        return True
-    if getattr(exc, "retriable", False) is True:
-        return True
-    return type(exc).__name__ in {"KafkaConnectionError", "NodeNotReadyError", "KafkaTimeoutError"}
+    """What a batch write retries: :func:`is_transient` database errors, and Kafka errors the
+    client marks retriable (the forwarding inside the transaction), or a delivery that timed out
+    (:func:`~services.adapters.kafka.clients.is_broker_unavailable`)."""
+    return is_transient(exc) or is_broker_unavailable(exc)
 
 
 # --- the agent ---------------------------------------------------------------------------------

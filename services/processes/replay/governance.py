@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.adapters.kafka.reader import TopicSnapshot
 from services.adapters.projection.governance_store import GovernanceStore, batch_rows
 from services.adapters.projection.migrate import migrate
 from services.adapters.projection.tables import check_schema_name
@@ -29,7 +30,13 @@ from services.domain.governance.decisions import Decision
 from services.domain.governance.inputs import decode_input
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
-from services.processes.replay.run import ReplayError, drop_schema, schema_exists, topic_partitions
+from services.processes.replay.run import (
+    REPLAY_CLIENT_ID,
+    ReplayError,
+    drop_schema,
+    schema_exists,
+    topic_partitions,
+)
 from services.runtime.config import Settings
 
 StepFn = Callable[[GovernorState, Any, int, GovernancePolicy], list[Decision]]
@@ -72,36 +79,20 @@ async def read_governance_log(
     """Yield ``(offset, value)`` lists of partition 0 from the beginning up to the end offset
     captured at the start; ``on_ready(begin, end)`` is called first. Raises :class:`ReplayError`
     when the topic does not exist or has more than one partition."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
     partitions = await topic_partitions(bootstrap_servers, topic)
     if partitions != [0]:
         raise ReplayError(f"governance topic {topic!r} must have one partition, has {partitions}")
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap_servers,
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        max_poll_records=batch_size,
-    )
-    await consumer.start()
-    try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        begin = (await consumer.beginning_offsets([tp]))[tp]
-        end = (await consumer.end_offsets([tp]))[tp]
+    async with TopicSnapshot(
+        bootstrap_servers, topic, [0], client_id=REPLAY_CLIENT_ID, max_poll_records=batch_size
+    ) as snapshot:
+        [tp] = snapshot.partitions
         if on_ready is not None:
-            on_ready(begin, end)
-        await consumer.seek_to_beginning(tp)
-        position = begin
-        while position < end:
-            fetched = await consumer.getmany(tp, timeout_ms=1000, max_records=batch_size)
-            batch = [(m.offset, m.value) for m in fetched.get(tp, []) if m.offset < end]
+            on_ready(snapshot.begin[tp], snapshot.end[tp])
+        while not snapshot.done:
+            fetched = await snapshot.fetch(batch_size, timeout_ms=1000)
+            batch = [(m.offset, m.value) for m in fetched.get(tp, [])]
             if batch:
                 yield batch
-            position = await consumer.position(tp)
-    finally:
-        await consumer.stop()
 
 
 async def replay_governance(
