@@ -2,8 +2,10 @@
 
 Per batch of records (``stream.take_events``):
 
-1. decode each record (:func:`~services.domain.records.decode_record`); a record that does not
-   decode is sent, with its original bytes, to the dead-letter topic (reason in headers) and the
+1. decode each record (:func:`~services.domain.records.decode_typed_record`, with the type its
+   ``devicestate-type`` header names; records written before the header are told apart by their
+   bytes); a record that does not decode, or whose body is of another type than its header
+   says, is sent, with its original bytes, to the dead-letter topic (reason in headers) and the
    stream goes on. Node events (heartbeats, resource counts, watcher ticks) and DRA inventory
    records never touch the directory or the table: heartbeats and resource counts are only
    forwarded (step 3), and every record's event time moves its partition's watermark. DRA
@@ -44,14 +46,14 @@ import faust
 import structlog
 
 from services.adapters.kafka.clients import is_broker_unavailable
-from services.adapters.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
+from services.adapters.kafka.headers import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE, record_type
 from services.adapters.projection.store import CommitHook
 from services.domain.directory import version_rank
 from services.domain.events import DeviceHealthObserved
 from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
-from services.domain.records import decode_record
+from services.domain.records import decode_typed_record
 from services.runtime.config import Settings
 from streams.batchwrite import SHUTDOWN_GRACE_SECONDS as SHUTDOWN_GRACE_SECONDS
 from streams.batchwrite import BatchNotWritten as BatchNotWritten
@@ -350,7 +352,7 @@ class DeviceDedup:
         try:
             if payload is None:
                 raise ValueError("record has no value (tombstone)")
-            decoded = decode_record(payload, inventory=True)
+            decoded = decode_typed_record(payload, record_type(message.headers), inventory=True)
         except Exception as exc:  # EventDecodeError, or anything a bad payload provokes
             reason = str(exc) or type(exc).__name__
             batch.dead.append(self._dead_letter(message, position, reason))

@@ -4,7 +4,8 @@ Records (device events and node events, :data:`~services.domain.records.TopicRec
 by node name (UTF-8), so one node's records share a partition and keep their order. A
 ``WatcherTick`` goes to one partition named by itself, keyed ``~tick/<partition>``:
 :meth:`EventPublisher.publish_tick` sends one to every partition of the topic (the partition
-count comes from the producer's metadata). Dead letters carry the original bytes as the value and
+count comes from the producer's metadata). Every record carries its type in the
+``devicestate-type`` header (:mod:`services.adapters.kafka.headers`). Dead letters carry the original bytes as the value and
 say why in headers (``devicestate-reason``, ``-stage``, ``-source``).
 
 Delivery: at least once, never dropped. ``publish`` returns once the record is queued; at most
@@ -22,7 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 import structlog
 from aiokafka.errors import KafkaTimeoutError
@@ -36,15 +37,15 @@ from tenacity import (
 
 from services.adapters.kafka.clients import Producer, make_producer
 from services.adapters.kafka.clients import is_retriable as is_retriable
+from services.adapters.kafka.headers import HEADER_REASON as HEADER_REASON
+from services.adapters.kafka.headers import HEADER_SOURCE as HEADER_SOURCE
+from services.adapters.kafka.headers import HEADER_STAGE as HEADER_STAGE
+from services.adapters.kafka.headers import HEADER_TYPE
 from services.domain.node_events import WatcherTick
 from services.domain.records import TopicRecord, encode_record
 from services.runtime.config import Settings
 
 log = structlog.get_logger(__name__)
-
-HEADER_REASON: Final = "devicestate-reason"
-HEADER_STAGE: Final = "devicestate-stage"
-HEADER_SOURCE: Final = "devicestate-source"
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +151,7 @@ class EventPublisher:
                 self._settings.topic,
                 record.node.encode("utf-8"),
                 encode_record(record),
+                ((HEADER_TYPE, record.type.encode()),),
                 partition=partition,
             )
         )

@@ -38,6 +38,7 @@ from services.domain.node_events import (
     node_event_from_dict,
     node_event_to_dict,
 )
+from services.domain.records import type_mismatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,12 +444,18 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
     raise EventDecodeError(f"unknown governance record type {kind!r}")
 
 
-def decode_input(payload: bytes) -> GovernanceInput:
-    """Parse a governance-topic record; raises :class:`EventDecodeError` with the reason."""
+def decode_input(payload: bytes, record_type: str | None = None) -> GovernanceInput:
+    """Parse a governance-topic record; raises :class:`EventDecodeError` with the reason.
+
+    ``record_type``: the type the record's type header names (``None``: no header, a record
+    written before producers set it); a body of another type is refused, the message naming both.
+    """
     try:
         obj = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
         raise EventDecodeError(f"not JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise EventDecodeError("not a JSON object")
+    if record_type is not None and obj.get("type") != record_type:
+        raise type_mismatch(record_type, obj.get("type"))
     return input_from_dict(obj)

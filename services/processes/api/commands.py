@@ -2,7 +2,7 @@
 
 Operator writes never touch the projection: each is an
 :class:`~services.domain.governance.inputs.OperatorCommand` appended to ``settings.governance_topic``
-(one partition, the governor's total order). The governor answers with a ``CommandAccepted`` or
+(one partition, the governor's total order), its type in the ``devicestate-type`` header. The governor answers with a ``CommandAccepted`` or
 ``CommandRejected`` decision and a ``governance_commands`` row, which the API reads back.
 
 Idempotent producer (:func:`~services.adapters.kafka.clients.make_producer`), ``acks=all``: a command the API answered 202 for is on every in-sync
@@ -18,6 +18,7 @@ from typing import Any, Final
 import structlog
 
 from services.adapters.kafka.clients import KafkaError, Producer, make_producer
+from services.adapters.kafka.headers import type_headers
 from services.domain.governance.inputs import OperatorCommand, encode_input
 from services.runtime.config import Settings
 
@@ -108,7 +109,9 @@ class CommandPublisher:
         key = (command.node or "fleet").encode("utf-8")
         try:
             async with asyncio.timeout(self._send_timeout):
-                await producer.send_and_wait(self.topic, encode_input(command), key=key)
+                await producer.send_and_wait(
+                    self.topic, encode_input(command), key=key, headers=type_headers(command.type)
+                )
         except (KafkaError, OSError, TimeoutError) as exc:
             log.warning(
                 "command not acknowledged", command_id=command.command_id, error=_describe(exc)

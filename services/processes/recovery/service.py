@@ -51,6 +51,7 @@ from services.adapters.kafka.clients import (
     start_until_stopped,
 )
 from services.adapters.kafka.follow import Start, TopicFollower
+from services.adapters.kafka.headers import type_headers
 from services.domain.events import DeviceSource, parse_time
 from services.domain.governance.decisions import Decision, DecisionKind, decode_decision
 from services.domain.governance.inputs import (
@@ -154,8 +155,8 @@ class _Slot:
 
 
 class GovernancePublisher:
-    """Appends recovery records to the governance topic (key = node; idempotent, ``acks=all``),
-    retrying retriable failures for up to ``PUBLISH_GIVE_UP_SECONDS``."""
+    """Appends recovery records to the governance topic (key = node, type in the type header;
+    idempotent, ``acks=all``), retrying retriable failures for up to ``PUBLISH_GIVE_UP_SECONDS``."""
 
     def __init__(self, settings: Settings) -> None:
         self._topic = settings.governance_topic
@@ -176,7 +177,10 @@ class GovernancePublisher:
         ):
             with attempt:
                 await self._producer.send_and_wait(
-                    self._topic, encode_input(record), key=record.node.encode("utf-8")
+                    self._topic,
+                    encode_input(record),
+                    key=record.node.encode("utf-8"),
+                    headers=type_headers(record.type),
                 )
 
 

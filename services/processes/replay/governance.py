@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.adapters.kafka.headers import record_type
 from services.adapters.kafka.reader import TopicSnapshot
 from services.adapters.projection.governance_store import GovernanceStore, batch_rows
 from services.adapters.projection.migrate import migrate
@@ -75,8 +76,9 @@ async def read_governance_log(
     *,
     batch_size: int = 5000,
     on_ready: Callable[[int, int], None] | None = None,
-) -> AsyncIterator[list[tuple[int, bytes | None]]]:
-    """Yield ``(offset, value)`` lists of partition 0 from the beginning up to the end offset
+) -> AsyncIterator[list[tuple[int, bytes | None, str | None]]]:
+    """Yield ``(offset, value, type)`` lists (``type``: what the record's type header names,
+    ``None`` without one) of partition 0 from the beginning up to the end offset
     captured at the start; ``on_ready(begin, end)`` is called first. Raises :class:`ReplayError`
     when the topic does not exist or has more than one partition."""
     partitions = await topic_partitions(bootstrap_servers, topic)
@@ -90,7 +92,7 @@ async def read_governance_log(
             on_ready(snapshot.begin[tp], snapshot.end[tp])
         while not snapshot.done:
             fetched = await snapshot.fetch(batch_size, timeout_ms=1000)
-            batch = [(m.offset, m.value) for m in fetched.get(tp, [])]
+            batch = [(m.offset, m.value, record_type(m.headers)) for m in fetched.get(tp, [])]
             if batch:
                 yield batch
 
@@ -154,12 +156,12 @@ async def _fold(
         settings.kafka_bootstrap_servers, topic, batch_size=batch_size, on_ready=ready
     ):
         decisions: list[Decision] = []
-        for offset, value in batch:
+        for offset, value, kind in batch:
             summary.read += 1
             try:
                 if value is None:
                     raise ValueError("record has no value")
-                record = decode_input(value)
+                record = decode_input(value, kind)
             except Exception:
                 summary.undecodable += 1
                 continue

@@ -38,6 +38,7 @@ from typing import Final
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from services.adapters.kafka.headers import record_type
 from services.adapters.kafka.reader import TopicMissing, TopicSnapshot
 from services.adapters.kafka.reader import topic_partitions as kafka_topic_partitions
 from services.adapters.projection.cache import DeviceCache
@@ -48,7 +49,7 @@ from services.domain.events import DeviceHealthObserved, PodDevicesReleased
 from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeResourcesChanged
-from services.domain.records import decode_record
+from services.domain.records import decode_typed_record
 from services.runtime.config import Settings
 
 REPLAY_SCHEMA_PREFIX: Final = "replay_"
@@ -180,7 +181,9 @@ async def read_log(
                         try:
                             if message.value is None:
                                 raise ValueError("record has no value")
-                            event = decode_record(message.value, inventory=True)
+                            event = decode_typed_record(
+                                message.value, record_type(message.headers), inventory=True
+                            )
                         except Exception:
                             undecodable += 1
                             continue
