@@ -140,7 +140,7 @@ def enum_field(enum: type[E], obj: dict[str, Any], name: str) -> E:
     """A member of ``enum`` by value; absent or null is an unknown value (``None``)."""
     raw = obj.get(name)
     try:
-        return enum(str(raw)) if isinstance(raw, str) else enum(raw)
+        return enum(str(raw)) if isinstance(raw, str) else enum(raw)  # type: ignore[arg-type]
     except ValueError:
         raise EventDecodeError(f"field {name!r} has unknown value {raw!r}") from None
 

@@ -26,6 +26,7 @@ from typing import Final, Literal, TypeAlias, overload
 
 import orjson
 
+from services.domain.codec import body_type, type_mismatch
 from services.domain.events import Event, EventDecodeError, decode_event, encode_event
 from services.domain.inventory.events import InventoryObserved, decode_inventory, encode_inventory
 from services.domain.node_events import (
@@ -119,23 +120,6 @@ def decode_typed_record(
     if decoded.type != record_type:
         raise type_mismatch(record_type, decoded.type)
     return decoded
-
-
-def type_mismatch(header_type: str, body_type: object) -> EventDecodeError:
-    """The error for a record whose type header and body disagree."""
-    return EventDecodeError(
-        f"type header says {header_type!r} but the body is of type {body_type!r}"
-    )
-
-
-def body_type(payload: bytes) -> object:
-    """The ``type`` field of a JSON object body (``None`` when absent or not an object). Parses
-    the payload: only for explaining an error."""
-    try:
-        obj = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return None
-    return obj.get("type") if isinstance(obj, dict) else None
 
 
 def _check_body_type(payload: bytes, record_type: str) -> None:
