@@ -2,8 +2,10 @@
 
 Per batch of records (``stream.take_events``):
 
-1. decode each record (:func:`~services.domain.records.decode_record`); a record that does not
-   decode is sent, with its original bytes, to the dead-letter topic (reason in headers) and the
+1. decode each record (:func:`~services.domain.records.decode_typed_record`, with the type its
+   ``devicestate-type`` header names; records written before the header are told apart by their
+   bytes); a record that does not decode, or whose body is of another type than its header
+   says, is sent, with its original bytes, to the dead-letter topic (reason in headers) and the
    stream goes on. Node events (heartbeats, resource counts, watcher ticks) and DRA inventory
    records never touch the directory or the table: heartbeats and resource counts are only
    forwarded (step 3), and every record's event time moves its partition's watermark. DRA
@@ -43,7 +45,8 @@ from typing import Any, Final, Protocol
 import faust
 import structlog
 
-from services.adapters.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
+from services.adapters.kafka.clients import is_broker_unavailable
+from services.adapters.kafka.headers import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE, record_type
 from services.adapters.projection.errors import is_transient
 from services.domain.batch import CommitHook, InventoryRecord, LoggedBatch
 from services.domain.directory import version_rank
@@ -51,7 +54,7 @@ from services.domain.events import DeviceHealthObserved
 from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
-from services.domain.records import decode_record
+from services.domain.records import decode_typed_record
 from services.runtime.config import Settings
 from streams.batchwrite import SHUTDOWN_GRACE_SECONDS as SHUTDOWN_GRACE_SECONDS
 from streams.batchwrite import BatchNotWritten as BatchNotWritten
@@ -149,13 +152,10 @@ def select_new(items: Sequence[LoggedEvent], known: Mapping[str, int]) -> Select
 
 
 def is_retriable(exc: BaseException) -> bool:
-    """What a batch write retries: :func:`is_transient` database errors, and Kafka errors aiokafka
-    marks retriable (the forwarding inside the transaction), or a delivery that timed out."""
-    if is_transient(exc):
-        return True
-    if getattr(exc, "retriable", False) is True:
-        return True
-    return type(exc).__name__ in {"KafkaConnectionError", "NodeNotReadyError", "KafkaTimeoutError"}
+    """What a batch write retries: :func:`is_transient` database errors, and Kafka errors the
+    client marks retriable (the forwarding inside the transaction), or a delivery that timed out
+    (:func:`~services.adapters.kafka.clients.is_broker_unavailable`)."""
+    return is_transient(exc) or is_broker_unavailable(exc)
 
 
 # --- the agent ---------------------------------------------------------------------------------
@@ -311,7 +311,7 @@ class DeviceDedup:
         try:
             if payload is None:
                 raise ValueError("record has no value (tombstone)")
-            decoded = decode_record(payload, inventory=True)
+            decoded = decode_typed_record(payload, record_type(message.headers), inventory=True)
         except Exception as exc:  # EventDecodeError, or anything a bad payload provokes
             reason = str(exc) or type(exc).__name__
             batch.dead.append(self._dead_letter(message, position, reason))

@@ -18,6 +18,7 @@ import faust
 import structlog
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
+from services.adapters.kafka.clients import is_connection_error
 from services.adapters.projection.errors import is_transient
 from services.runtime.config import Settings
 from streams.app import WorkerApp, build_worker_app
@@ -65,10 +66,8 @@ async def _retry_start(what: str, fn: Any, *args: Any) -> None:
 
 
 def _startup_transient(exc: BaseException) -> bool:
-    if is_transient(exc):
-        return True
-    # aiokafka's connection errors are not OSErrors.
-    return type(exc).__name__ in {"KafkaConnectionError", "NodeNotReadyError", "KafkaTimeoutError"}
+    # The Kafka client's connection errors are not OSErrors: asked of the Kafka adapter.
+    return is_transient(exc) or is_connection_error(exc)
 
 
 async def prepare(settings: Settings) -> None:

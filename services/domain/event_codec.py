@@ -8,13 +8,20 @@ that the projection could not store (:func:`services.domain.limits.field_violati
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Any, Final
 
 import orjson
 
-from services.domain.events import (
+from services.domain.codec import (
     RESOURCE_VERSION_MAX_DIGITS,
+    EventDecodeError,
+    optional_str_field,
+    parse_time,
+    require,
+    required_enum,
+    version_field,
+)
+from services.domain.events import (
     SCHEMA_VERSION,
     ClaimRef,
     ContainerKind,
@@ -22,13 +29,10 @@ from services.domain.events import (
     DeviceHealthObserved,
     DeviceSource,
     Event,
-    EventDecodeError,
     Health,
     PodDevicesReleased,
     ReleaseReason,
     format_time,
-    parse_resource_version,
-    parse_time,
 )
 from services.domain.limits import field_violations
 
@@ -74,7 +78,6 @@ def encode_event(event: Event) -> bytes:
     return orjson.dumps(_event_to_dict(event), option=orjson.OPT_SORT_KEYS)
 
 
-_MISSING: Final = object()
 
 # Value -> member maps: a dict lookup is several times cheaper than calling the enum class, and
 # for the plain ``str`` values orjson produces it finds exactly the members the call would.
@@ -84,38 +87,8 @@ _KIND_BY_VALUE: Final[dict[str, ContainerKind]] = {k.value: k for k in Container
 _REASON_BY_VALUE: Final[dict[str, ReleaseReason]] = {r.value: r for r in ReleaseReason}
 
 
-def _require(obj: dict[str, Any], name: str, kind: type | tuple[type, ...] = str) -> Any:
-    value = obj.get(name, _MISSING)
-    if value is _MISSING:
-        raise EventDecodeError(f"missing field {name!r}")
-    if not isinstance(value, kind):
-        raise EventDecodeError(f"field {name!r} has type {type(value).__name__}")
-    return value
 
 
-def _optional_str(obj: dict[str, Any], name: str) -> str | None:
-    value = obj.get(name)
-    if value is not None and not isinstance(value, str):
-        raise EventDecodeError(f"field {name!r} must be a string or null")
-    return value
-
-
-def _decode_version(obj: dict[str, Any]) -> int | None:
-    raw = obj.get("statusVersion")
-    if raw is None:
-        return None
-    version = parse_resource_version(raw)
-    if version is None:
-        raise EventDecodeError(f"statusVersion {raw!r} is not a positive decimal integer string")
-    return version
-
-
-def _decode_enum(enum: type[StrEnum], obj: dict[str, Any], name: str) -> Any:
-    raw = _require(obj, name)
-    try:
-        return enum(raw)
-    except ValueError:
-        raise EventDecodeError(f"field {name!r} has unknown value {raw!r}") from None
 
 
 # decode_event reads each field with one dict lookup and an exact type test (orjson gives plain
@@ -154,24 +127,24 @@ def _decode_fields(payload: bytes) -> Event:
     try:
         observed_text = get("observedAt")
         if type(observed_text) is not str:
-            observed_text = _require(obj, "observedAt")
+            observed_text = require(obj, "observedAt")
         observed_at = parse_time(observed_text)
     except ValueError as exc:
         raise EventDecodeError(f"field 'observedAt': {exc}") from None
     node = get("node")
     if type(node) is not str:
-        node = _require(obj, "node")
+        node = require(obj, "node")
     if not node:
         raise EventDecodeError("field 'node' is empty")
     namespace = get("namespace")
     if type(namespace) is not str:
-        namespace = _require(obj, "namespace")
+        namespace = require(obj, "namespace")
     pod_name = get("podName")
     if type(pod_name) is not str:
-        pod_name = _require(obj, "podName")
+        pod_name = require(obj, "podName")
     pod_uid = get("podUID")
     if type(pod_uid) is not str:
-        pod_uid = _require(obj, "podUID")
+        pod_uid = require(obj, "podUID")
     raw_version = get("statusVersion")
     status_version: int | None
     if raw_version is None:
@@ -185,16 +158,16 @@ def _decode_fields(payload: bytes) -> Event:
     ):
         status_version = int(raw_version)
     else:
-        status_version = _decode_version(obj)
+        status_version = version_field(obj, "statusVersion")
     if kind == "DeviceHealthObserved":
         resource_id = get("resourceID")
         if type(resource_id) is not str:
-            resource_id = _require(obj, "resourceID")
+            resource_id = require(obj, "resourceID")
         if not resource_id:
             raise EventDecodeError("field 'resourceID' is empty")
         items = get("containers")
         if type(items) is not list:
-            items = _require(obj, "containers", list)
+            items = require(obj, "containers", list)
         containers = []
         for item in items:
             if not isinstance(item, dict) or not isinstance(name := item.get("name"), str):
@@ -202,7 +175,7 @@ def _decode_fields(payload: bytes) -> Event:
             raw_kind = item.get("kind")
             container_kind = _KIND_BY_VALUE.get(raw_kind) if type(raw_kind) is str else None
             if container_kind is None:
-                container_kind = _decode_enum(ContainerKind, item, "kind")
+                container_kind = required_enum(ContainerKind, item, "kind")
             containers.append(ContainerRef(name, container_kind))
         claim_obj = get("claim")
         claim = None
@@ -210,30 +183,30 @@ def _decode_fields(payload: bytes) -> Event:
             if not isinstance(claim_obj, dict):
                 raise EventDecodeError("field 'claim' must be an object or null")
             claim = ClaimRef(
-                pod_claim_name=_require(claim_obj, "podClaimName"),
-                request=_optional_str(claim_obj, "request"),
-                resource_claim_name=_optional_str(claim_obj, "resourceClaimName"),
+                pod_claim_name=require(claim_obj, "podClaimName"),
+                request=optional_str_field(claim_obj, "request"),
+                resource_claim_name=optional_str_field(claim_obj, "resourceClaimName"),
             )
         flags = get("flags") or []
         if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
             raise EventDecodeError("field 'flags' must be a list of strings")
         resource_name = get("resourceName")
         if type(resource_name) is not str:
-            resource_name = _require(obj, "resourceName")
+            resource_name = require(obj, "resourceName")
         raw_health = get("health")
         health = _HEALTH_BY_VALUE.get(raw_health) if type(raw_health) is str else None
         if health is None:
-            health = _decode_enum(Health, obj, "health")
+            health = required_enum(Health, obj, "health")
         raw_source = get("source")
         source = _SOURCE_BY_VALUE.get(raw_source) if type(raw_source) is str else None
         if source is None:
-            source = _decode_enum(DeviceSource, obj, "source")
+            source = required_enum(DeviceSource, obj, "source")
         message = get("message")
         if message is not None and type(message) is not str:
-            message = _optional_str(obj, "message")
+            message = optional_str_field(obj, "message")
         raw_health_text = get("rawHealth")
         if raw_health_text is not None and type(raw_health_text) is not str:
-            raw_health_text = _optional_str(obj, "rawHealth")
+            raw_health_text = optional_str_field(obj, "rawHealth")
         return DeviceHealthObserved(
             node,
             namespace,
@@ -258,7 +231,7 @@ def _decode_fields(payload: bytes) -> Event:
         raw_reason = get("reason")
         reason = _REASON_BY_VALUE.get(raw_reason) if type(raw_reason) is str else None
         if reason is None:
-            reason = _decode_enum(ReleaseReason, obj, "reason")
+            reason = required_enum(ReleaseReason, obj, "reason")
         return PodDevicesReleased(
             node,
             namespace,

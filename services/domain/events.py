@@ -14,7 +14,7 @@ Schema history:
 
 Decoding (:func:`services.domain.event_codec.decode_event`) never guesses: a payload that is not
 valid JSON, has an unknown ``schema`` or ``type``, or lacks a required field raises
-:class:`EventDecodeError`, whose message the worker puts on the dead-letter record.
+:class:`~services.domain.codec.EventDecodeError`, whose message the worker puts on the dead-letter record.
 """
 
 from __future__ import annotations
@@ -31,9 +31,6 @@ MESSAGE_MAX_LENGTH: Final = 1024
 """core/v1 ``ResourceHealthMessageMaxLength``: longer messages are cut to this many characters."""
 
 
-RESOURCE_VERSION_MAX_DIGITS: Final = 39
-"""Longest resourceVersion read as comparable: uint128 fits, and so does the projection's
-``NUMERIC(39,0)`` column."""
 
 
 class Health(StrEnum):
@@ -71,8 +68,6 @@ class ReleaseReason(StrEnum):
     TERMINATED = "terminated"  # status.phase became Succeeded or Failed
 
 
-class EventDecodeError(ValueError):
-    """A payload could not be decoded into an event; the message says why."""
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -169,31 +164,6 @@ def format_time(value: datetime) -> str:
     return text.replace("+00:00", "Z")
 
 
-def parse_time(text: str) -> datetime:
-    """Parse an RFC 3339 time (``Z`` or an offset) into an aware UTC datetime.
-
-    Raises ``ValueError`` when the text is not such a time or has no offset.
-    """
-    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if value.tzinfo is None:
-        raise ValueError(f"time without offset: {text!r}")
-    return value.astimezone(UTC)
-
-
-def parse_resource_version(raw: object) -> int | None:
-    """Parse a Kubernetes ``metadata.resourceVersion`` into an integer, or ``None``.
-
-    Follows KEP-5504 (``k8s.io/apimachinery/pkg/util/resourceversion``): a comparable
-    resourceVersion is a decimal string of digits without leading zeros and not ``"0"``. Anything
-    else (missing, empty, ``"v2-abc"``, ``"007"``) is not comparable and gives ``None``. Python ints
-    are arbitrary-precision, so values above 2**63 are kept exactly; more than
-    :data:`RESOURCE_VERSION_MAX_DIGITS` digits (no real server sends that many) is not comparable.
-    """
-    if not isinstance(raw, str) or not raw.isascii() or not raw.isdigit():
-        return None
-    if raw[0] == "0" or len(raw) > RESOURCE_VERSION_MAX_DIGITS:
-        return None
-    return int(raw)
 
 
 def now_utc() -> datetime:

@@ -30,6 +30,7 @@ from typing import Any, Final
 
 import orjson
 
+from services.domain.codec import parse_resource_version
 from services.domain.events import (
     MESSAGE_MAX_LENGTH,
     ClaimRef,
@@ -38,7 +39,6 @@ from services.domain.events import (
     DeviceHealthObserved,
     DeviceSource,
     Health,
-    parse_resource_version,
 )
 from services.domain.limits import RAW_HEALTH_MAX_LENGTH
 from services.domain.pod_status import CLAIM_PREFIX, PodReading, Problem, ProblemCode

@@ -6,8 +6,8 @@ import orjson
 import pytest
 from hypothesis import given
 
+from services.domain.codec import EventDecodeError, parse_resource_version
 from services.domain.event_codec import decode_event, encode_event
-from services.domain.events import EventDecodeError, parse_resource_version
 from tests.domain.strategies import events
 from tests.domain.test_directory import OBS
 

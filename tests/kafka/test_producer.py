@@ -164,6 +164,7 @@ async def test_events_keyed_by_node_in_order_and_dead_letters_with_headers(
         assert record.key is not None and record.value is not None
         event = decode_event(record.value)
         assert record.key == event.node.encode("utf-8")
+        assert list(record.headers) == [("devicestate-type", event.type.encode())]
         partition_of.setdefault(record.key, set()).add(record.partition)
         by_node.setdefault(event.node, []).append(event)
     assert all(len(partitions) == 1 for partitions in partition_of.values())

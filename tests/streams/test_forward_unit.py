@@ -182,10 +182,10 @@ def test_records_at_or_before_the_recorded_offset_are_not_forwarded_again(
 
 
 async def test_forwarder_sends_encoded_records_and_counts_them(observation: Any) -> None:
-    sent: list[list[tuple[bytes, bytes]]] = []
+    sent: list[list[tuple[bytes, bytes, str]]] = []
     counted: list[tuple[str, int]] = []
 
-    async def send(records: Sequence[tuple[bytes, bytes]]) -> None:
+    async def send(records: Sequence[tuple[bytes, bytes, str]]) -> None:
         sent.append(list(records))
 
     forwarder = Forwarder(send, partitions=lambda: 3, on_sent=lambda k, n: counted.append((k, n)))
@@ -193,7 +193,8 @@ async def test_forwarder_sends_encoded_records_and_counts_them(observation: Any)
     hook = forwarder.before_commit(view([(pos(2, 0), at(1))]))
     await hook(commit([transition_of(logged)]))
     [batch] = sent
-    assert [decode_input(v).type for _, v in batch] == ["HealthTransition", "WatermarkAdvanced"]
+    assert [decode_input(v).type for _, v, _ in batch] == ["HealthTransition", "WatermarkAdvanced"]
+    assert [t for _, _, t in batch] == ["HealthTransition", "WatermarkAdvanced"]  # type headers
     assert sorted(counted) == [("HealthTransition", 1), ("WatermarkAdvanced", 1)]
     assert forwarder.forwarded == 2
 

@@ -13,7 +13,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from services.domain.events import DeviceSource, Health, format_time, parse_time
+from services.domain.codec import parse_time
+from services.domain.events import DeviceSource, Health, format_time
 from services.domain.governance.inputs import RecoveryStage
 
 DeviceKey = tuple[str, str]

@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from enum import StrEnum
 from typing import Any, Final
 
 import orjson
 
-from services.domain.events import (
-    SCHEMA_VERSION,
-    DeviceSource,
+from services.domain.codec import (
     EventDecodeError,
-    Health,
-    format_time,
+    bool_field,
+    enum_field,
+    int_field,
+    optional_str_field,
+    optional_time_field,
     parse_resource_version,
-    parse_time,
+    str_field,
+    time_field,
+    type_mismatch,
 )
+from services.domain.events import SCHEMA_VERSION, DeviceSource, Health, format_time
 from services.domain.governance.inputs import (
     CommandAction,
     GovernanceInput,
@@ -130,51 +133,11 @@ def encode_input(record: GovernanceInput) -> bytes:
 # --- decoding -------------------------------------------------------------------------------
 
 
-def _str(obj: dict[str, Any], name: str, *, empty: bool = False) -> str:
-    value = obj.get(name)
-    if not isinstance(value, str) or (not empty and not value):
-        raise EventDecodeError(f"field {name!r} must be a non-empty string")
-    return value
 
 
-def _opt_str(obj: dict[str, Any], name: str) -> str | None:
-    value = obj.get(name)
-    if value is not None and not isinstance(value, str):
-        raise EventDecodeError(f"field {name!r} must be a string or null")
-    return value
 
 
-def _time(obj: dict[str, Any], name: str) -> datetime:
-    try:
-        return parse_time(_str(obj, name))
-    except ValueError as exc:
-        raise EventDecodeError(f"field {name!r}: {exc}") from None
 
-
-def _opt_time(obj: dict[str, Any], name: str) -> datetime | None:
-    return None if obj.get(name) is None else _time(obj, name)
-
-
-def _int(obj: dict[str, Any], name: str, minimum: int = 0) -> int:
-    value = obj.get(name)
-    if type(value) is not int or value < minimum:
-        raise EventDecodeError(f"field {name!r} must be an integer >= {minimum}")
-    return value
-
-
-def _enum(enum: type[StrEnum], obj: dict[str, Any], name: str) -> Any:
-    raw = obj.get(name)
-    try:
-        return enum(str(raw)) if isinstance(raw, str) else enum(raw)  # type: ignore[arg-type]
-    except ValueError:
-        raise EventDecodeError(f"field {name!r} has unknown value {raw!r}") from None
-
-
-def _bool(obj: dict[str, Any], name: str) -> bool:
-    value = obj.get(name, False)
-    if type(value) is not bool:
-        raise EventDecodeError(f"field {name!r} must be true or false")
-    return value
 
 
 _UNSTORABLE: Final = re.compile("[\x00\ud800-\udfff]")
@@ -223,79 +186,85 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
         if not isinstance(pods, list) or not all(isinstance(p, str) for p in pods):
             raise EventDecodeError("field 'pods' must be a list of strings")
         return HealthTransition(
-            node=_str(obj, "node"),
-            resource_id=_str(obj, "resourceID"),
-            resource_name=_str(obj, "resourceName"),
-            source=_enum(DeviceSource, obj, "source"),
-            health=_enum(Health, obj, "health"),
+            node=str_field(obj, "node"),
+            resource_id=str_field(obj, "resourceID"),
+            resource_name=str_field(obj, "resourceName"),
+            source=enum_field(DeviceSource, obj, "source"),
+            health=enum_field(Health, obj, "health"),
             status_version=version,
-            observed_at=_time(obj, "observedAt"),
-            partition=_int(obj, "partition"),
-            offset=_int(obj, "offset"),
-            message=_opt_str(obj, "message"),
-            raw_health=_opt_str(obj, "rawHealth"),
-            resource_claim=_opt_str(obj, "resourceClaim"),
+            observed_at=time_field(obj, "observedAt"),
+            partition=int_field(obj, "partition"),
+            offset=int_field(obj, "offset"),
+            message=optional_str_field(obj, "message"),
+            raw_health=optional_str_field(obj, "rawHealth"),
+            resource_claim=optional_str_field(obj, "resourceClaim"),
             pods=tuple(pods),
-            device_id=_opt_str(obj, "deviceID"),
-            identity=_opt_str(obj, "identity"),
-            uuid=_opt_str(obj, "uuid"),
+            device_id=optional_str_field(obj, "deviceID"),
+            identity=optional_str_field(obj, "identity"),
+            uuid=optional_str_field(obj, "uuid"),
         )
     if kind == "InventoryConflict":
         return InventoryConflict(
-            kind=_str(obj, "kind"),
-            node=_str(obj, "node"),
-            subject=_str(obj, "subject"),
-            detail=_str(obj, "detail", empty=True),
-            active=_bool(obj, "active"),
-            observed_at=_time(obj, "observedAt"),
+            kind=str_field(obj, "kind"),
+            node=str_field(obj, "node"),
+            subject=str_field(obj, "subject"),
+            detail=str_field(obj, "detail", empty=True),
+            active=bool_field(obj, "active"),
+            observed_at=time_field(obj, "observedAt"),
         )
     if kind == "WatermarkAdvanced":
         return WatermarkAdvanced(
-            partition=_int(obj, "partition"),
-            partitions=_int(obj, "partitions", 1),
-            event_time=_time(obj, "eventTime"),
+            partition=int_field(obj, "partition"),
+            partitions=int_field(obj, "partitions", 1),
+            event_time=time_field(obj, "eventTime"),
         )
     if kind == "OperatorCommand":
         return OperatorCommand(
-            command_id=_str(obj, "commandID"),
-            action=_enum(CommandAction, obj, "action"),
-            actor=_str(obj, "actor"),
-            role=_enum(Role, obj, "role"),
-            requested_at=_time(obj, "requestedAt"),
-            reason=_str(obj, "reason", empty=True) if obj.get("reason") is not None else "",
-            node=_opt_str(obj, "node"),
-            resource_id=_opt_str(obj, "resourceID"),
-            expires_at=_opt_time(obj, "expiresAt"),
-            break_glass=_bool(obj, "breakGlass"),
-            quarantine_id=_opt_str(obj, "quarantineID"),
+            command_id=str_field(obj, "commandID"),
+            action=enum_field(CommandAction, obj, "action"),
+            actor=str_field(obj, "actor"),
+            role=enum_field(Role, obj, "role"),
+            requested_at=time_field(obj, "requestedAt"),
+            reason=str_field(obj, "reason", empty=True) if obj.get("reason") is not None else "",
+            node=optional_str_field(obj, "node"),
+            resource_id=optional_str_field(obj, "resourceID"),
+            expires_at=optional_time_field(obj, "expiresAt"),
+            break_glass=bool_field(obj, "breakGlass"),
+            quarantine_id=optional_str_field(obj, "quarantineID"),
         )
     if kind == "RecoveryLeaseRequested":
         return RecoveryLeaseRequested(
-            node=_str(obj, "node"),
-            resource_id=_str(obj, "resourceID"),
-            holder=_str(obj, "holder"),
-            requested_at=_time(obj, "requestedAt"),
+            node=str_field(obj, "node"),
+            resource_id=str_field(obj, "resourceID"),
+            holder=str_field(obj, "holder"),
+            requested_at=time_field(obj, "requestedAt"),
         )
     if kind == "RecoveryReport":
         return RecoveryReport(
-            node=_str(obj, "node"),
-            resource_id=_str(obj, "resourceID"),
-            stage=_enum(RecoveryStage, obj, "stage"),
-            passed=_bool(obj, "passed"),
-            holder=_str(obj, "holder"),
-            fencing_token=_int(obj, "fencingToken", 1),
-            reported_at=_time(obj, "reportedAt"),
-            detail=_str(obj, "detail", empty=True) if obj.get("detail") is not None else "",
+            node=str_field(obj, "node"),
+            resource_id=str_field(obj, "resourceID"),
+            stage=enum_field(RecoveryStage, obj, "stage"),
+            passed=bool_field(obj, "passed"),
+            holder=str_field(obj, "holder"),
+            fencing_token=int_field(obj, "fencingToken", 1),
+            reported_at=time_field(obj, "reportedAt"),
+            detail=str_field(obj, "detail", empty=True) if obj.get("detail") is not None else "",
         )
     raise EventDecodeError(f"unknown governance record type {kind!r}")
 
 
-def decode_input(payload: bytes) -> GovernanceInput:
-    """Parse a governance-topic record; raises :class:`EventDecodeError` with the reason."""
+def decode_input(payload: bytes, record_type: str | None = None) -> GovernanceInput:
+    """Parse a governance-topic record; raises :class:`EventDecodeError` with the reason.
+
+    ``record_type``: the type the record's type header names (``None``: no header, a record
+    written before producers set it); a body of another type is refused, the message naming both.
+    """
     try:
         obj = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
         raise EventDecodeError(f"not JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise EventDecodeError("not a JSON object")
+    if record_type is not None and obj.get("type") != record_type:
+        raise type_mismatch(record_type, obj.get("type"))
     return input_from_dict(obj)

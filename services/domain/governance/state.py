@@ -18,7 +18,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from services.domain.events import format_time, parse_time
+from services.domain.codec import parse_time
+from services.domain.events import format_time
 from services.domain.governance.device_state import (
     DeviceGov,
     DeviceKey,

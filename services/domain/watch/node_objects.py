@@ -17,7 +17,7 @@ from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Any, Final, TypeAlias
 
-from services.domain.events import parse_resource_version, parse_time
+from services.domain.codec import parse_resource_version, parse_time
 from services.domain.node_events import TICK_KEY_PREFIX
 
 DEFAULT_LEASE_NAMESPACE: Final = "kube-node-lease"

@@ -43,7 +43,8 @@ from services.adapters.projection.reads_governance import (
     QuarantineCursor,
     QuarantineFilters,
 )
-from services.domain.events import format_time, parse_time
+from services.domain.codec import parse_time
+from services.domain.events import format_time
 from services.domain.governance.device_state import QuarantineKind, QuarantineStatus
 from services.domain.governance.inputs import CommandAction, OperatorCommand, Role
 from services.processes.api.auth import Admin, Operator, Principal, check_role, read_access

@@ -1,8 +1,9 @@
 """Rebuild the projection from the event topic's beginning.
 
-:func:`read_log` reads the whole topic as it stands when it starts, with a raw aiokafka consumer (no
-consumer group, nothing committed): every partition is assigned, read from its beginning, and read
-up to the end offsets captured at the start. :func:`replay` decodes the records and writes them
+:func:`read_log` reads the whole topic as it stands when it starts
+(:class:`~services.adapters.kafka.reader.TopicSnapshot`: no consumer group, nothing committed):
+every partition is assigned, read from its beginning, and read up to the end offsets captured at
+the start. :func:`replay` decodes the records and writes them
 into a fresh schema or, ``in_place``, into the truncated live tables, with the worker's fold and
 statements (:meth:`ProjectionStore.prepare_batch` / :meth:`~ProjectionStore.write_prepared`, the
 two halves of ``apply_batch`` with a :class:`DeviceCache`: the replay owns its target, so it keeps
@@ -33,6 +34,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Final
 
+from services.adapters.kafka.headers import record_type
+from services.adapters.kafka.reader import TopicMissing, TopicSnapshot
+from services.adapters.kafka.reader import topic_partitions as kafka_topic_partitions
 from services.adapters.projection.cache import DeviceCache
 from services.adapters.projection.engine import Engine, create_engine
 from services.adapters.projection.migrate import migrate
@@ -50,9 +54,10 @@ from services.domain.events import DeviceHealthObserved, PodDevicesReleased
 from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeResourcesChanged
-from services.domain.records import decode_record
+from services.domain.records import decode_typed_record
 from services.runtime.config import Settings
 
+REPLAY_CLIENT_ID: Final = "devicestate-replay"
 _COLLECT_EVERY: Final = 1_000_000
 """Records between two collections of the young generations during a replay."""
 _READ_SLICE: Final = 100
@@ -127,57 +132,42 @@ async def read_log(
     with the number of records to read, before the first batch. Raises :class:`ReplayError` when
     the topic does not exist.
     """
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
     partitions = await topic_partitions(bootstrap_servers, topic)
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap_servers,
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
+    async with TopicSnapshot(
+        bootstrap_servers,
+        topic,
+        partitions,
+        client_id=REPLAY_CLIENT_ID,
         max_poll_records=batch_size,
         max_partition_fetch_bytes=8 * 1024 * 1024,
         fetch_max_bytes=64 * 1024 * 1024,
-    )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-        consumer.assign(tps)
-        begin = await consumer.beginning_offsets(tps)
-        end = await consumer.end_offsets(tps)
+    ) as snapshot:
         if end_offsets is not None:
-            end_offsets.update({(tp.topic, tp.partition): end[tp] for tp in tps})
+            end_offsets.update({(tp.topic, tp.partition): snapshot.end[tp] for tp in snapshot.end})
         if on_ready is not None:
-            on_ready(sum(end[tp] - begin[tp] for tp in tps))
-        remaining = {tp for tp in tps if end[tp] > begin[tp]}
-        await consumer.seek_to_beginning(*tps)
-        done = [tp for tp in tps if tp not in remaining]
-        if done:
-            consumer.pause(*done)
-        while remaining:
+            on_ready(snapshot.total)
+        while not snapshot.done:
             records: list[LoggedEvent] = []
             items: list[tuple[LogPosition, InventoryRecord]] = []
             undecodable = read = node_events = 0
             # A batch is gathered from small reads with a yield to the event loop after each:
             # decoding then runs while PostgreSQL works on the previous batch, and the writer
             # resumes as soon as a statement returns instead of after a whole batch's decoding.
-            while remaining and read < batch_size:
-                fetched = await consumer.getmany(
-                    timeout_ms=0 if read else 1000,
-                    max_records=min(_READ_SLICE, batch_size - read),
+            while not snapshot.done and read < batch_size:
+                fetched = await snapshot.fetch(
+                    min(_READ_SLICE, batch_size - read), timeout_ms=0 if read else 1000
                 )
                 if not fetched and read:
                     break  # nothing more fetched yet: hand over what we have
                 for tp, messages in fetched.items():
-                    stop = end[tp]
                     for message in messages:
-                        if message.offset >= stop:
-                            break
                         read += 1
                         try:
                             if message.value is None:
                                 raise ValueError("record has no value")
-                            event = decode_record(message.value, inventory=True)
+                            event = decode_typed_record(
+                                message.value, record_type(message.headers), inventory=True
+                            )
                         except Exception:
                             undecodable += 1
                             continue
@@ -190,34 +180,17 @@ async def read_log(
                             node_events += 1
                             continue
                         records.append(LoggedEvent(position, event))
-                    if tp in remaining and await consumer.position(tp) >= stop:
-                        remaining.discard(tp)
-                        consumer.pause(tp)
                 await asyncio.sleep(0)
             if read:
                 yield LogBatch(records, undecodable, read, node_events, items)
-    finally:
-        await consumer.stop()
 
 
 async def topic_partitions(bootstrap_servers: str, topic: str) -> list[int]:
     """The topic's partition numbers; raises :class:`ReplayError` when it does not exist."""
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
-    await admin.start()
     try:
-        # Listed first: describing a missing topic would create it on a broker that
-        # auto-creates topics.
-        if topic not in await admin.list_topics():
-            raise ReplayError(f"topic {topic!r} does not exist")
-        [description] = await admin.describe_topics([topic])
-    finally:
-        await admin.close()
-    partitions = sorted(p["partition"] for p in description["partitions"])
-    if description["error_code"] or not partitions:
-        raise ReplayError(f"topic {topic!r} has no readable partitions")
-    return partitions
+        return await kafka_topic_partitions(bootstrap_servers, topic, client_id=REPLAY_CLIENT_ID)
+    except TopicMissing as exc:
+        raise ReplayError(str(exc)) from None
 
 
 async def replay(

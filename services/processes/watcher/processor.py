@@ -19,7 +19,8 @@ from typing import Any, Final
 
 import orjson
 
-from services.domain.events import Event, parse_resource_version
+from services.domain.codec import parse_resource_version
+from services.domain.events import Event
 from services.domain.inventory.events import InventoryKind, InventoryObserved
 from services.domain.limits import field_violations
 from services.domain.pod_reader import read_pod
