@@ -55,13 +55,8 @@ def generate(events: int, devices: int, nodes: int, dup_ratio: float, seed: int)
     or, when it has one, of its previous one (stale), half and half. Health: 95 % Healthy,
     4 % Unhealthy (with an XID message), 1 % Unknown.
     """
-    from services.domain.events import (
-        ContainerRef,
-        DeviceHealthObserved,
-        DeviceSource,
-        Health,
-        encode_event,
-    )
+    from services.domain.event_codec import encode_event
+    from services.domain.events import ContainerRef, DeviceHealthObserved, DeviceSource, Health
 
     started = time.perf_counter()
     rng = random.Random(seed)

@@ -96,12 +96,11 @@ def build_worker_app(
     connects lazily, on the first batch). ``step`` defaults to the governance state machine.
     """
     if sink is None or governance_sink is None:
-        from sqlalchemy.ext.asyncio import create_async_engine
-
+        from services.adapters.projection.engine import create_engine
         from services.adapters.projection.governance_store import GovernanceStore
         from services.adapters.projection.store import ProjectionStore
 
-        engine = create_async_engine(settings.database_url, pool_pre_ping=True)
+        engine = create_engine(settings.database_url, pre_ping=True)
         if sink is None:
             sink = ProjectionStore(engine, settings.database_schema)
         if governance_sink is None:

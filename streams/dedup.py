@@ -2,8 +2,10 @@
 
 Per batch of records (``stream.take_events``):
 
-1. decode each record (:func:`~services.domain.records.decode_record`); a record that does not
-   decode is sent, with its original bytes, to the dead-letter topic (reason in headers) and the
+1. decode each record (:func:`~services.domain.records.decode_typed_record`, with the type its
+   ``devicestate-type`` header names; records written before the header are told apart by their
+   bytes); a record that does not decode, or whose body is of another type than its header
+   says, is sent, with its original bytes, to the dead-letter topic (reason in headers) and the
    stream goes on. Node events (heartbeats, resource counts, watcher ticks) and DRA inventory
    records never touch the directory or the table: heartbeats and resource counts are only
    forwarded (step 3), and every record's event time moves its partition's watermark. DRA
@@ -43,14 +45,16 @@ from typing import Any, Final, Protocol
 import faust
 import structlog
 
-from services.adapters.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
-from services.adapters.projection.store import CommitHook
+from services.adapters.kafka.clients import is_broker_unavailable
+from services.adapters.kafka.headers import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE, record_type
+from services.adapters.projection.errors import is_transient
+from services.domain.batch import CommitHook, InventoryRecord, LoggedBatch
 from services.domain.directory import version_rank
 from services.domain.events import DeviceHealthObserved
 from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
-from services.domain.records import decode_record
+from services.domain.records import decode_typed_record
 from services.runtime.config import Settings
 from streams.batchwrite import SHUTDOWN_GRACE_SECONDS as SHUTDOWN_GRACE_SECONDS
 from streams.batchwrite import BatchNotWritten as BatchNotWritten
@@ -87,14 +91,7 @@ class BatchSink(Protocol):
     """Where batches go: the PostgreSQL projection, or a fake in unit tests."""
 
     def apply_batch(
-        self,
-        records: Sequence[LoggedEvent],
-        highwaters: Mapping[tuple[str, int], int] | None = None,
-        consumed_through: Mapping[tuple[str, int], int] | None = None,
-        *,
-        event_times: Sequence[tuple[LogPosition, datetime]] = (),
-        before_commit: CommitHook | None = None,
-        inventory_items: Sequence[tuple[LogPosition, object]] | None = None,
+        self, batch: LoggedBatch, before_commit: CommitHook | None = None
     ) -> Awaitable[BatchResult]: ...
 
 
@@ -151,52 +148,14 @@ def select_new(items: Sequence[LoggedEvent], known: Mapping[str, int]) -> Select
     return selection
 
 
-# --- transient database errors -----------------------------------------------------------------
-
-_TRANSIENT_SQLSTATES: Final = ("08", "40001", "40P01", "53", "57P01", "57P02", "57P03")
-"""Connection exceptions, serialization failure, deadlock, insufficient resources, shutdowns."""
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for database errors worth retrying: lost or refused connections, timeouts, server
-    restarts, serialization failures, deadlocks, and the projection's concurrent-writer conflict
-    (rolled back, safe to retry). Anything else is a bug or bad data."""
-    from sqlalchemy import exc as sa_exc
-
-    from services.adapters.projection.store import ProjectionConflictError
-
-    if isinstance(exc, ProjectionConflictError):
-        return True
-    if isinstance(exc, OSError | asyncio.TimeoutError):
-        return True
-    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
-        return True
-    if isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.TimeoutError):
-        return True
-    if isinstance(exc, sa_exc.DisconnectionError):
-        return True
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        sqlstate = getattr(current, "sqlstate", None) or getattr(current, "pgcode", None)
-        if isinstance(sqlstate, str) and sqlstate.startswith(_TRANSIENT_SQLSTATES):
-            return True
-        if type(current).__name__ in {"ConnectionDoesNotExistError", "PostgresConnectionError"}:
-            return True
-        orig = getattr(current, "orig", None)
-        current = orig if isinstance(orig, BaseException) else current.__cause__
-    return False
+# --- retriable errors -----------------------------------------------------------------------------
 
 
 def is_retriable(exc: BaseException) -> bool:
-    """What a batch write retries: :func:`is_transient` database errors, and Kafka errors aiokafka
-    marks retriable (the forwarding inside the transaction), or a delivery that timed out."""
-    if is_transient(exc):
-        return True
-    if getattr(exc, "retriable", False) is True:
-        return True
-    return type(exc).__name__ in {"KafkaConnectionError", "NodeNotReadyError", "KafkaTimeoutError"}
+    """What a batch write retries: :func:`is_transient` database errors, and Kafka errors the
+    client marks retriable (the forwarding inside the transaction), or a delivery that timed out
+    (:func:`~services.adapters.kafka.clients.is_broker_unavailable`)."""
+    return is_transient(exc) or is_broker_unavailable(exc)
 
 
 # --- the agent ---------------------------------------------------------------------------------
@@ -210,7 +169,7 @@ class _Batch:
     node_events: list[LoggedNodeEvent] = field(default_factory=list)
     order: dict[LogPosition, int] = field(default_factory=dict)  # decoded records' batch index
     # What the inventory folds, in batch order: observations, DRA objects, resource counts.
-    items: list[tuple[LogPosition, object]] = field(default_factory=list)
+    items: list[tuple[LogPosition, InventoryRecord]] = field(default_factory=list)
     dead: list[Awaitable[Any]] = field(default_factory=list)
 
 
@@ -352,7 +311,7 @@ class DeviceDedup:
         try:
             if payload is None:
                 raise ValueError("record has no value (tombstone)")
-            decoded = decode_record(payload, inventory=True)
+            decoded = decode_typed_record(payload, record_type(message.headers), inventory=True)
         except Exception as exc:  # EventDecodeError, or anything a bad payload provokes
             reason = str(exc) or type(exc).__name__
             batch.dead.append(self._dead_letter(message, position, reason))
@@ -436,7 +395,7 @@ class DeviceDedup:
         consumed: Mapping[tuple[str, int], int],
         event_times: Sequence[tuple[LogPosition, datetime]] = (),
         hook: CommitHook | None = None,
-        inventory_items: Sequence[tuple[LogPosition, object]] = (),
+        inventory_items: Sequence[tuple[LogPosition, InventoryRecord]] = (),
     ) -> tuple[BatchResult | None, bool]:
         """Commit the batch (:meth:`BatchWriter.write <streams.batchwrite.BatchWriter.write>`:
         retried, shielded). Returns the store's result (``None``: not committed) and whether the
@@ -444,14 +403,10 @@ class DeviceDedup:
         ``inventory_items`` (the batch's observations, DRA objects and resource counts in batch
         order) make the store maintain the inventory with the directory.
         """
-        extra: dict[str, Any] = {"inventory_items": inventory_items}
-        if event_times:
-            extra["event_times"] = event_times
-        if hook is not None:
-            extra["before_commit"] = hook
+        batch = LoggedBatch(records, highwaters, consumed, event_times, inventory_items)
 
         def apply() -> Awaitable[BatchResult]:
-            return self.sink.apply_batch(records, highwaters or None, consumed, **extra)
+            return self.sink.apply_batch(batch, hook)
 
         return await self.writer.write(apply, len(records))
 

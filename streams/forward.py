@@ -19,6 +19,8 @@ event time in the batch is later than the newest one recorded for it before the 
 worker never forwards an older watermark, nor the same one twice). Records at or before a
 partition's recorded offset (a redelivered batch) are skipped like the store skips them.
 
+Each record carries its type in the ``devicestate-type`` header
+(:mod:`services.adapters.kafka.headers`), so the governor decodes it without looking into the body.
 The sends are awaited (acks=all) before the hook returns, so everything is on the governance
 topic before the commit: a crash between the two re-forwards on the next attempt (at least once;
 the governor deduplicates by statusVersion), never loses anything.
@@ -33,14 +35,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from services.adapters.projection.store import PendingCommit, Transition
+from services.adapters.kafka.headers import type_headers
+from services.domain.batch import PendingCommit, Transition
 from services.domain.directory import DeviceRecord
+from services.domain.governance.input_codec import encode_input
 from services.domain.governance.inputs import (
     GovernanceInput,
     HealthTransition,
     InventoryConflict,
     WatermarkAdvanced,
-    encode_input,
 )
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.fold import ConflictChange, forwards
@@ -177,19 +180,26 @@ def record_key(record: GovernanceInput) -> bytes:
     return str(node or "").encode()
 
 
-class RecordSender(Protocol):
-    """Sends ``(key, value)`` records to the governance topic, in order, and waits for every
-    acknowledgement (raises if any failed)."""
+OutgoingRecord = tuple[bytes, bytes, str]
+"""``(key, value, record type)`` of a record to send; the type goes in the type header."""
 
-    def __call__(self, records: Sequence[tuple[bytes, bytes]]) -> Awaitable[None]: ...
+
+class RecordSender(Protocol):
+    """Sends ``(key, value, type)`` records to the governance topic, in order, and waits for
+    every acknowledgement (raises if any failed)."""
+
+    def __call__(self, records: Sequence[OutgoingRecord]) -> Awaitable[None]: ...
 
 
 def topic_sender(topic: Any) -> RecordSender:
     """A :class:`RecordSender` on a faust topic (raw serializers): queue every record on the
-    app's producer (``acks=all``), then await all deliveries."""
+    app's producer (``acks=all``) with its type header, then await all deliveries."""
 
-    async def send(records: Sequence[tuple[bytes, bytes]]) -> None:
-        futures = [await topic.send(key=k, value=v, force=True) for k, v in records]
+    async def send(records: Sequence[OutgoingRecord]) -> None:
+        futures = [
+            await topic.send(key=k, value=v, headers=type_headers(t), force=True)
+            for k, v, t in records
+        ]
         if futures:
             await asyncio.gather(*futures)
 
@@ -213,12 +223,12 @@ class Forwarder:
         self.forwarded = 0
 
     def before_commit(self, batch: BatchView) -> Callable[[PendingCommit], Awaitable[None]]:
-        """The :data:`~services.adapters.projection.store.CommitHook` of one batch."""
+        """The :data:`~services.domain.batch.CommitHook` of one batch."""
 
         async def hook(commit: PendingCommit) -> None:
             records = governance_records(batch, commit, self.partitions())
             if records:
-                await self.send([(record_key(r), encode_input(r)) for r in records])
+                await self.send([(record_key(r), encode_input(r), r.type) for r in records])
                 self.forwarded += len(records)
                 if self.on_sent is not None:
                     for kind, count in Counter(r.type for r in records).items():

@@ -8,11 +8,14 @@ The governance topic has ONE partition (a total order); the agent reads it in ba
    :meth:`GovernorState.restore <services.domain.governance.state.GovernorState.restore>` of the
    device, node and fleet snapshots, and the topic's recorded offset in ``partition_progress``;
    records at or before that offset are skipped (already folded);
-2. each record is decoded (:func:`~services.domain.governance.inputs.decode_input`; one that does
-   not decode goes to the dead-letter topic, stage ``governor-decode``, and the stream goes on)
+2. each record is decoded (:func:`~services.domain.governance.input_codec.decode_input`, told
+   the type its ``devicestate-type`` header names when it has one; one that does not decode, or
+   whose body is of another type than its header says, goes to the dead-letter topic, stage
+   ``governor-decode``, and the stream goes on)
    and folded: ``decisions = step(state, record, offset, policy)``, ``offset`` being the record's
    offset (the decisions' ``seq``);
-3. the batch's decisions are sent to the decisions topic and their delivery awaited;
+3. the batch's decisions are sent to the decisions topic (their kind in the type header) and
+   their delivery awaited;
 4. ONE PostgreSQL transaction writes the touched rows, the decisions, the operator commands and the
    topic's progress (:class:`~services.adapters.projection.governance_store.GovernanceStore`), retried on
    transient errors like the health agent's writes; then ``state.clear_dirty()``, then the acks.
@@ -34,7 +37,13 @@ from typing import Any, Final, Protocol
 
 import structlog
 
-from services.adapters.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
+from services.adapters.kafka.headers import (
+    HEADER_REASON,
+    HEADER_SOURCE,
+    HEADER_STAGE,
+    record_type,
+    type_headers,
+)
 from services.adapters.projection.governance_store import (
     BatchRows,
     GovernorSnapshot,
@@ -43,9 +52,11 @@ from services.adapters.projection.governance_store import (
     batch_rows,
 )
 from services.domain.governance.decisions import Decision, DecisionKind, encode_decision
-from services.domain.governance.inputs import GovernanceInput, decode_input
+from services.domain.governance.device_state import DeviceKey, GovState
+from services.domain.governance.input_codec import decode_input
+from services.domain.governance.inputs import GovernanceInput
 from services.domain.governance.policy import GovernancePolicy
-from services.domain.governance.state import DeviceKey, GovernorState, GovState
+from services.domain.governance.state import GovernorState
 from services.runtime.config import Settings
 from streams.batchwrite import BatchNotWritten, BatchWriter
 from streams.dedup import is_retriable
@@ -80,7 +91,8 @@ class GovernanceSink(Protocol):
     def write(self, rows: BatchRows) -> Awaitable[None]: ...
 
 
-DecisionSender = Callable[[Sequence[tuple[bytes, bytes]]], Awaitable[None]]
+DecisionSender = Callable[[Sequence[tuple[bytes, bytes, str]]], Awaitable[None]]
+"""Sends ``(key, value, type)`` decisions (type: the decision's kind, for the type header)."""
 
 
 @dataclass(slots=True)
@@ -218,7 +230,10 @@ class Governor:
                 await asyncio.gather(*result.dead)
             if result.decisions:
                 await self.send_decisions(
-                    [(d.decision_id.encode(), encode_decision(d)) for d in result.decisions]
+                    [
+                        (d.decision_id.encode(), encode_decision(d), d.kind.value)
+                        for d in result.decisions
+                    ]
                 )
             if result.last_offset is not None:
                 rows = batch_rows(
@@ -258,7 +273,7 @@ class Governor:
             try:
                 if payload is None:
                     raise ValueError("record has no value (tombstone)")
-                record = decode_input(payload)
+                record = decode_input(payload, record_type(message.headers))
             except Exception as exc:  # EventDecodeError, or anything a bad payload provokes
                 reason = str(exc) or type(exc).__name__
                 result.dead.append(self._dead_letter(message, reason))
@@ -317,8 +332,11 @@ class Governor:
             offset=snapshot.offset,
         )
 
-    async def _send_to_topic(self, records: Sequence[tuple[bytes, bytes]]) -> None:
-        futures = [await self.decisions_topic.send(key=k, value=v, force=True) for k, v in records]
+    async def _send_to_topic(self, records: Sequence[tuple[bytes, bytes, str]]) -> None:
+        futures = [
+            await self.decisions_topic.send(key=k, value=v, headers=type_headers(t), force=True)
+            for k, v, t in records
+        ]
         await asyncio.gather(*futures)
 
     async def _dead_letter(self, message: Any, reason: str) -> Any:

@@ -18,9 +18,10 @@ import faust
 import structlog
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
+from services.adapters.kafka.clients import is_connection_error
+from services.adapters.projection.errors import is_transient
 from services.runtime.config import Settings
 from streams.app import WorkerApp, build_worker_app
-from streams.dedup import is_transient
 from streams.metrics import WorkerMetrics
 
 log = structlog.get_logger(__name__)
@@ -65,10 +66,8 @@ async def _retry_start(what: str, fn: Any, *args: Any) -> None:
 
 
 def _startup_transient(exc: BaseException) -> bool:
-    if is_transient(exc):
-        return True
-    # aiokafka's connection errors are not OSErrors.
-    return type(exc).__name__ in {"KafkaConnectionError", "NodeNotReadyError", "KafkaTimeoutError"}
+    # The Kafka client's connection errors are not OSErrors: asked of the Kafka adapter.
+    return is_transient(exc) or is_connection_error(exc)
 
 
 async def prepare(settings: Settings) -> None:
@@ -85,8 +84,7 @@ async def run_worker(
 ) -> int:
     """Run until SIGTERM/SIGINT (exit code 0) or a fatal error (1). ``prepare_first`` runs
     :func:`prepare` (migrations, topics) before starting."""
-    from sqlalchemy.ext.asyncio import create_async_engine
-
+    from services.adapters.projection.engine import create_engine
     from services.adapters.projection.governance_store import GovernanceStore
     from services.adapters.projection.store import ProjectionStore
 
@@ -108,7 +106,7 @@ async def run_worker(
         fatal.append(exc)
         loop.call_soon(stop_requested.set)
 
-    engine = create_async_engine(settings.database_url, pool_pre_ping=True, pool_size=2)
+    engine = create_engine(settings.database_url, pool_size=2, pre_ping=True)
     metrics = WorkerMetrics()
     metrics_port = metrics.serve(settings.worker_metrics_port)
     built = build_worker_app(

@@ -3,7 +3,7 @@
 PostgreSQL (integration tests): ``engine`` is one async engine per session on
 ``DEVICESTATE_DATABASE_URL`` (default: the local stack's cluster from ``devicestate-dev stack up``);
 ``fresh_schema`` creates, migrates and finally drops a schema private to one test (``new_schema``
-makes more); ``store`` is a :class:`ProjectionStore` on it. Event builders: ``observation``,
+makes more); ``store`` is a :class:`ProjectionStore` on it and ``reads`` a :class:`DeviceReads`. Event builders: ``observation``,
 ``release`` and ``logged``.
 """
 
@@ -21,6 +21,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from services.adapters.projection.migrate import migrate
+from services.adapters.projection.reads_devices import DeviceReads
 from services.adapters.projection.store import ProjectionStore
 from services.domain.events import (
     ContainerRef,
@@ -104,6 +105,11 @@ async def fresh_schema(new_schema: SchemaFactory) -> str:
 @pytest.fixture
 def store(engine: AsyncEngine, fresh_schema: str) -> ProjectionStore:
     return ProjectionStore(engine, fresh_schema)
+
+
+@pytest.fixture
+def reads(engine: AsyncEngine, fresh_schema: str) -> DeviceReads:
+    return DeviceReads(engine, fresh_schema)
 
 
 # --- event builders -----------------------------------------------------------------------

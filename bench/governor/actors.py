@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from services.domain.governance.decisions import Decision, DecisionKind
+from services.domain.governance.device_state import GovState, QuarantineKind
 from services.domain.governance.inputs import CommandAction, OperatorCommand, Role
-from services.domain.governance.state import GovState, QuarantineKind
 
 if TYPE_CHECKING:
     from bench.governor.generator import Generator

@@ -31,6 +31,8 @@ from bench.governor.fleet import (
 )
 from services.domain.events import DeviceSource, Health
 from services.domain.governance.decisions import encode_decision
+from services.domain.governance.device_state import GovState
+from services.domain.governance.input_codec import encode_input
 from services.domain.governance.inputs import (
     GovernanceInput,
     HealthTransition,
@@ -40,11 +42,10 @@ from services.domain.governance.inputs import (
     RecoveryReport,
     RecoveryStage,
     WatermarkAdvanced,
-    encode_input,
 )
 from services.domain.governance.machine import step
 from services.domain.governance.policy import GovernancePolicy
-from services.domain.governance.state import GovernorState, GovState
+from services.domain.governance.state import GovernorState
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 
 

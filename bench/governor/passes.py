@@ -13,7 +13,8 @@ import orjson
 
 from bench.console import ProgressLines
 from services.domain.governance.decisions import Decision, encode_decision
-from services.domain.governance.inputs import GovernanceInput, decode_input
+from services.domain.governance.input_codec import decode_input
+from services.domain.governance.inputs import GovernanceInput
 from services.domain.governance.machine import step
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState

@@ -6,9 +6,8 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
+from services.adapters.kafka.clients import KafkaError
+from services.adapters.kafka.reader import group_lag
 
 
 async def consumer_lag(bootstrap_servers: str, topic: str, group: str) -> dict[int, int]:
@@ -16,26 +15,7 @@ async def consumer_lag(bootstrap_servers: str, topic: str, group: str) -> dict[i
 
     A partition the group has not committed yet counts its whole length.
     """
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False)
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
-    await consumer.start()
-    await admin.start()
-    try:
-        [described] = await admin.describe_topics([topic])
-        if described.get("error_code") or not described.get("partitions"):
-            raise RuntimeError(f"topic {topic!r} cannot be described: {described}")
-        tps = sorted(TopicPartition(topic, p["partition"]) for p in described["partitions"])
-        ends = await consumer.end_offsets(tps)
-        committed = await admin.list_consumer_group_offsets(group, partitions=tps)
-        lag = {}
-        for tp in tps:
-            meta = committed.get(tp)
-            done = meta.offset if meta is not None and meta.offset >= 0 else 0
-            lag[tp.partition] = max(ends[tp] - done, 0)
-        return lag
-    finally:
-        await admin.close()
-        await consumer.stop()
+    return await group_lag(bootstrap_servers, topic, group, client_id="devicestate-demo")
 
 
 async def wait_caught_up(

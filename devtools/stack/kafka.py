@@ -327,12 +327,10 @@ def launch(layout: StackLayout, report: Reporter) -> Launch:
 
 async def metadata_answers(bootstrap_servers: str, seconds: float = 5.0) -> bool:
     """The broker answers a metadata request, naming at least one broker, within ``seconds``."""
-    from aiokafka.admin import AIOKafkaAdminClient
+    from services.adapters.kafka.clients import make_admin
 
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap_servers,
-        request_timeout_ms=int(seconds * 1000),
-        client_id="devicestate-stack",
+    admin = make_admin(
+        bootstrap_servers, client_id="devicestate-stack", request_timeout_ms=int(seconds * 1000)
     )
     try:
         async with asyncio.timeout(seconds):

@@ -3,8 +3,8 @@
 Each sub-command lives next to what it runs (``services/processes/<part>/cli.py``,
 ``services/client/``, ``streams/cli.py``); this module only wires them together. The developer
 commands (``stack``, ``testenv``, ``demo``) are ``devicestate-dev`` (:mod:`devtools.cli`).
-Heavy imports (faust, aiokafka, SQLAlchemy) happen inside the commands, so ``devicestate --help``
-stays fast.
+Heavy imports (faust, the Kafka client, SQLAlchemy) happen inside the commands, so
+``devicestate --help`` stays fast.
 """
 
 from __future__ import annotations

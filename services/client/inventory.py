@@ -15,17 +15,17 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from services.client.directory import HEALTH_STYLE, make_console
-from services.client.http import ApiError
-from services.client.operator import (
+from services.client.common import (
     ApiUrl,
     Token,
-    _api_error,
-    _client,
-    _print_json,
-    _s,
-    _table,
+    api_client,
+    cell,
+    fail_api_error,
+    make_table,
+    print_json,
 )
+from services.client.directory import HEALTH_STYLE, make_console
+from services.client.http import ApiError
 
 
 class InventoryOutput(StrEnum):
@@ -53,7 +53,7 @@ def _allocated(device: dict[str, Any]) -> str:
 
 
 def _class(device: dict[str, Any]) -> str:
-    return _s(device.get("deviceClass") or device.get("resourceName"))
+    return cell(device.get("deviceClass") or device.get("resourceName"))
 
 
 def inventory(
@@ -89,7 +89,7 @@ def inventory(
         "state": state,
     }
     try:
-        with _client(api_url, token) as client:
+        with api_client(api_url, token) as client:
             items = list(client.pages("/v1/inventory/devices", params))
             unseen = (
                 None
@@ -97,9 +97,9 @@ def inventory(
                 else client.get("/v1/inventory/unseen", node=node)
             )
     except ApiError as exc:
-        _api_error(exc)
+        fail_api_error(exc)
     if output is InventoryOutput.JSON:
-        _print_json(items)
+        print_json(items)
         return
     wide = output is InventoryOutput.WIDE
     columns = ["NODE", "DEVICE ID", "OWNER", "CLASS", "HEALTH", "STATE", "ALLOCATED TO"]
@@ -115,7 +115,7 @@ def inventory(
             d["owner"],
             escape(_class(d)),
             f"[{style}]{escape(health)}[/]" if style else escape(health),
-            escape(_s(d.get("state"))),
+            escape(cell(d.get("state"))),
             escape(_allocated(d)),
         ]
         if wide:
@@ -123,18 +123,18 @@ def inventory(
                 f"{t['key']}={t.get('value') or ''}:{t['effect']}" for t in d.get("taints") or []
             )
             row += [
-                escape(_s(d.get("pool"))),
-                escape(_s(d.get("driver"))),
-                escape(_s(d.get("uuid"))),
-                escape(_s(taints)),
-                escape(_s(d.get("unavailable"))),
-                escape(_s(",".join(d.get("reportedIDs") or []))),
+                escape(cell(d.get("pool"))),
+                escape(cell(d.get("driver"))),
+                escape(cell(d.get("uuid"))),
+                escape(cell(taints)),
+                escape(cell(d.get("unavailable"))),
+                escape(cell(",".join(d.get("reportedIDs") or []))),
             ]
         rows.append(row)
     console = make_console()
     if wide and not console.is_terminal:
         console = Console(width=400)  # pipes and logs: one line per device, nothing cut
-    table = _table(columns, [], wrap=("REPORTED IDS", "ALLOCATED TO"))
+    table = make_table(columns, [], wrap=("REPORTED IDS", "ALLOCATED TO"))
     for row in rows:  # already escaped (health is styled)
         table.add_row(*row)
     console.print(table)
@@ -175,16 +175,16 @@ def capacity(
     (quarantined, restricted, Unhealthy, ...) and fragmented (idle devices on nodes that cannot
     fit the common request size). Quarantined devices are never idle."""
     try:
-        with _client(api_url, token) as client:
+        with api_client(api_url, token) as client:
             body = (
                 client.get("/v1/capacity/divergence")
                 if divergence
                 else client.get("/v1/capacity", view=view.value)
             )
     except ApiError as exc:
-        _api_error(exc)
+        fail_api_error(exc)
     if output is ReadOutput.JSON:
-        _print_json(body)
+        print_json(body)
         return
     console = make_console()
     if divergence:
@@ -201,7 +201,7 @@ def capacity(
             for r in body["items"]
         ]
         console.print(
-            _table(
+            make_table(
                 ["NODE", "RESOURCE", "SLICES", "NODE CAPACITY", "DIFF", "STATUS", "CLASSES"],
                 rows,
             )
@@ -222,7 +222,7 @@ def capacity(
         for r in body["items"]
     ]
     console.print(
-        _table([header, "TOTAL", "ALLOCATED", "IDLE", "UNAVAILABLE", "FRAGMENTED"], rows)
+        make_table([header, "TOTAL", "ALLOCATED", "IDLE", "UNAVAILABLE", "FRAGMENTED"], rows)
     )
     console.print(
         f"\nfragmented: idle devices on a node with fewer than {body['requestSize']} idle "
@@ -244,15 +244,15 @@ def conflicts(
     """Inventory conflicts (flagged, never merged): ambiguous or reused resourceIDs, a resource or
     GPU offered by both a device plugin and DRA, devices that vanished from their slice."""
     try:
-        with _client(api_url, token) as client:
+        with api_client(api_url, token) as client:
             body = client.get(
                 "/v1/inventory/conflicts", active=None if show_all else "true", node=node
             )
     except ApiError as exc:
-        _api_error(exc)
+        fail_api_error(exc)
     items = body["items"]
     if output is ReadOutput.JSON:
-        _print_json(items)
+        print_json(items)
         return
     rows = [
         [
@@ -268,7 +268,7 @@ def conflicts(
     ]
     console = make_console()
     console.print(
-        _table(
+        make_table(
             ["KIND", "NODE", "SUBJECT", "STATUS", "FIRST SEEN", "LAST SEEN", "DETAIL"],
             rows,
             wrap=("DETAIL",),

@@ -1,8 +1,9 @@
 """The event model: what the watcher publishes and the stream worker applies.
 
-Events are frozen dataclasses serialised as JSON objects (orjson) with a ``schema`` number and a
-``type`` name. Field names on the wire are camelCase, as in the Kubernetes API they come from.
-Times are UTC and serialised as RFC 3339 with a ``Z`` suffix. ``statusVersion`` is the Pod's
+Events are frozen dataclasses serialised as JSON objects with a ``schema`` number and a ``type``
+name (the wire form is :mod:`services.domain.event_codec`). Field names on the wire are camelCase,
+as in the Kubernetes API they come from. Times are UTC and serialised as RFC 3339 with a ``Z``
+suffix. ``statusVersion`` is the Pod's
 ``metadata.resourceVersion`` (comparable as an integer since Kubernetes 1.35, KEP-5504); it is
 written as a decimal string because real values exceed 2**53 and JSON numbers are doubles for many
 consumers.
@@ -11,20 +12,17 @@ Schema history:
 
 - 1: ``DeviceHealthObserved``, ``PodDevicesReleased``.
 
-Decoding never guesses: a payload that is not valid JSON, has an unknown ``schema`` or ``type``, or
-lacks a required field raises :class:`EventDecodeError`, whose message the worker puts on the
-dead-letter record.
+Decoding (:func:`services.domain.event_codec.decode_event`) never guesses: a payload that is not
+valid JSON, has an unknown ``schema`` or ``type``, or lacks a required field raises
+:class:`~services.domain.codec.EventDecodeError`, whose message the worker puts on the dead-letter record.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Final, TypeAlias
-
-import orjson
+from typing import Final, TypeAlias
 
 SCHEMA_VERSION: Final = 1
 """Current event schema number, written in every event's ``schema`` field."""
@@ -33,9 +31,6 @@ MESSAGE_MAX_LENGTH: Final = 1024
 """core/v1 ``ResourceHealthMessageMaxLength``: longer messages are cut to this many characters."""
 
 
-RESOURCE_VERSION_MAX_DIGITS: Final = 39
-"""Longest resourceVersion read as comparable: uint128 fits, and so does the projection's
-``NUMERIC(39,0)`` column."""
 
 
 class Health(StrEnum):
@@ -73,8 +68,6 @@ class ReleaseReason(StrEnum):
     TERMINATED = "terminated"  # status.phase became Succeeded or Failed
 
 
-class EventDecodeError(ValueError):
-    """A payload could not be decoded into an event; the message says why."""
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -171,285 +164,6 @@ def format_time(value: datetime) -> str:
     return text.replace("+00:00", "Z")
 
 
-def parse_time(text: str) -> datetime:
-    """Parse an RFC 3339 time (``Z`` or an offset) into an aware UTC datetime.
-
-    Raises ``ValueError`` when the text is not such a time or has no offset.
-    """
-    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if value.tzinfo is None:
-        raise ValueError(f"time without offset: {text!r}")
-    return value.astimezone(UTC)
-
-
-def parse_resource_version(raw: object) -> int | None:
-    """Parse a Kubernetes ``metadata.resourceVersion`` into an integer, or ``None``.
-
-    Follows KEP-5504 (``k8s.io/apimachinery/pkg/util/resourceversion``): a comparable
-    resourceVersion is a decimal string of digits without leading zeros and not ``"0"``. Anything
-    else (missing, empty, ``"v2-abc"``, ``"007"``) is not comparable and gives ``None``. Python ints
-    are arbitrary-precision, so values above 2**63 are kept exactly; more than
-    :data:`RESOURCE_VERSION_MAX_DIGITS` digits (no real server sends that many) is not comparable.
-    """
-    if not isinstance(raw, str) or not raw.isascii() or not raw.isdigit():
-        return None
-    if raw[0] == "0" or len(raw) > RESOURCE_VERSION_MAX_DIGITS:
-        return None
-    return int(raw)
-
-
-# --- encoding -------------------------------------------------------------------------------
-
-
-def _event_to_dict(event: Event) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "schema": SCHEMA_VERSION,
-        "type": event.type,
-        "node": event.node,
-        "namespace": event.namespace,
-        "podName": event.pod_name,
-        "podUID": event.pod_uid,
-        "statusVersion": None if event.status_version is None else str(event.status_version),
-        "observedAt": format_time(event.observed_at),
-    }
-    if isinstance(event, DeviceHealthObserved):
-        base.update(
-            containers=[{"name": c.name, "kind": c.kind.value} for c in event.containers],
-            resourceName=event.resource_name,
-            resourceID=event.resource_id,
-            health=event.health.value,
-            rawHealth=event.raw_health,
-            message=event.message,
-            source=event.source.value,
-            claim=None
-            if event.claim is None
-            else {
-                "podClaimName": event.claim.pod_claim_name,
-                "request": event.claim.request,
-                "resourceClaimName": event.claim.resource_claim_name,
-            },
-            flags=list(event.flags),
-        )
-    else:
-        base.update(reason=event.reason.value, resourceIDs=list(event.resource_ids))
-    return base
-
-
-def encode_event(event: Event) -> bytes:
-    """Serialise an event to its JSON wire form (UTF-8 bytes, keys sorted for stable bytes)."""
-    return orjson.dumps(_event_to_dict(event), option=orjson.OPT_SORT_KEYS)
-
-
-_MISSING: Final = object()
-
-# Value -> member maps: a dict lookup is several times cheaper than calling the enum class, and
-# for the plain ``str`` values orjson produces it finds exactly the members the call would.
-_HEALTH_BY_VALUE: Final[dict[str, Health]] = {h.value: h for h in Health}
-_SOURCE_BY_VALUE: Final[dict[str, DeviceSource]] = {s.value: s for s in DeviceSource}
-_KIND_BY_VALUE: Final[dict[str, ContainerKind]] = {k.value: k for k in ContainerKind}
-_REASON_BY_VALUE: Final[dict[str, ReleaseReason]] = {r.value: r for r in ReleaseReason}
-
-
-def _require(obj: dict[str, Any], name: str, kind: type | tuple[type, ...] = str) -> Any:
-    value = obj.get(name, _MISSING)
-    if value is _MISSING:
-        raise EventDecodeError(f"missing field {name!r}")
-    if not isinstance(value, kind):
-        raise EventDecodeError(f"field {name!r} has type {type(value).__name__}")
-    return value
-
-
-def _optional_str(obj: dict[str, Any], name: str) -> str | None:
-    value = obj.get(name)
-    if value is not None and not isinstance(value, str):
-        raise EventDecodeError(f"field {name!r} must be a string or null")
-    return value
-
-
-def _decode_version(obj: dict[str, Any]) -> int | None:
-    raw = obj.get("statusVersion")
-    if raw is None:
-        return None
-    version = parse_resource_version(raw)
-    if version is None:
-        raise EventDecodeError(f"statusVersion {raw!r} is not a positive decimal integer string")
-    return version
-
-
-def _decode_enum(enum: type[StrEnum], obj: dict[str, Any], name: str) -> Any:
-    raw = _require(obj, name)
-    try:
-        return enum(raw)
-    except ValueError:
-        raise EventDecodeError(f"field {name!r} has unknown value {raw!r}") from None
-
-
-# decode_event reads each field with one dict lookup and an exact type test (orjson gives plain
-# ``str``/``list``/``dict`` objects); anything else falls back to the helpers above, which accept
-# or reject it and word the error exactly as they always did. Fields are checked in the same order
-# as the original field-by-field decoder, so a payload with several faults reports the same one.
-
-
-def decode_event(payload: bytes) -> Event:
-    """Parse the JSON wire form back into an event.
-
-    Raises :class:`EventDecodeError` with a readable reason for anything that is not a valid
-    schema-1 event, or that the projection could not store (``services/domain/limits.py``: NUL or
-    control characters, oversized identifiers); the caller dead-letters the payload with that
-    reason.
-    """
-    check = _field_violations or _bind_field_violations()
-    event = _decode_fields(payload)
-    violations = check(event)
-    if violations:
-        raise EventDecodeError("cannot be stored: " + "; ".join(violations))
-    return event
-
-
-_field_violations: Callable[[Event], list[str]] | None = None
-"""``services.domain.limits.field_violations``, bound on first use: limits imports this module,
-and an import statement in :func:`decode_event` would cost a module lookup per event."""
-
-
-def _bind_field_violations() -> Callable[[Event], list[str]]:
-    global _field_violations
-    from services.domain.limits import field_violations
-
-    _field_violations = field_violations
-    return field_violations
-
-
-def _decode_fields(payload: bytes) -> Event:
-    try:
-        obj = orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise EventDecodeError(f"not JSON: {exc}") from None
-    if not isinstance(obj, dict):
-        raise EventDecodeError("not a JSON object")
-    get = obj.get
-    schema = get("schema")
-    if schema != SCHEMA_VERSION:
-        raise EventDecodeError(f"unsupported schema {schema!r} (this build reads {SCHEMA_VERSION})")
-    kind = get("type")
-    try:
-        observed_text = get("observedAt")
-        if type(observed_text) is not str:
-            observed_text = _require(obj, "observedAt")
-        observed_at = parse_time(observed_text)
-    except ValueError as exc:
-        raise EventDecodeError(f"field 'observedAt': {exc}") from None
-    node = get("node")
-    if type(node) is not str:
-        node = _require(obj, "node")
-    if not node:
-        raise EventDecodeError("field 'node' is empty")
-    namespace = get("namespace")
-    if type(namespace) is not str:
-        namespace = _require(obj, "namespace")
-    pod_name = get("podName")
-    if type(pod_name) is not str:
-        pod_name = _require(obj, "podName")
-    pod_uid = get("podUID")
-    if type(pod_uid) is not str:
-        pod_uid = _require(obj, "podUID")
-    raw_version = get("statusVersion")
-    status_version: int | None
-    if raw_version is None:
-        status_version = None
-    elif (
-        type(raw_version) is str
-        and raw_version.isascii()
-        and raw_version.isdigit()
-        and raw_version[0] != "0"
-        and len(raw_version) <= RESOURCE_VERSION_MAX_DIGITS
-    ):
-        status_version = int(raw_version)
-    else:
-        status_version = _decode_version(obj)
-    if kind == "DeviceHealthObserved":
-        resource_id = get("resourceID")
-        if type(resource_id) is not str:
-            resource_id = _require(obj, "resourceID")
-        if not resource_id:
-            raise EventDecodeError("field 'resourceID' is empty")
-        items = get("containers")
-        if type(items) is not list:
-            items = _require(obj, "containers", list)
-        containers = []
-        for item in items:
-            if not isinstance(item, dict) or not isinstance(name := item.get("name"), str):
-                raise EventDecodeError("field 'containers' holds an entry without a name")
-            raw_kind = item.get("kind")
-            container_kind = _KIND_BY_VALUE.get(raw_kind) if type(raw_kind) is str else None
-            if container_kind is None:
-                container_kind = _decode_enum(ContainerKind, item, "kind")
-            containers.append(ContainerRef(name, container_kind))
-        claim_obj = get("claim")
-        claim = None
-        if claim_obj is not None:
-            if not isinstance(claim_obj, dict):
-                raise EventDecodeError("field 'claim' must be an object or null")
-            claim = ClaimRef(
-                pod_claim_name=_require(claim_obj, "podClaimName"),
-                request=_optional_str(claim_obj, "request"),
-                resource_claim_name=_optional_str(claim_obj, "resourceClaimName"),
-            )
-        flags = get("flags") or []
-        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
-            raise EventDecodeError("field 'flags' must be a list of strings")
-        resource_name = get("resourceName")
-        if type(resource_name) is not str:
-            resource_name = _require(obj, "resourceName")
-        raw_health = get("health")
-        health = _HEALTH_BY_VALUE.get(raw_health) if type(raw_health) is str else None
-        if health is None:
-            health = _decode_enum(Health, obj, "health")
-        raw_source = get("source")
-        source = _SOURCE_BY_VALUE.get(raw_source) if type(raw_source) is str else None
-        if source is None:
-            source = _decode_enum(DeviceSource, obj, "source")
-        message = get("message")
-        if message is not None and type(message) is not str:
-            message = _optional_str(obj, "message")
-        raw_health_text = get("rawHealth")
-        if raw_health_text is not None and type(raw_health_text) is not str:
-            raw_health_text = _optional_str(obj, "rawHealth")
-        return DeviceHealthObserved(
-            node,
-            namespace,
-            pod_name,
-            pod_uid,
-            tuple(containers),
-            resource_name,
-            resource_id,
-            health,
-            source,
-            status_version,
-            observed_at,
-            message,
-            raw_health_text,
-            claim,
-            tuple(flags),
-        )
-    if kind == "PodDevicesReleased":
-        ids = get("resourceIDs") or []
-        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            raise EventDecodeError("field 'resourceIDs' must be a list of strings")
-        raw_reason = get("reason")
-        reason = _REASON_BY_VALUE.get(raw_reason) if type(raw_reason) is str else None
-        if reason is None:
-            reason = _decode_enum(ReleaseReason, obj, "reason")
-        return PodDevicesReleased(
-            node,
-            namespace,
-            pod_name,
-            pod_uid,
-            reason,
-            status_version,
-            observed_at,
-            tuple(ids),
-        )
-    raise EventDecodeError(f"unknown event type {kind!r}")
 
 
 def now_utc() -> datetime:

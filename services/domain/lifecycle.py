@@ -43,7 +43,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final, TypeAlias
 
-from services.domain.events import parse_time
+from services.domain.codec import parse_time
 from services.domain.inventory.objects import ResourceClaimInfo
 
 UNKNOWN_CLASS: Final = "unknown"

@@ -25,13 +25,8 @@ from typing import Any, Final, TypeAlias
 
 import orjson
 
-from services.domain.events import (
-    SCHEMA_VERSION,
-    EventDecodeError,
-    format_time,
-    parse_resource_version,
-    parse_time,
-)
+from services.domain.codec import EventDecodeError, str_field, time_field, version_field
+from services.domain.events import SCHEMA_VERSION, format_time
 
 TICK_KEY_PREFIX: Final = "~tick/"
 """Ticks are keyed ``~tick/<partition>``; ``~`` cannot start a Node name (RFC 1123 subdomain)."""
@@ -128,30 +123,6 @@ def encode_node_event(event: NodeEvent) -> bytes:
     return orjson.dumps(node_event_to_dict(event), option=orjson.OPT_SORT_KEYS)
 
 
-def _str(obj: dict[str, Any], name: str) -> str:
-    value = obj.get(name)
-    if not isinstance(value, str) or not value:
-        raise EventDecodeError(f"field {name!r} must be a non-empty string")
-    return value
-
-
-def _time(obj: dict[str, Any], name: str) -> datetime:
-    try:
-        return parse_time(_str(obj, name))
-    except ValueError as exc:
-        raise EventDecodeError(f"field {name!r}: {exc}") from None
-
-
-def _version(obj: dict[str, Any], name: str) -> int | None:
-    raw = obj.get(name)
-    if raw is None:
-        return None
-    version = parse_resource_version(raw)
-    if version is None:
-        raise EventDecodeError(f"{name} {raw!r} is not a positive decimal integer string")
-    return version
-
-
 def _counts(obj: dict[str, Any], name: str) -> tuple[tuple[str, int], ...]:
     raw = obj.get(name)
     if not isinstance(raw, dict):
@@ -167,20 +138,20 @@ def node_event_from_dict(obj: dict[str, Any]) -> NodeEvent:
     if obj.get("schema") != SCHEMA_VERSION:
         raise EventDecodeError(f"unsupported schema {obj.get('schema')!r}")
     kind = obj.get("type")
-    observed_at = _time(obj, "observedAt")
+    observed_at = time_field(obj, "observedAt")
     if kind == "NodeHeartbeat":
         return NodeHeartbeat(
-            node=_str(obj, "node"),
-            renewed_at=_time(obj, "renewedAt"),
+            node=str_field(obj, "node"),
+            renewed_at=time_field(obj, "renewedAt"),
             observed_at=observed_at,
-            lease_version=_version(obj, "leaseVersion"),
+            lease_version=version_field(obj, "leaseVersion"),
         )
     if kind == "NodeResourcesChanged":
         return NodeResourcesChanged(
-            node=_str(obj, "node"),
+            node=str_field(obj, "node"),
             capacity=_counts(obj, "capacity"),
             allocatable=_counts(obj, "allocatable"),
-            status_version=_version(obj, "statusVersion"),
+            status_version=version_field(obj, "statusVersion"),
             observed_at=observed_at,
         )
     if kind == "WatcherTick":

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
-from services.domain.governance.state import GovState
+from services.domain.governance.device_state import GovState
 from services.domain.inventory.identity import plugin_identity
 
 BLOCKED_STATES: Final = frozenset(

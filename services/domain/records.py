@@ -5,6 +5,12 @@ The topic carries :mod:`services.domain.events` (``DeviceHealthObserved``, ``Pod
 and :mod:`services.domain.inventory.events` (``InventoryObserved``: DRA ResourceSlices,
 ResourceClaims and DeviceClasses). Consumers call :func:`decode_record` and dispatch on the type.
 
+A record's type travels beside it (the producers' ``devicestate-type`` Kafka header, see
+:mod:`services.adapters.kafka.headers`): :func:`decode_typed_record` takes it and calls that
+type's decoder directly, so the record is parsed once and never searched. Records written before
+the header existed come with no type; for them :func:`decode_record` picks the decoder from the
+bytes (the ``"type":"X"`` markers below), which stays only as that fallback.
+
 Inventory records are opt-in for a consumer, like the extra kinds of
 ``watch_lines.decode_watch_line``: ``decode_record(payload, inventory=True)`` decodes them (and
 its type says so, so the type checker makes the consumer handle them); without it an
@@ -15,11 +21,14 @@ of mistaking it for a device event.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final, Literal, TypeAlias, overload
 
 import orjson
 
-from services.domain.events import Event, EventDecodeError, decode_event, encode_event
+from services.domain.codec import EventDecodeError, body_type, type_mismatch
+from services.domain.event_codec import decode_event, encode_event
+from services.domain.events import Event
 from services.domain.inventory.events import InventoryObserved, decode_inventory, encode_inventory
 from services.domain.node_events import (
     NODE_EVENT_TYPES,
@@ -84,6 +93,58 @@ def decode_record(payload: bytes, *, inventory: bool = False) -> TopicRecord:
         if isinstance(obj, dict) and obj.get("type") == INVENTORY_EVENT_TYPE:
             return _inventory(payload, inventory)
         raise
+
+
+def decode_typed_record(
+    payload: bytes, record_type: str | None, *, inventory: bool = False
+) -> TopicRecord:
+    """Decode one record whose type is known from outside its body (``record_type``, the type
+    header; ``None``: unknown, then this is :func:`decode_record`). ``inventory`` as there.
+
+    Raises :class:`~services.domain.events.EventDecodeError` for an unknown ``record_type``, a
+    body that does not decode, and a body of another type than ``record_type`` (the message
+    names both).
+    """
+    if record_type is None:
+        return decode_record(payload, inventory=inventory)
+    if record_type == INVENTORY_EVENT_TYPE:
+        decoded: TopicRecord = _inventory_typed(payload, inventory)
+    else:
+        decoder = _DECODERS.get(record_type)
+        if decoder is None:
+            raise EventDecodeError(f"unknown record type {record_type!r} in the type header")
+        try:
+            decoded = decoder(payload)
+        except EventDecodeError:
+            _check_body_type(payload, record_type)
+            raise
+    if decoded.type != record_type:
+        raise type_mismatch(record_type, decoded.type)
+    return decoded
+
+
+def _check_body_type(payload: bytes, record_type: str) -> None:
+    """After a failed decode: the body's own type, if it names another one, is the reason."""
+    found = body_type(payload)
+    if found is not None and found != record_type:
+        raise type_mismatch(record_type, found) from None
+
+
+def _inventory_typed(payload: bytes, inventory: bool) -> InventoryObserved:
+    try:
+        return _inventory(payload, inventory)
+    except EventDecodeError:
+        if inventory:
+            _check_body_type(payload, INVENTORY_EVENT_TYPE)
+        raise
+
+
+_DECODERS: Final[dict[str, Callable[[bytes], TopicRecord]]] = {
+    "DeviceHealthObserved": decode_event,
+    "PodDevicesReleased": decode_event,
+    **{name: decode_node_event for name in NODE_EVENT_TYPES},
+}
+"""Type header value -> decoder (``InventoryObserved`` apart: it depends on ``inventory``)."""
 
 
 def _inventory(payload: bytes, inventory: bool) -> InventoryObserved:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.domain.events import parse_time
+from services.domain.codec import parse_time
 from services.domain.governance.decisions import (
     AlertAction,
     Decision,

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from services.domain.events import parse_time
+from services.domain.codec import parse_time
 from services.domain.governance.decisions import AlertAction
 from services.processes.alerts.mapping import ALERT_NAMES, ActiveAlerts
 from tests.governance.harness import EXAMPLES, run_stream

@@ -25,10 +25,11 @@ from services.adapters.projection.governance_tables import (
     quarantines,
 )
 from services.adapters.projection.tables import in_schema
-from services.domain.governance.inputs import OperatorCommand, decode_input
+from services.domain.governance.input_codec import decode_input
+from services.domain.governance.inputs import OperatorCommand
 from services.processes.api.app import create_app
-from services.processes.api.auth import token_entry
 from services.runtime.config import Settings
+from services.runtime.tokens import token_entry
 from tests.conftest import T0
 
 TOKENS = {

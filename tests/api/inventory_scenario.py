@@ -22,6 +22,7 @@ from datetime import timedelta
 from typing import Any
 
 from services.adapters.projection.store import ProjectionStore
+from services.domain.batch import LoggedBatch
 from services.domain.events import (
     ClaimRef,
     DeviceHealthObserved,
@@ -141,7 +142,9 @@ async def load_fleet(
             observed_at=T0 + timedelta(seconds=20),
         ),
     ]
-    await store.apply_batch(logged([*events, *releases]), {(TOPIC, 0): len(events) + 2})
+    await store.apply_batch(
+        LoggedBatch(logged([*events, *releases]), highwaters={(TOPIC, 0): len(events) + 2})
+    )
     await writer.identities(pairs)
     await writer.node(NODE_A, {})
     await writer.node(NODE_B, {"nvidia.com/gpu": 2})

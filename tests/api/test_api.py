@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from services.adapters.projection.store import ProjectionStore
+from services.domain.batch import LoggedBatch
 from services.domain.events import ClaimRef, ContainerKind, ContainerRef, DeviceSource, Health
 from services.processes.api.app import create_app
 from services.runtime.config import Settings
@@ -74,7 +75,7 @@ async def loaded(
             raw_health="Degraded",
         ),
     ]
-    await store.apply_batch(logged(events), {(TOPIC, 0): len(events) + 5})
+    await store.apply_batch(LoggedBatch(logged(events), highwaters={(TOPIC, 0): len(events) + 5}))
 
 
 def ids(body: dict[str, Any]) -> list[tuple[str, str]]:
@@ -258,7 +259,7 @@ async def test_readyz_needs_partition_progress(
     before = await api.get("/readyz")
     assert before.status_code == 503
     assert "no partition progress" in before.json()["reason"]
-    await store.apply_batch(logged([observation(1)]), {(TOPIC, 0): 4})
+    await store.apply_batch(LoggedBatch(logged([observation(1)]), highwaters={(TOPIC, 0): 4}))
     after = await api.get("/readyz")
     assert after.status_code == 200
     assert after.json()["partitions"] == [

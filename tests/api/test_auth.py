@@ -12,8 +12,9 @@ import typer
 from typer.testing import CliRunner
 
 from services.processes.api.app import create_app
-from services.processes.api.auth import Authenticator, TokenConfigError, load_tokens, token_digest
+from services.processes.api.auth import Authenticator, TokenConfigError, load_tokens
 from services.runtime.config import Settings
+from services.runtime.tokens import token_digest
 from tests.api.conftest import NAMES, TOKENS, ApiFactory, bearer, tokens_json
 
 DIGEST = token_digest("t0ken")

@@ -1,6 +1,6 @@
 """Capacity views, the reconcile check and their gauges (issue 4, items 3 and 5c): exact numbers on
 the fleet of ``tests/api/inventory_scenario.py`` (real PostgreSQL), and the pure computation's
-edge cases (``services.domain.inventory.views``)."""
+edge cases (``services.domain.inventory.capacity_report`` and ``.reconcile``)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ import pytest
 
 from services.adapters.projection.store import ProjectionStore
 from services.domain.inventory.capacity import CapacityRow
-from services.domain.inventory.views import (
+from services.domain.inventory.capacity_report import build_capacity
+from services.domain.inventory.directory import build_directory
+from services.domain.inventory.reconcile import divergence
+from services.domain.inventory.snapshot import (
     GovernanceRow,
     NodeResources,
     ObservedDevice,
     Snapshot,
-    build_capacity,
-    build_directory,
-    divergence,
 )
 from tests.api.conftest import ApiFactory, Governor, InventoryWriter
 from tests.api.inventory_scenario import GPU, NODE_A, dra_objects, load_fleet

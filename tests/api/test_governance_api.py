@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from services.adapters.projection.store import ProjectionStore
+from services.domain.batch import LoggedBatch
 from services.domain.governance.inputs import CommandAction, Role
 from tests.api.conftest import ApiFactory, Governor, bearer, read_commands
 from tests.conftest import T0, TOPIC, LogFactory, ObservationFactory
@@ -472,7 +473,7 @@ async def test_timeline_merges_observations_and_decisions_in_time_order(
         observation(2, Health.UNHEALTHY, at=60, message="XID 79"),
         observation(3, at=600),
     ]
-    await store.apply_batch(logged(events), {(TOPIC, 0): 3})
+    await store.apply_batch(LoggedBatch(logged(events), highwaters={(TOPIC, 0): 3}))
     qid = "gpu-node-a/GPU-0@2"
     await governor.decision(
         10,
@@ -637,7 +638,7 @@ async def test_devices_carry_their_governance_and_filter_by_state(
     logged: LogFactory,
 ) -> None:
     events = [observation(1, resource_id=f"GPU-{i}", pod_uid=f"uid-{i}") for i in range(3)]
-    await store.apply_batch(logged(events), {(TOPIC, 0): 3})
+    await store.apply_batch(LoggedBatch(logged(events), highwaters={(TOPIC, 0): 3}))
     await governor.device(
         "gpu-node-a",
         "GPU-1",

@@ -12,6 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.adapters.projection.store import ProjectionStore
+from services.domain.batch import LoggedBatch
 from services.domain.events import DeviceSource
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.objects import ResourceSliceInfo
@@ -266,7 +267,7 @@ async def test_a_deleted_slice_is_gone_and_a_reported_device_outside_slices_is_f
         namespace="ml-serving",
         pod_name="infer-dra-0",
     )
-    await store.apply_batch(logged([event]), {})
+    await store.apply_batch(LoggedBatch(logged([event]), highwaters={}))
     items = await all_items(api)
     assert keys(items) == [(NODE_A, GPU[3])]
     [lost] = items

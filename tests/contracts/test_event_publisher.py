@@ -4,7 +4,8 @@
 3 partitions, read back with a consumer) pass the same tests.
 
 Each subclass reads back what was published: the fake's lists, or the topics through a consumer
-(values decoded with ``decode_record``, so the encoding round trip is covered too).
+(values decoded by their type header with ``decode_typed_record``, so the encoding round trip
+and the header are covered too).
 """
 
 from __future__ import annotations
@@ -20,15 +21,17 @@ import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient
 
-from services.adapters.kafka.producer import (
+from services.adapters.kafka.headers import (
     HEADER_REASON,
     HEADER_SOURCE,
     HEADER_STAGE,
-    EventPublisher,
+    HEADER_TYPE,
+    record_type,
 )
+from services.adapters.kafka.producer import EventPublisher
 from services.adapters.kafka.topics import ensure_topics
 from services.domain.node_events import NodeHeartbeat, WatcherTick
-from services.domain.records import TopicRecord, decode_record
+from services.domain.records import TopicRecord, decode_typed_record
 from services.processes.watcher.session import Publisher
 from services.runtime.config import Settings
 from tests.fakes.event_publisher import FakePublisher
@@ -161,17 +164,21 @@ class KafkaHarness(Harness):
         return records
 
     async def delivered(self, count: int) -> list[Delivered]:
-        records = await self._read(self.settings.topic, count)
-        return [
-            Delivered((r.key or b"").decode(), decode_record(r.value or b""), r.partition)
-            for r in records
-        ]
+        delivered = []
+        for r in await self._read(self.settings.topic, count):
+            # Every record carries its type in a header, the one its body says.
+            header = record_type(r.headers)
+            decoded = decode_typed_record(r.value or b"", header)
+            assert header == decoded.type
+            delivered.append(Delivered((r.key or b"").decode(), decoded, r.partition))
+        return delivered
 
     async def dead_letters(self, count: int) -> list[DeadLetter]:
         letters = []
         for r in await self._read(self.settings.dead_letter_topic, count):
             assert r.key is None  # no order to keep
             headers = {name: value.decode() for name, value in r.headers}
+            assert HEADER_TYPE not in headers  # the original bytes, of whatever type
             letters.append(
                 DeadLetter(
                     r.value or b"",

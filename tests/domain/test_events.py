@@ -6,12 +6,8 @@ import orjson
 import pytest
 from hypothesis import given
 
-from services.domain.events import (
-    EventDecodeError,
-    decode_event,
-    encode_event,
-    parse_resource_version,
-)
+from services.domain.codec import EventDecodeError, parse_resource_version
+from services.domain.event_codec import decode_event, encode_event
 from tests.domain.strategies import events
 from tests.domain.test_directory import OBS
 

@@ -11,14 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
-from services.domain.watch.node_tracker import (
+from services.domain.watch.node_objects import (
     COUNT_MAX,
     NodeProblemCode,
-    NodeTracker,
     parse_quantity,
     read_lease,
     read_node,
 )
+from services.domain.watch.node_tracker import NodeTracker
 from services.domain.watch.pod_tracker import WatchKind
 
 T0 = datetime(2026, 11, 29, 11, 0, tzinfo=UTC)

@@ -15,7 +15,8 @@ from services.domain.events import (
     DeviceSource,
     Health,
 )
-from services.domain.pod_status import ProblemCode, read_pod
+from services.domain.pod_reader import read_pod
+from services.domain.pod_status import ProblemCode
 
 AT = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 

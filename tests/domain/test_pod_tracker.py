@@ -13,7 +13,8 @@ from services.domain.events import (
     PodDevicesReleased,
     ReleaseReason,
 )
-from services.domain.pod_status import PodReading, read_pod
+from services.domain.pod_reader import read_pod
+from services.domain.pod_status import PodReading
 from services.domain.watch.pod_tracker import PodTracker, WatchKind, fingerprint
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.domain.pod_status import read_pod
+from services.domain.pod_reader import read_pod
 from services.domain.watch.pod_tracker import PodTracker, WatchKind
 
 AT = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)

@@ -10,10 +10,10 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from services.domain.governance.held import QuarantineRow
 from services.processes.enforcement import desired as d
 from services.processes.enforcement.desired import (
     Effect,
-    QuarantineRow,
     SkipReason,
     desired_rules,
     plan,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from services.adapters.projection.store import BatchStats
+from services.domain.batch import CommitHook, LoggedBatch
 from services.domain.events import DeviceHealthObserved
 from services.domain.log import LoggedEvent
 
@@ -21,17 +21,16 @@ class FakeSink:
         self.error = error or ConnectionResetError("db restarted")
         self.calls = 0
         self.table_at_write: list[dict[str, Any]] = []
-        self.kwargs: list[dict[str, Any]] = []
+        self.logged: list[LoggedBatch] = []
+        self.hooks: list[CommitHook | None] = []
 
     async def apply_batch(
-        self,
-        records: Sequence[LoggedEvent],
-        highwaters: Mapping[tuple[str, int], int] | None = None,
-        consumed_through: Mapping[tuple[str, int], int] | None = None,
-        **kwargs: Any,
+        self, batch: LoggedBatch, before_commit: CommitHook | None = None
     ) -> BatchStats:
+        records = batch.records
         self.calls += 1
-        self.kwargs.append(kwargs)
+        self.logged.append(batch)
+        self.hooks.append(before_commit)
         if self.table is not None:
             self.table_at_write.append(dict(self.table.items()))
         if self.calls <= self.fail:

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 import pytest
 
+from services.domain.codec import parse_time
 from services.domain.directory import DeviceKey, DeviceRecord, apply_event
 from services.domain.events import (
     DeviceHealthObserved,
@@ -29,7 +30,6 @@ from services.domain.events import (
     Health,
     PodDevicesReleased,
     ReleaseReason,
-    parse_time,
 )
 from services.domain.pod_status import ProblemCode
 from services.domain.watch.pod_tracker import WatchKind

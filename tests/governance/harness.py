@@ -13,8 +13,9 @@ from pathlib import Path
 
 import orjson
 
+from services.domain.codec import parse_resource_version, parse_time
 from services.domain.directory import DeviceKey, DeviceRecord, apply_event
-from services.domain.events import DeviceHealthObserved, Event, parse_resource_version, parse_time
+from services.domain.events import DeviceHealthObserved, Event
 from services.domain.governance.decisions import Decision
 from services.domain.governance.inputs import GovernanceInput, HealthTransition, WatermarkAdvanced
 from services.domain.governance.machine import step

@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import strategies as st
 
 from services.domain.events import DeviceSource, Health
+from services.domain.governance.device_state import GovState
 from services.domain.governance.inputs import (
     CommandAction,
     GovernanceInput,
@@ -32,7 +33,7 @@ from services.domain.governance.inputs import (
 )
 from services.domain.governance.machine import step
 from services.domain.governance.policy import GovernancePolicy
-from services.domain.governance.state import GovernorState, GovState
+from services.domain.governance.state import GovernorState
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
-from services.domain.events import Health, parse_time
+from services.domain.codec import parse_time
+from services.domain.events import Health
 from services.domain.governance.decisions import AlertAction, DecisionKind
-from services.domain.governance.state import GovState
+from services.domain.governance.device_state import GovState
 from tests.golden.test_examples import device_key
 from tests.governance.harness import EXAMPLES, GovernanceRun, run_stream
 

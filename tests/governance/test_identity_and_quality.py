@@ -7,13 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 from services.domain.events import DeviceSource, Health
 from services.domain.governance.decisions import AlertAction, DecisionKind
-from services.domain.governance.inputs import (
-    HealthTransition,
-    InventoryConflict,
-    decode_input,
-    encode_input,
-)
-from services.domain.governance.state import GovState
+from services.domain.governance.device_state import GovState
+from services.domain.governance.input_codec import decode_input, encode_input
+from services.domain.governance.inputs import HealthTransition, InventoryConflict
 from tests.governance.harness import GovernanceRun
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

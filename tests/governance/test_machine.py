@@ -11,9 +11,9 @@ from dataclasses import replace
 
 from services.domain.events import DeviceSource, Health
 from services.domain.governance.decisions import AlertAction, Decision, DecisionKind
+from services.domain.governance.device_state import DeviceGov, GovState
 from services.domain.governance.inputs import CommandAction, RecoveryStage, Role
 from services.domain.governance.policy import GovernancePolicy
-from services.domain.governance.state import DeviceGov, GovState
 from tests.governance.harness import GovernanceRun
 from tests.governance.strategies import (
     at,

@@ -8,16 +8,16 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import pytest
 
-from services.domain.events import DeviceSource, EventDecodeError, Health
+from services.domain.codec import EventDecodeError
+from services.domain.events import DeviceSource, Health
 from services.domain.governance.decisions import DecisionKind
+from services.domain.governance.input_codec import decode_input, encode_input
 from services.domain.governance.inputs import (
     CommandAction,
     HealthTransition,
     OperatorCommand,
     Role,
     WatermarkAdvanced,
-    decode_input,
-    encode_input,
 )
 from tests.governance.harness import GovernanceRun
 

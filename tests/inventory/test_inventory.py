@@ -33,7 +33,7 @@ from services.domain.inventory.objects import (
     parse_resource_slice,
 )
 from services.domain.inventory.state import ConflictKind, InventoryState
-from services.domain.pod_status import read_pod
+from services.domain.pod_reader import read_pod
 
 EXAMPLES = Path(__file__).parents[2].parent / "shared" / "examples"
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

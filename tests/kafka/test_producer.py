@@ -15,6 +15,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from services.adapters.kafka.producer import EventPublisher
 from services.adapters.kafka.topics import TopicState, ensure_topics
+from services.domain.event_codec import decode_event
 from services.domain.events import (
     ContainerRef,
     DeviceHealthObserved,
@@ -23,7 +24,6 @@ from services.domain.events import (
     Health,
     PodDevicesReleased,
     ReleaseReason,
-    decode_event,
 )
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
 from services.domain.records import decode_record
@@ -164,6 +164,7 @@ async def test_events_keyed_by_node_in_order_and_dead_letters_with_headers(
         assert record.key is not None and record.value is not None
         event = decode_event(record.value)
         assert record.key == event.node.encode("utf-8")
+        assert list(record.headers) == [("devicestate-type", event.type.encode())]
         partition_of.setdefault(record.key, set()).add(record.partition)
         by_node.setdefault(event.node, []).append(event)
     assert all(len(partitions) == 1 for partitions in partition_of.values())

@@ -12,13 +12,8 @@ from typing import Any
 import orjson
 import pytest
 
-from services.domain.events import (
-    ContainerRef,
-    DeviceHealthObserved,
-    DeviceSource,
-    EventDecodeError,
-    Health,
-)
+from services.domain.codec import EventDecodeError
+from services.domain.events import ContainerRef, DeviceHealthObserved, DeviceSource, Health
 from services.domain.inventory.events import InventoryObserved, encode_inventory, record_key
 from services.domain.inventory.objects import (
     parse_device_class,

@@ -34,7 +34,7 @@ from kubernetes_asyncio import client, config
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from devtools.testenv import kubeapi
-from services.adapters.projection.store import ProjectionStore
+from services.adapters.projection.reads_devices import DeviceReads
 from services.domain.events import (
     ClaimRef,
     ContainerKind,
@@ -618,11 +618,11 @@ async def test_live_watcher_publishes_what_the_cluster_does(
         )
 
         # --- the directory, through the worker ---------------------------------------------------
-        store = ProjectionStore(engine, settings.database_schema)
+        reads = DeviceReads(engine, settings.database_schema)
 
         async def directory_caught_up() -> bool:
-            device = await store.get_device(node_a, gpu0)
-            dra_row = await store.get_device(node_b, dra_device)
+            device = await reads.get_device(node_a, gpu0)
+            dra_row = await reads.get_device(node_b, dra_device)
             return (
                 device is not None
                 and not device.allocations
@@ -638,28 +638,28 @@ async def test_live_watcher_publishes_what_the_cluster_does(
                     f"the directory did not catch up; worker:\n{worker.log_text()[-4000:]}"
                 )
             await asyncio.sleep(0.2)
-        device = await store.get_device(node_a, gpu0)
+        device = await reads.get_device(node_a, gpu0)
         assert device is not None
         assert (device.health, device.source, device.resource_name) == (
             Health.HEALTHY,
             DeviceSource.DEVICE_PLUGIN,
             GPU,
         )
-        history = await store.device_history(node_a, gpu0, limit=10)  # newest first
+        history = await reads.device_history(node_a, gpu0, limit=10)  # newest first
         assert [(h.kind, h.health) for h in history] == [
             ("released", Health.HEALTHY),
             ("observed", Health.HEALTHY),
             ("observed", Health.UNHEALTHY),
             ("observed", Health.HEALTHY),
         ]
-        dra_row = await store.get_device(node_b, dra_device)
+        dra_row = await reads.get_device(node_b, dra_device)
         assert dra_row is not None
         assert (dra_row.health, dra_row.message, dra_row.source) == (
             Health.UNHEALTHY,
             "ECC",
             DeviceSource.DRA,
         )
-        other = await store.get_device(node_a, gpu1)
+        other = await reads.get_device(node_a, gpu1)
         assert other is not None and other.health is Health.HEALTHY
 
         metrics = watcher.metrics()

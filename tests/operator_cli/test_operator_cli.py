@@ -13,7 +13,8 @@ import typer
 from typer.testing import CliRunner, Result
 
 from services.adapters.projection.store import ProjectionStore
-from services.client.operator import parse_duration
+from services.client.writes import parse_duration
+from services.domain.batch import LoggedBatch
 from services.domain.events import format_time
 from services.domain.governance.inputs import CommandAction, Role
 from services.processes.api.auth import Authenticator, TokenConfigError, load_tokens
@@ -329,8 +330,10 @@ async def test_timeline_and_governance(
     from services.domain.events import Health
 
     await store.apply_batch(
-        logged([observation(1), observation(2, Health.UNHEALTHY, at=60, message="XID 79")]),
-        {(TOPIC, 0): 2},
+        LoggedBatch(
+            logged([observation(1), observation(2, Health.UNHEALTHY, at=60, message="XID 79")]),
+            highwaters={(TOPIC, 0): 2},
+        )
     )
     await governor.decision(
         5,

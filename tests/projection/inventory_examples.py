@@ -25,7 +25,7 @@ from services.domain.inventory.objects import (
     parse_resource_claim,
     parse_resource_slice,
 )
-from services.domain.pod_status import read_pod
+from services.domain.pod_reader import read_pod
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "shared" / "examples"
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)

@@ -12,8 +12,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.adapters.projection.cache import DeviceCache
-from services.adapters.projection.store import BatchStats, ProjectionStore, record_from_row
+from services.adapters.projection.rows import record_from_row
+from services.adapters.projection.store import BatchStats, ProjectionStore
 from services.adapters.projection.tables import quoted_schema
+from services.domain.batch import LoggedBatch
 from services.domain.directory import DeviceKey, DeviceRecord, apply_event, devices_held_by, fold
 from services.domain.events import DeviceHealthObserved, Event, PodDevicesReleased
 from services.domain.log import LoggedEvent, LogPosition
@@ -83,10 +85,13 @@ async def test_the_cache_writes_what_the_locked_rows_write(
     cache, ahead = DeviceCache(), DeviceCache()
     writing: list[BatchStats] = []
     for batch in split(log, sizes):
-        expected = await locked.apply_batch(batch, highwaters)
-        assert await cached.apply_batch(batch, highwaters, cache=cache) == expected
+        expected = await locked.apply_batch(LoggedBatch(batch, highwaters=highwaters))
+        assert (
+            await cached.apply_batch(LoggedBatch(batch, highwaters=highwaters), cache=cache)
+            == expected
+        )
         # The replay's pipeline: the cache moves on before the batch is written.
-        prepared = pipelined.prepare_batch(batch, ahead, highwaters)
+        prepared = pipelined.prepare_batch(LoggedBatch(batch, highwaters), ahead)
         ahead.update(prepared.written, prepared.offsets)
         writing.append(await pipelined.write_prepared(prepared))
         assert writing[-1] == expected
@@ -104,9 +109,9 @@ async def test_the_cache_writes_what_the_locked_rows_write(
             assert c.offset(topic, partition) == offset
 
     # Redelivery of the whole log: skipped by the cache's offsets as by the recorded progress.
-    again = await locked.apply_batch(log)
+    again = await locked.apply_batch(LoggedBatch(log))
     assert again.redelivered == len(log)
-    assert await cached.apply_batch(log, cache=cache) == again
+    assert await cached.apply_batch(LoggedBatch(log), cache=cache) == again
     assert await rows(engine, schemas[1]) == await rows(engine, schemas[0])
 
 

@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from services.adapters.projection.compare import MAX_REPORTED, diff_projections
 from services.adapters.projection.store import ProjectionStore
 from services.adapters.projection.tables import quoted_schema
+from services.domain.batch import LoggedBatch
 from services.domain.events import Health
 from tests.conftest import TOPIC, LogFactory, ObservationFactory, ReleaseFactory, SchemaFactory
 
@@ -33,10 +34,10 @@ async def pair(
         ]
     )
     a, b = await new_schema(), await new_schema()
-    await ProjectionStore(engine, a).apply_batch(log, {(TOPIC, 0): 4})
+    await ProjectionStore(engine, a).apply_batch(LoggedBatch(log, highwaters={(TOPIC, 0): 4}))
     store_b = ProjectionStore(engine, b)
     for record in log:
-        await store_b.apply_batch([record], {(TOPIC, 0): 100})
+        await store_b.apply_batch(LoggedBatch([record], highwaters={(TOPIC, 0): 100}))
     return a, b
 
 

@@ -1,4 +1,4 @@
-"""The inventory tables written by ``ProjectionStore.apply_batch`` with ``inventory_items`` against
+"""The inventory tables written by ``ProjectionStore.apply_batch`` with ``LoggedBatch.inventory`` against
 the real PostgreSQL: the rows, the hook's view, rollback and reload, a restarted worker (a new
 store) resolving from the loaded state, a partition another writer advanced, and the replay's
 path (``prepare_batch``/``write_prepared``) writing the same rows."""
@@ -16,7 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from services.adapters.projection.cache import DeviceCache
 from services.adapters.projection.compare import INVENTORY_COMPARED_TABLES, diff_projections
 from services.adapters.projection.inventory_store import conflict_rows
-from services.adapters.projection.store import PendingCommit, ProjectionStore
+from services.adapters.projection.store import ProjectionStore
+from services.domain.batch import CommitHook, LoggedBatch, PendingCommit
 from services.domain.events import DeviceHealthObserved, PodDevicesReleased
 from services.domain.log import LoggedEvent, LogPosition
 from tests.conftest import TOPIC, SchemaFactory
@@ -53,14 +54,21 @@ def batch(
 
 
 async def apply(
-    store: ProjectionStore, records: Sequence[object], start: int = 0, **kwargs: Any
+    store: ProjectionStore,
+    records: Sequence[object],
+    start: int = 0,
+    before_commit: CommitHook | None = None,
 ) -> Any:
     events, items = batch(records, start)
     consumed = {(TOPIC, 0): start + len(records) - 1}
     times = [(p, r.observed_at) for p, r in items if not isinstance(r, DeviceHealthObserved)]  # type: ignore[attr-defined]
-    return await store.apply_batch(
-        events, None, consumed, event_times=times, inventory_items=items, **kwargs
+    logged = LoggedBatch(
+        events,
+        consumed_through=consumed,
+        event_times=times,
+        inventory=items,  # type: ignore[arg-type]
     )
+    return await store.apply_batch(logged, before_commit)
 
 
 async def table(engine: AsyncEngine, schema: str, sql: str) -> list[tuple[Any, ...]]:
@@ -241,7 +249,7 @@ async def test_the_replay_path_writes_the_same_rows(
     cache = DeviceCache()
     for start, end in ((0, 2), (2, 7), (7, 9)):
         events, items = batch(records[start:end], start)
-        prepared = replayed.prepare_batch(events, cache, inventory_items=items)
+        prepared = replayed.prepare_batch(LoggedBatch(events, inventory=items), cache)  # type: ignore[arg-type]
         cache.update(prepared.written, prepared.offsets)
         await replayed.write_prepared(prepared)
     assert (

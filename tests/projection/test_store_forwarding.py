@@ -10,7 +10,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.adapters.projection.store import PendingCommit, ProjectionStore
+from services.adapters.projection.reads_devices import DeviceReads
+from services.adapters.projection.store import ProjectionStore
+from services.domain.batch import LoggedBatch, PendingCommit
 from services.domain.events import Health
 from services.domain.log import LogPosition
 from tests.conftest import T0, TOPIC, LogFactory, ObservationFactory
@@ -46,7 +48,7 @@ async def test_hook_sees_the_transitions_before_the_commit(
         seen.append(commit)
         visible.append(await count_devices(engine, store.schema))  # another connection
 
-    stats = await store.apply_batch(log, before_commit=hook)
+    stats = await store.apply_batch(LoggedBatch(log), hook)
     [commit] = seen
     assert [(t.position.offset, t.change.record.health) for t in commit.transitions] == [
         (0, Health.HEALTHY),
@@ -60,7 +62,7 @@ async def test_hook_sees_the_transitions_before_the_commit(
     assert await count_devices(engine, store.schema) == 2
 
     # Redelivered: skipped whole, no transitions; the recorded offset and event time are shown.
-    await store.apply_batch(log, before_commit=hook)
+    await store.apply_batch(LoggedBatch(log), hook)
     assert seen[1].transitions == []
     assert seen[1].applied_through == {(TOPIC, 0): 4}
     assert seen[1].last_event_at == {(TOPIC, 0): T0 + timedelta(seconds=3)}
@@ -68,6 +70,7 @@ async def test_hook_sees_the_transitions_before_the_commit(
 
 async def test_a_failing_hook_rolls_the_batch_back(
     store: ProjectionStore,
+    reads: DeviceReads,
     engine: AsyncEngine,
     observation: ObservationFactory,
     logged: LogFactory,
@@ -76,16 +79,17 @@ async def test_a_failing_hook_rolls_the_batch_back(
         raise ConnectionError("governance topic unreachable")
 
     with pytest.raises(ConnectionError):
-        await store.apply_batch(logged([observation(1)]), before_commit=hook)
+        await store.apply_batch(LoggedBatch(logged([observation(1)])), hook)
     assert await count_devices(engine, store.schema) == 0
-    assert await store.partition_progress() == []
-    assert (await store.apply_batch(logged([observation(1)]))).applied == 1  # retry works
+    assert await reads.partition_progress() == []
+    retried = await store.apply_batch(LoggedBatch(logged([observation(1)])))
+    assert retried.applied == 1  # retry works
 
 
 async def test_event_times_advance_the_progress_unless_already_applied(
-    store: ProjectionStore, observation: ObservationFactory, logged: LogFactory
+    store: ProjectionStore, reads: DeviceReads, observation: ObservationFactory, logged: LogFactory
 ) -> None:
-    await store.apply_batch(logged([observation(1, at=5)]))
+    await store.apply_batch(LoggedBatch(logged([observation(1, at=5)])))
     ticks = [
         (LogPosition(TOPIC, 0, 0), T0 + timedelta(seconds=100)),  # at the recorded offset
         (LogPosition(TOPIC, 0, 3), T0 + timedelta(seconds=9)),
@@ -96,10 +100,10 @@ async def test_event_times_advance_the_progress_unless_already_applied(
     async def hook(commit: PendingCommit) -> None:
         seen.append(commit)
 
-    await store.apply_batch([], event_times=ticks, before_commit=hook)
+    await store.apply_batch(LoggedBatch([], event_times=ticks), hook)
     progress = {
         (p.topic, p.partition): (p.offset, p.last_event_at)
-        for p in await store.partition_progress()
+        for p in await reads.partition_progress()
     }
     assert progress == {
         (TOPIC, 0): (3, T0 + timedelta(seconds=9)),
@@ -118,4 +122,4 @@ async def test_a_hook_with_a_cache_is_refused(
         return None
 
     with pytest.raises(ValueError, match="before_commit"):
-        await store.apply_batch(logged([observation(1)]), cache=DeviceCache(), before_commit=hook)
+        await store.apply_batch(LoggedBatch(logged([observation(1)])), hook, cache=DeviceCache())

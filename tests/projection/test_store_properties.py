@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.adapters.projection.reads_devices import DeviceReads
 from services.adapters.projection.store import ProjectionStore
 from services.adapters.projection.tables import device_history, in_schema, quoted_schema
+from services.domain.batch import LoggedBatch
 from services.domain.directory import DeviceKey, DeviceRecord, apply_event, fold
 from services.domain.events import Event
 from services.domain.log import LoggedEvent
@@ -51,7 +53,8 @@ def expected_history(log: list[LoggedEvent]) -> set[tuple[Any, ...]]:
 async def projection(
     store: ProjectionStore, engine: AsyncEngine
 ) -> tuple[dict[Any, Any], set[Any]]:
-    devices = {d.key: d for d in (await store.list_devices(limit=1000)).items}
+    reads = DeviceReads(engine, store.schema)
+    devices = {d.key: d for d in (await reads.list_devices(limit=1000)).items}
     h = device_history.c
     stmt = select(h.offset, h.node, h.resource_id, h.kind, h.health)
     async with engine.connect() as conn:
@@ -76,7 +79,7 @@ async def test_projection_equals_the_fold_whatever_the_batch_split(
         )
     log = as_log(events)
     for batch in split(log, sizes):
-        await store.apply_batch(batch)
+        await store.apply_batch(LoggedBatch(batch))
 
     devices, history = await projection(store, engine)
     assert devices == fold(events)
@@ -84,7 +87,7 @@ async def test_projection_equals_the_fold_whatever_the_batch_split(
 
     # Redelivery of the whole log (a crash after the commit, before Kafka's offset commit):
     # every record is at or before the recorded partition offset, so nothing changes at all.
-    again = await store.apply_batch(log)
+    again = await store.apply_batch(LoggedBatch(log))
     assert again.redelivered == len(log)
     assert (again.applied, again.released, again.devices_written) == (0, 0, 0)
     assert await projection(store, engine) == (devices, history)

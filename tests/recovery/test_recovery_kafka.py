@@ -14,12 +14,12 @@ from aiokafka import AIOKafkaConsumer
 
 from services.domain.events import format_time
 from services.domain.governance.decisions import Decision, DecisionKind, encode_decision
+from services.domain.governance.input_codec import decode_input
 from services.domain.governance.inputs import (
     GovernanceInput,
     RecoveryLeaseRequested,
     RecoveryReport,
     RecoveryStage,
-    decode_input,
 )
 from services.processes.recovery.executors import InProcessExecutor
 from services.processes.recovery.metrics import RecoveryMetrics

@@ -11,6 +11,7 @@ from typing import Any
 
 from services.domain.events import DeviceSource, Health
 from services.domain.governance.decisions import Decision, DecisionKind
+from services.domain.governance.device_state import GovState
 from services.domain.governance.inputs import (
     HealthTransition,
     RecoveryLeaseRequested,
@@ -18,7 +19,6 @@ from services.domain.governance.inputs import (
     RecoveryStage,
     WatermarkAdvanced,
 )
-from services.domain.governance.state import GovState
 from services.processes.recovery.checks import CheckResult, RecoveryCheck
 from services.processes.recovery.executors import InProcessExecutor
 from services.processes.recovery.service import RecoveryService

@@ -12,9 +12,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.adapters.projection.schema_admin import drop_schema, schema_exists
 from services.adapters.projection.store import ProjectionStore
-from services.processes.replay import run as replay_run
-from services.processes.replay.run import read_log, replay, schema_exists
+from services.domain.batch import LoggedBatch
+from services.processes.replay.run import read_log, replay
 from services.runtime.config import Settings
 from tests.conftest import SchemaFactory, publish
 from tests.projection.test_cache import rows
@@ -55,7 +56,7 @@ async def reference(engine: AsyncEngine, settings: Settings, schema: str) -> Non
         settings.kafka_bootstrap_servers, settings.topic, batch_size=100, end_offsets=end_offsets
     ):
         if batch.records:
-            await store.apply_batch(batch.records, end_offsets)
+            await store.apply_batch(LoggedBatch(batch.records, end_offsets))
 
 
 @pytest.mark.parametrize("batch_size", [5000, 37])
@@ -80,7 +81,7 @@ async def test_replay_writes_what_apply_batch_without_a_cache_writes(
         )
         assert gc.isenabled()
     finally:
-        await replay_run.drop_schema(engine, replayed)
+        await drop_schema(engine, replayed)
 
 
 async def test_in_place_replay_keeps_the_indexes_and_writes_the_same_rows(
@@ -157,7 +158,7 @@ async def test_node_and_inventory_records_are_skipped_not_undecodable(
 ) -> None:
     from datetime import UTC, datetime
 
-    from services.domain.events import encode_event
+    from services.domain.event_codec import encode_event
     from services.domain.node_events import NodeHeartbeat, WatcherTick
     from services.domain.records import encode_record
     from tests.kafka.test_records import inventory_events
@@ -189,7 +190,7 @@ async def test_node_and_inventory_records_are_skipped_not_undecodable(
 async def inventory_topic(stream_settings: Settings, kafka_bootstrap: str) -> Settings:
     """A realistic log with the shared DRA examples, pod-04, a device-plugin GPU that DRA also
     publishes and a slice update among its records."""
-    from services.domain.events import encode_event
+    from services.domain.event_codec import encode_event
     from services.domain.records import encode_record
     from tests.projection.inventory_examples import (
         inventory_events,
@@ -220,7 +221,7 @@ async def inventory_reference(engine: AsyncEngine, settings: Settings, schema: s
     async for batch in read_log(
         settings.kafka_bootstrap_servers, settings.topic, batch_size=64, end_offsets=end_offsets
     ):
-        await store.apply_batch(batch.records, end_offsets, inventory_items=batch.items)
+        await store.apply_batch(LoggedBatch(batch.records, end_offsets, inventory=batch.items))
 
 
 async def test_replay_rebuilds_the_inventory_the_worker_path_writes(
@@ -254,7 +255,7 @@ async def test_replay_rebuilds_the_inventory_the_worker_path_writes(
             engine, expected
         )
     finally:
-        await replay_run.drop_schema(engine, replayed)
+        await drop_schema(engine, replayed)
 
 
 async def test_in_place_replay_rebuilds_the_inventory(

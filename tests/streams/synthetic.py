@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from services.domain.directory import DeviceKey, DeviceRecord, Outcome, apply_event, fold
+from services.domain.event_codec import encode_event
 from services.domain.events import (
     ContainerRef,
     DeviceHealthObserved,
@@ -20,7 +21,6 @@ from services.domain.events import (
     Health,
     PodDevicesReleased,
     ReleaseReason,
-    encode_event,
 )
 
 T0 = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)

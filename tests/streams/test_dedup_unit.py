@@ -18,18 +18,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import exc as sa_exc
 
+from services.adapters.kafka.headers import type_headers
 from services.adapters.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
-from services.adapters.projection.store import ProjectionConflictError
+from services.adapters.projection.errors import ProjectionConflictError, is_transient
 from services.domain.directory import fold
-from services.domain.events import (
-    Event,
-    Health,
-    encode_event,
-)
+from services.domain.event_codec import encode_event
+from services.domain.events import Event, Health
 from services.runtime.config import Settings
 from streams.app import build_worker_app
 from streams.dedup import (
-    is_transient,
     select_new,
     table_key,
 )
@@ -219,6 +216,40 @@ async def test_agent_drops_early_writes_once_and_dead_letters(
     assert metrics.table_duplicates.labels("duplicate")._value.get() == 1
     assert metrics.table_duplicates.labels("stale")._value.get() == 1
     assert metrics.dead_lettered.labels("decode")._value.get() == 1
+
+
+async def test_agent_decodes_by_the_type_header_and_dead_letters_a_disagreeing_one(
+    tmp_path: Any, observation: Any
+) -> None:
+    sink = FakeSink()
+    built = build_worker_app(_unit_settings(tmp_path), sink=sink)
+    app = built.app
+    app.finalize()
+    app.flow_control.resume()
+    sink.table = built.dedup.table
+    dead = FakeDeadLetters()
+    built.dedup.dead_letter_topic = dead
+    headed, older = observation(5), observation(7, health=Health.UNHEALTHY)
+    puts = [
+        (encode_event(headed), type_headers(headed.type)),
+        (encode_event(observation(6)), type_headers("PodDevicesReleased")),  # disagrees
+        (encode_event(older), None),  # written before the header: decoded from its bytes
+    ]
+    async with built.dedup.agent.test_context() as agent:
+        for payload, headers in puts:
+            await agent.put(payload, key=b"gpu-node-a", headers=headers, wait=False)
+        await _wait_for(lambda: sink.calls >= 1)
+        await asyncio.sleep(0.1)
+    [written] = sink.batches
+    assert [r.event for r in written] == [headed, older]
+    [letter] = dead.sent
+    assert letter["value"] == encode_event(observation(6))
+    headers = dict(letter["headers"])
+    assert headers[HEADER_STAGE] == b"decode"
+    assert headers[HEADER_REASON] == (
+        b"type header says 'PodDevicesReleased' but the body is of type 'DeviceHealthObserved'"
+    )
+    assert headers[HEADER_SOURCE] == b"unit-events/0/1"
 
 
 async def test_agent_retries_transient_errors_inside_the_batch(

@@ -7,15 +7,12 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from services.adapters.projection.store import PendingCommit, Transition
+from services.domain.batch import PendingCommit, Transition
 from services.domain.directory import apply_event
-from services.domain.events import ClaimRef, DeviceSource, Health, encode_event
-from services.domain.governance.inputs import (
-    HealthTransition,
-    WatermarkAdvanced,
-    decode_input,
-    encode_input,
-)
+from services.domain.event_codec import encode_event
+from services.domain.events import ClaimRef, DeviceSource, Health
+from services.domain.governance.input_codec import decode_input, encode_input
+from services.domain.governance.inputs import HealthTransition, WatermarkAdvanced
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import (
     NodeHeartbeat,
@@ -186,10 +183,10 @@ def test_records_at_or_before_the_recorded_offset_are_not_forwarded_again(
 
 
 async def test_forwarder_sends_encoded_records_and_counts_them(observation: Any) -> None:
-    sent: list[list[tuple[bytes, bytes]]] = []
+    sent: list[list[tuple[bytes, bytes, str]]] = []
     counted: list[tuple[str, int]] = []
 
-    async def send(records: Sequence[tuple[bytes, bytes]]) -> None:
+    async def send(records: Sequence[tuple[bytes, bytes, str]]) -> None:
         sent.append(list(records))
 
     forwarder = Forwarder(send, partitions=lambda: 3, on_sent=lambda k, n: counted.append((k, n)))
@@ -197,7 +194,8 @@ async def test_forwarder_sends_encoded_records_and_counts_them(observation: Any)
     hook = forwarder.before_commit(view([(pos(2, 0), at(1))]))
     await hook(commit([transition_of(logged)]))
     [batch] = sent
-    assert [decode_input(v).type for _, v in batch] == ["HealthTransition", "WatermarkAdvanced"]
+    assert [decode_input(v).type for _, v, _ in batch] == ["HealthTransition", "WatermarkAdvanced"]
+    assert [t for _, _, t in batch] == ["HealthTransition", "WatermarkAdvanced"]  # type headers
     assert sorted(counted) == [("HealthTransition", 1), ("WatermarkAdvanced", 1)]
     assert forwarder.forwarded == 2
 
@@ -225,14 +223,15 @@ async def test_agent_keeps_node_events_out_of_the_directory_but_hands_them_over(
     assert dead.sent == []
     [written] = sink.batches
     assert [r.position.offset for r in written] == [0]
-    [kwargs] = sink.kwargs
-    assert sorted((p.offset, t) for p, t in kwargs["event_times"]) == [
+    [logged] = sink.logged
+    assert sorted((p.offset, t) for p, t in logged.event_times) == [
         (1, at(2)),
         (2, at(3)),
         (3, at(4)),
         (4, inventory.observed_at),
     ]
-    assert callable(kwargs["before_commit"])
+    [hook] = sink.hooks
+    assert callable(hook)
 
 
 # --- identities and inventory conflicts (issue 4) ---------------------------------------------
@@ -337,8 +336,9 @@ async def test_agent_hands_the_inventory_its_records_in_batch_order(
     ]
     sink = FakeSink()
     await _run_agent(tmp_path, payloads, sink, expected_calls=1)
-    [kwargs] = sink.kwargs
-    items = kwargs["inventory_items"]
+    [logged] = sink.logged
+    items = logged.inventory
+    assert items is not None
     assert [(p.offset, type(r).__name__) for p, r in items] == [
         (0, "InventoryObserved"),
         (1, "DeviceHealthObserved"),

@@ -22,19 +22,13 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.domain.events import (
-    ContainerRef,
-    DeviceHealthObserved,
-    DeviceSource,
-    Health,
-    encode_event,
-)
+from services.domain.event_codec import encode_event
+from services.domain.events import ContainerRef, DeviceHealthObserved, DeviceSource, Health
+from services.domain.governance.input_codec import decode_input, encode_input
 from services.domain.governance.inputs import (
     GovernanceInput,
     HealthTransition,
     RecoveryLeaseRequested,
-    decode_input,
-    encode_input,
 )
 from services.domain.node_events import NodeHeartbeat, WatcherTick, encode_node_event
 from services.runtime.config import Settings

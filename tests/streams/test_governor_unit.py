@@ -12,15 +12,12 @@ from typing import Any
 
 import pytest
 
+from services.adapters.kafka.headers import type_headers
 from services.adapters.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
 from services.domain.events import DeviceSource, Health
 from services.domain.governance.decisions import decode_decision
-from services.domain.governance.inputs import (
-    GovernanceInput,
-    HealthTransition,
-    WatermarkAdvanced,
-    encode_input,
-)
+from services.domain.governance.input_codec import encode_input
+from services.domain.governance.inputs import GovernanceInput, HealthTransition, WatermarkAdvanced
 from services.runtime.config import Settings
 from streams.app import build_worker_app
 from streams.governor import Governor
@@ -34,14 +31,14 @@ TOPIC = "unit-governance"
 
 class Sent:
     def __init__(self) -> None:
-        self.batches: list[list[tuple[bytes, bytes]]] = []
+        self.batches: list[list[tuple[bytes, bytes, str]]] = []
 
-    async def __call__(self, records: Sequence[tuple[bytes, bytes]]) -> None:
+    async def __call__(self, records: Sequence[tuple[bytes, bytes, str]]) -> None:
         self.batches.append(list(records))
 
     @property
     def ids(self) -> list[str]:
-        return [key.decode() for batch in self.batches for key, _ in batch]
+        return [key.decode() for batch in self.batches for key, _, _ in batch]
 
 
 def make_governor(
@@ -64,7 +61,7 @@ def make_governor(
     return governor, sent, dead
 
 
-def event(offset: int, value: bytes | None) -> Any:
+def event(offset: int, value: bytes | None, headers: Any = None) -> Any:
     return SimpleNamespace(
         message=SimpleNamespace(
             topic=TOPIC,
@@ -74,6 +71,7 @@ def event(offset: int, value: bytes | None) -> Any:
             value=value,
             acked=False,
             tp=(TOPIC, 0),
+            headers=headers,
         )
     )
 
@@ -126,7 +124,7 @@ async def test_decisions_are_sent_then_written_and_a_restart_continues_alike(
     await reference.handle_batch(events(records))
     assert reference_sink.offset == len(records) - 1
     assert reference_sent.ids == [f"{s}.{i}" for s, i in sorted(reference_sink.decisions)]
-    kinds = [decode_decision(v).kind.value for b in reference_sent.batches for _, v in b]
+    kinds = [decode_decision(v).kind.value for b in reference_sent.batches for _, v, _ in b]
     assert "DeviceQuarantined" in kinds and "UnknownToleranceStarted" in kinds
 
     # The same log in three batches, with a new governor (a restarted worker) for the last two.
@@ -151,6 +149,29 @@ async def test_decisions_are_sent_then_written_and_a_restart_continues_alike(
     assert first.metrics.decisions.labels("UnknownToleranceStarted")._value.get() == 1
     # GPU-0 was Unknown from 0 to 40 (event time).
     assert reference.metrics.unknown_seconds._sum.get() == 40.0
+
+
+async def test_a_type_header_is_followed_and_one_that_disagrees_is_dead_lettered(
+    tmp_path: Any,
+) -> None:
+    sink = FakeGovernanceSink()
+    governor, _, dead = make_governor(tmp_path, sink)
+    mark, change = watermark(0), transition("GPU-1", Health.UNHEALTHY, 2, 5)
+    batch = [
+        event(0, encode_input(mark), type_headers(mark.type)),
+        event(1, encode_input(change), type_headers("WatermarkAdvanced")),  # disagrees
+        event(2, encode_input(change), type_headers(change.type)),
+    ]
+    await governor.handle_batch(batch)
+    [letter] = dead.sent
+    assert letter["value"] == encode_input(change)
+    headers = dict(letter["headers"])
+    assert headers[HEADER_STAGE] == b"governor-decode"
+    assert headers[HEADER_REASON] == (
+        b"type header says 'WatermarkAdvanced' but the body is of type 'HealthTransition'"
+    )
+    assert headers[HEADER_SOURCE] == f"{TOPIC}/0/1".encode()
+    assert sink.offset == 2 and len(sink.quarantines) == 1  # offsets 0 and 2 folded
 
 
 async def test_undecodable_records_are_dead_lettered_and_the_stream_goes_on(

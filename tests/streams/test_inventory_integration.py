@@ -19,13 +19,10 @@ from uuid import uuid4
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.domain.events import DeviceHealthObserved, Health, encode_event
-from services.domain.governance.inputs import (
-    GovernanceInput,
-    HealthTransition,
-    InventoryConflict,
-    decode_input,
-)
+from services.domain.event_codec import encode_event
+from services.domain.events import DeviceHealthObserved, Health
+from services.domain.governance.input_codec import decode_input
+from services.domain.governance.inputs import GovernanceInput, HealthTransition, InventoryConflict
 from services.domain.inventory.events import InventoryObserved
 from services.domain.records import encode_record
 from services.runtime.config import Settings

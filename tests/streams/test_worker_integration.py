@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.adapters.projection.store import ProjectionStore
+from services.adapters.projection.reads_devices import DeviceReads
 from services.domain.directory import DeviceRecord
 from services.runtime.config import Settings
 from tests.conftest import publish
@@ -36,11 +36,11 @@ async def history_rows(engine: AsyncEngine, schema: str) -> int:
 
 
 async def projection_devices(engine: AsyncEngine, schema: str) -> dict[Any, DeviceRecord]:
-    store = ProjectionStore(engine, schema)
+    reads = DeviceReads(engine, schema)
     found: dict[Any, DeviceRecord] = {}
     after = None
     while True:
-        page = await store.list_devices(limit=1000, after=after)
+        page = await reads.list_devices(limit=1000, after=after)
         found.update((d.key, d) for d in page.items)
         if page.next_after is None:
             return found

@@ -15,7 +15,8 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient
 
 from services.adapters.kube.errors import ApiRejected
-from services.domain.events import DeviceHealthObserved, parse_time
+from services.domain.codec import parse_time
+from services.domain.events import DeviceHealthObserved
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.objects import ResourceClaimInfo, ResourceSliceInfo
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick

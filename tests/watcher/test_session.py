@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 
-from services.domain.events import parse_time
+from services.domain.codec import parse_time
 from services.domain.node_events import WatcherTick
 from services.domain.watch.node_tracker import NodeTracker
 from services.processes.watcher.file_source import HarnessClock

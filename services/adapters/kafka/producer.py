@@ -4,7 +4,8 @@ Records (device events and node events, :data:`~services.domain.records.TopicRec
 by node name (UTF-8), so one node's records share a partition and keep their order. A
 ``WatcherTick`` goes to one partition named by itself, keyed ``~tick/<partition>``:
 :meth:`EventPublisher.publish_tick` sends one to every partition of the topic (the partition
-count comes from the producer's metadata). Dead letters carry the original bytes as the value and
+count comes from the producer's metadata). Every record carries its type in the
+``devicestate-type`` header (:mod:`services.adapters.kafka.headers`). Dead letters carry the original bytes as the value and
 say why in headers (``devicestate-reason``, ``-stage``, ``-source``).
 
 Delivery: at least once, never dropped. ``publish`` returns once the record is queued; at most
@@ -22,11 +23,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 import structlog
-from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError, KafkaTimeoutError
+from aiokafka.errors import KafkaTimeoutError
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -35,23 +35,17 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from services.adapters.kafka.clients import Producer, make_producer
+from services.adapters.kafka.clients import is_retriable as is_retriable
+from services.adapters.kafka.headers import HEADER_REASON as HEADER_REASON
+from services.adapters.kafka.headers import HEADER_SOURCE as HEADER_SOURCE
+from services.adapters.kafka.headers import HEADER_STAGE as HEADER_STAGE
+from services.adapters.kafka.headers import HEADER_TYPE
 from services.domain.node_events import WatcherTick
 from services.domain.records import TopicRecord, encode_record
 from services.runtime.config import Settings
 
 log = structlog.get_logger(__name__)
-
-HEADER_REASON: Final = "devicestate-reason"
-HEADER_STAGE: Final = "devicestate-stage"
-HEADER_SOURCE: Final = "devicestate-source"
-
-
-def is_retriable(exc: BaseException) -> bool:
-    """True for failures that end when the broker comes back: aiokafka's retriable errors,
-    its timeouts (not marked retriable, but an outage is what causes them) and socket errors."""
-    if isinstance(exc, KafkaTimeoutError | asyncio.TimeoutError | OSError):
-        return True
-    return isinstance(exc, KafkaError) and bool(exc.retriable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +82,7 @@ class EventPublisher:
             raise ValueError("max_in_flight must be at least 1")
         self._settings = settings
         self._options: dict[str, Any] = dict(
-            bootstrap_servers=settings.kafka_bootstrap_servers,
             client_id=client_id,
-            enable_idempotence=True,
-            acks="all",
             linger_ms=linger_ms,
             max_batch_size=max_batch_size,
             request_timeout_ms=request_timeout_ms,
@@ -99,7 +90,7 @@ class EventPublisher:
         self._max_in_flight = max_in_flight
         self._max_retry_wait = max_retry_wait_seconds
         self._on_retry = on_retry
-        self._producer: AIOKafkaProducer | None = None
+        self._producer: Producer | None = None
         self._pending: deque[tuple[_Record, asyncio.Future[Any]]] = deque()
 
     async def __aenter__(self) -> EventPublisher:
@@ -138,7 +129,7 @@ class EventPublisher:
         """Connect, waiting (with backoff, counting retries) until a broker answers."""
         async for attempt in self._retrying("start"):
             with attempt:
-                producer = AIOKafkaProducer(**self._options)
+                producer = make_producer(self._settings, **self._options)
                 try:
                     await producer.start()
                 except BaseException:
@@ -146,7 +137,7 @@ class EventPublisher:
                     raise
                 self._producer = producer
 
-    def _started(self) -> AIOKafkaProducer:
+    def _started(self) -> Producer:
         if self._producer is None:
             raise RuntimeError("EventPublisher.start() was not called (or close() was)")
         return self._producer
@@ -160,6 +151,7 @@ class EventPublisher:
                 self._settings.topic,
                 record.node.encode("utf-8"),
                 encode_record(record),
+                ((HEADER_TYPE, record.type.encode()),),
                 partition=partition,
             )
         )

@@ -20,6 +20,7 @@ from typing import Any, Final
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from services.adapters.kafka.clients import make_admin
 from services.runtime.config import Settings
 
 log = structlog.get_logger(__name__)
@@ -80,10 +81,8 @@ async def ensure_topics(
     refuses a creation or the governance topic has more than one partition, and aiokafka's ``KafkaConnectionError`` when no broker answers within
     ``request_timeout_ms`` (milliseconds); callers retry at start-up.
     """
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=settings.kafka_bootstrap_servers,
-        client_id="devicestate-admin",
-        request_timeout_ms=request_timeout_ms,
+    admin = make_admin(
+        settings, client_id="devicestate-admin", request_timeout_ms=request_timeout_ms
     )
     await admin.start()
     try:

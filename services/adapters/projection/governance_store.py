@@ -10,7 +10,7 @@ times, never the wall clock; ``partition_progress.updated_at`` aside), so a repl
 writes identical rows.
 
 Rows travel as one jsonb parameter per table expanded with ``jsonb_to_recordset``, like
-:mod:`services.adapters.projection.store`.
+:mod:`services.adapters.projection.batch_sql`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from services.adapters.projection.tables import quoted_schema
 from services.domain.events import Health
 from services.domain.governance.decisions import Decision, DecisionKind, decision_to_dict
-from services.domain.governance.state import DeviceGov, GovernorState, QuarantineStatus
+from services.domain.governance.device_state import DeviceGov, QuarantineStatus
+from services.domain.governance.state import GovernorState
 
 GOVERNANCE_PARTITION: Final = 0
 """The governance topic has one partition."""

@@ -6,7 +6,7 @@ transaction per batch together with the topic's ``partition_progress`` row:
 
 - ``device_governance``: one row per device the governor knows: observed vs effective health, the
   governance state and, in ``snapshot``, the device's full pure state (what a restarted worker
-  loads: :func:`services.domain.governance.state.DeviceGov.from_json`);
+  loads: :func:`services.domain.governance.device_state.DeviceGov.from_json`);
 - ``governor_nodes``: per-node state (heartbeat, incidents, plugin loss), snapshot likewise;
 - ``governor_fleet``: one row (``id = 1``): watermarks, token buckets, breaker, automation switch;
 - ``quarantines``: quarantine records (system or manual), with lease holder and fencing token;

@@ -134,6 +134,20 @@ async def write_plan(conn: AsyncConnection, sql: InventoryStatements, plan: Inve
         await conn.execute(sql.upsert_conflicts, _rows(c.to_row() for c in plan.conflicts.values()))
 
 
+def place_object(
+    state: InventoryState, obj: ResourceSliceInfo | ResourceClaimInfo | DeviceClassInfo
+) -> None:
+    """Put an ``inventory_objects`` row's object into ``state`` by its key (slices by
+    ``(driver, pool, name)``, claims by ``(namespace, name)``, classes by name), as loaded: no
+    conflict is computed and the slice index is not rebuilt (call ``state.reindex()``)."""
+    if isinstance(obj, ResourceSliceInfo):
+        state.slices[(obj.driver, obj.pool, obj.name)] = obj
+    elif isinstance(obj, ResourceClaimInfo):
+        state.claims[(obj.namespace, obj.name)] = obj
+    elif isinstance(obj, DeviceClassInfo):
+        state.classes[obj.name] = obj
+
+
 async def load_fold(
     conn: AsyncConnection, sql: InventoryStatements
 ) -> tuple[InventoryFold, dict[Partition, int]]:
@@ -142,12 +156,7 @@ async def load_fold(
     state = InventoryState()
     for kind, payload in await conn.execute(sql.load_objects):
         obj = object_from_json(InventoryKind(kind), orjson.loads(payload))
-        if isinstance(obj, ResourceSliceInfo):
-            state.slices[(obj.driver, obj.pool, obj.name)] = obj
-        elif isinstance(obj, ResourceClaimInfo):
-            state.claims[(obj.namespace, obj.name)] = obj
-        elif isinstance(obj, DeviceClassInfo):
-            state.classes[obj.name] = obj
+        place_object(state, obj)
     for node, capacity in await conn.execute(sql.load_node_resources):
         state.node_capacity[node] = dict(orjson.loads(capacity))
     for row in await conn.execute(sql.load_identities):

@@ -7,18 +7,15 @@ from datetime import datetime
 from typing import Any
 
 from services.domain.events import format_time
-from services.domain.governance import context, rules
+from services.domain.governance import context, rules, transitions
 from services.domain.governance.decisions import AlertAction, DecisionKind, Severity
+from services.domain.governance.device_state import DeviceGov, GovState, QuarantineKind
 from services.domain.governance.inputs import (
+    ROLE_RANK,
     CommandAction,
     OperatorCommand,
     RecoveryStage,
     Role,
-)
-from services.domain.governance.state import (
-    DeviceGov,
-    GovState,
-    QuarantineKind,
 )
 
 # --- operator commands --------------------------------------------------------------------------
@@ -62,7 +59,7 @@ def on_command(ctx: context.Ctx, c: OperatorCommand) -> None:
     needed = Role.ADMIN if c.action is CommandAction.RESET_BREAKER else Role.OPERATOR
     if c.break_glass:
         needed = Role.ADMIN
-    if context.ROLE_RANK[c.role] < context.ROLE_RANK[needed]:
+    if ROLE_RANK[c.role] < ROLE_RANK[needed]:
         reject(ctx, c, f"role {c.role.value} may not {c.action.value}; {needed.value} needed")
         return
     at = c.requested_at
@@ -176,7 +173,7 @@ def command_quarantine(ctx: context.Ctx, c: OperatorCommand, device: DeviceGov) 
         ctx.state.fleet.deferred.remove(device.key)
     device.pending = None
     device.pending_reason = None
-    rules.quarantine(
+    transitions.quarantine(
         ctx,
         device,
         c.requested_at,
@@ -207,10 +204,12 @@ def command_extend(ctx: context.Ctx, c: OperatorCommand, device: DeviceGov) -> N
         return
     accept(ctx, c, quarantineID=q.quarantine_id)
     if device.state is GovState.RECOVERING:
-        rules.fail_recovery(ctx, device, c.requested_at, f"extended by {c.actor}: {c.reason}")
+        transitions.fail_recovery(ctx, device, c.requested_at, f"extended by {c.actor}: {c.reason}")
     held = q.expires_at if q.kind is QuarantineKind.MANUAL else q.next_recovery_at
     if held is None or c.expires_at > held:
-        rules.extend(ctx, device, c.requested_at, c.reason or "extended", c.expires_at, c.actor)
+        transitions.extend(
+            ctx, device, c.requested_at, c.reason or "extended", c.expires_at, c.actor
+        )
 
 
 def command_release(ctx: context.Ctx, c: OperatorCommand, device: DeviceGov) -> None:

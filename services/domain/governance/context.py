@@ -9,14 +9,9 @@ from typing import Any, Final
 
 from services.domain.events import format_time
 from services.domain.governance.decisions import AlertAction, Decision, DecisionKind, Severity
-from services.domain.governance.inputs import (
-    Role,
-)
+from services.domain.governance.device_state import DeviceGov
 from services.domain.governance.policy import GovernancePolicy
-from services.domain.governance.state import (
-    DeviceGov,
-    GovernorState,
-)
+from services.domain.governance.state import GovernorState, NodeGov
 
 SYSTEM_ACTOR: Final = "system"
 COMMANDS_REMEMBERED: Final = 10_000
@@ -28,8 +23,6 @@ REASON_UNRECOGNISED: Final = "unrecognised-health"
 REASON_HEARTBEAT: Final = "node-heartbeat-lost"
 REASON_PLUGIN: Final = "device-plugin-lost"
 NODE_LEVEL_REASONS: Final = frozenset({REASON_HEARTBEAT, REASON_PLUGIN})
-
-ROLE_RANK: Final = {Role.VIEWER: 0, Role.OPERATOR: 1, Role.ADMIN: 2}
 
 
 @dataclass(slots=True)
@@ -95,3 +88,14 @@ def due(ctx: Ctx, deadline: datetime | None) -> bool:
 
 def device_name(device: DeviceGov) -> str:
     return f"{device.node}/{device.resource_id}"
+
+
+def node_of(ctx: Ctx, name: str) -> NodeGov:
+    """The node's state row, made on first sight; marked dirty (the caller is about to change
+    it)."""
+    node = ctx.state.nodes.get(name)
+    if node is None:
+        node = NodeGov(name)
+        ctx.state.add_node(node)
+    ctx.state.dirty_nodes.add(name)
+    return node

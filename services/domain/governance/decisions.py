@@ -19,7 +19,8 @@ from typing import Any
 
 import orjson
 
-from services.domain.events import SCHEMA_VERSION, EventDecodeError, format_time, parse_time
+from services.domain.codec import EventDecodeError, parse_time
+from services.domain.events import SCHEMA_VERSION, format_time
 
 
 class DecisionKind(StrEnum):

@@ -9,34 +9,24 @@ Written by three producers:
 - the operator API appends :class:`OperatorCommand` records (never edits the projection);
 - recovery executors append :class:`RecoveryLeaseRequested` and :class:`RecoveryReport`.
 
-Wire form: JSON objects with ``schema`` 1 and ``type``, camelCase keys, times RFC 3339 UTC ``Z``.
-:func:`decode_input` raises :class:`~services.domain.events.EventDecodeError` on anything else.
+Wire form (:mod:`.input_codec`): JSON objects with ``schema`` 1 and ``type``, camelCase keys, times
+RFC 3339 UTC ``Z``.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Final, TypeAlias
-
-import orjson
+from typing import Final, TypeAlias
 
 from services.domain.events import (
-    SCHEMA_VERSION,
     DeviceSource,
-    EventDecodeError,
     Health,
-    format_time,
-    parse_resource_version,
-    parse_time,
 )
 from services.domain.node_events import (
     NodeHeartbeat,
     NodeResourcesChanged,
-    node_event_from_dict,
-    node_event_to_dict,
 )
 
 
@@ -125,6 +115,11 @@ class Role(StrEnum):
     ADMIN = "admin"
 
 
+ROLE_RANK: Final = {Role.VIEWER: 0, Role.OPERATOR: 1, Role.ADMIN: 2}
+"""A role may do what any role of a lower or equal rank may do (the API's checks and the
+governor's agree on it)."""
+
+
 @dataclass(frozen=True, slots=True)
 class OperatorCommand:
     """A write from the operator API, appended to the log.
@@ -195,260 +190,3 @@ GovernanceInput: TypeAlias = (
     | RecoveryReport
     | InventoryConflict
 )
-
-
-def _t(value: datetime | None) -> str | None:
-    return None if value is None else format_time(value)
-
-
-def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
-    """The JSON object of a governance-topic record."""
-    if isinstance(record, NodeHeartbeat | NodeResourcesChanged):
-        return node_event_to_dict(record)
-    base: dict[str, Any] = {"schema": SCHEMA_VERSION, "type": record.type}
-    if isinstance(record, HealthTransition):
-        base.update(
-            node=record.node,
-            resourceID=record.resource_id,
-            resourceName=record.resource_name,
-            source=record.source.value,
-            health=record.health.value,
-            statusVersion=None if record.status_version is None else str(record.status_version),
-            observedAt=format_time(record.observed_at),
-            partition=record.partition,
-            offset=record.offset,
-            message=record.message,
-            rawHealth=record.raw_health,
-            resourceClaim=record.resource_claim,
-            pods=list(record.pods),
-            deviceID=record.device_id,
-            identity=record.identity,
-            uuid=record.uuid,
-        )
-    elif isinstance(record, InventoryConflict):
-        base.update(
-            kind=record.kind,
-            node=record.node,
-            subject=record.subject,
-            detail=record.detail,
-            active=record.active,
-            observedAt=format_time(record.observed_at),
-        )
-    elif isinstance(record, WatermarkAdvanced):
-        base.update(
-            partition=record.partition,
-            partitions=record.partitions,
-            eventTime=format_time(record.event_time),
-        )
-    elif isinstance(record, OperatorCommand):
-        base.update(
-            commandID=record.command_id,
-            action=record.action.value,
-            actor=record.actor,
-            role=record.role.value,
-            requestedAt=format_time(record.requested_at),
-            reason=record.reason,
-            node=record.node,
-            resourceID=record.resource_id,
-            expiresAt=_t(record.expires_at),
-            breakGlass=record.break_glass,
-            quarantineID=record.quarantine_id,
-        )
-    elif isinstance(record, RecoveryLeaseRequested):
-        base.update(
-            node=record.node,
-            resourceID=record.resource_id,
-            holder=record.holder,
-            requestedAt=format_time(record.requested_at),
-        )
-    else:
-        base.update(
-            node=record.node,
-            resourceID=record.resource_id,
-            stage=record.stage.value,
-            passed=record.passed,
-            holder=record.holder,
-            fencingToken=record.fencing_token,
-            reportedAt=format_time(record.reported_at),
-            detail=record.detail,
-        )
-    return base
-
-
-def encode_input(record: GovernanceInput) -> bytes:
-    """Serialise a governance-topic record (UTF-8 JSON, keys sorted)."""
-    return orjson.dumps(input_to_dict(record), option=orjson.OPT_SORT_KEYS)
-
-
-# --- decoding -------------------------------------------------------------------------------
-
-
-def _str(obj: dict[str, Any], name: str, *, empty: bool = False) -> str:
-    value = obj.get(name)
-    if not isinstance(value, str) or (not empty and not value):
-        raise EventDecodeError(f"field {name!r} must be a non-empty string")
-    return value
-
-
-def _opt_str(obj: dict[str, Any], name: str) -> str | None:
-    value = obj.get(name)
-    if value is not None and not isinstance(value, str):
-        raise EventDecodeError(f"field {name!r} must be a string or null")
-    return value
-
-
-def _time(obj: dict[str, Any], name: str) -> datetime:
-    try:
-        return parse_time(_str(obj, name))
-    except ValueError as exc:
-        raise EventDecodeError(f"field {name!r}: {exc}") from None
-
-
-def _opt_time(obj: dict[str, Any], name: str) -> datetime | None:
-    return None if obj.get(name) is None else _time(obj, name)
-
-
-def _int(obj: dict[str, Any], name: str, minimum: int = 0) -> int:
-    value = obj.get(name)
-    if type(value) is not int or value < minimum:
-        raise EventDecodeError(f"field {name!r} must be an integer >= {minimum}")
-    return value
-
-
-def _enum(enum: type[StrEnum], obj: dict[str, Any], name: str) -> Any:
-    raw = obj.get(name)
-    try:
-        return enum(str(raw)) if isinstance(raw, str) else enum(raw)  # type: ignore[arg-type]
-    except ValueError:
-        raise EventDecodeError(f"field {name!r} has unknown value {raw!r}") from None
-
-
-def _bool(obj: dict[str, Any], name: str) -> bool:
-    value = obj.get(name, False)
-    if type(value) is not bool:
-        raise EventDecodeError(f"field {name!r} must be true or false")
-    return value
-
-
-_UNSTORABLE: Final = re.compile("[\x00\ud800-\udfff]")
-"""NUL and lone surrogates: PostgreSQL text and JSONB cannot hold them."""
-
-
-def _check_storable(value: Any, where: str) -> None:
-    if isinstance(value, str):
-        # The cheap tests first: almost every value is ASCII without NUL.
-        if "\x00" in value or (not value.isascii() and _UNSTORABLE.search(value)):
-            raise EventDecodeError(f"field {where!r} holds a NUL or a lone surrogate")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if (
-                type(item) is str
-                and item.isascii()
-                and "\x00" not in item
-                and key.isascii()
-                and "\x00" not in key
-            ):
-                continue  # the common case, without building a path
-            _check_storable(key, where)
-            _check_storable(item, f"{where}.{key}" if where else str(key))
-    elif isinstance(value, list):
-        for item in value:
-            _check_storable(item, where)
-
-
-def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
-    """Build a governance-topic record from its JSON object; raises ``EventDecodeError`` (also for
-    a string PostgreSQL could not store: the record is dead-lettered, not written)."""
-    _check_storable(obj, "")
-    if obj.get("schema") != SCHEMA_VERSION:
-        raise EventDecodeError(f"unsupported schema {obj.get('schema')!r}")
-    kind = obj.get("type")
-    if kind in ("NodeHeartbeat", "NodeResourcesChanged"):
-        event = node_event_from_dict(obj)
-        assert isinstance(event, NodeHeartbeat | NodeResourcesChanged)
-        return event
-    if kind == "HealthTransition":
-        raw_version = obj.get("statusVersion")
-        version = None if raw_version is None else parse_resource_version(raw_version)
-        if raw_version is not None and version is None:
-            raise EventDecodeError(f"statusVersion {raw_version!r} is not comparable")
-        pods = obj.get("pods") or []
-        if not isinstance(pods, list) or not all(isinstance(p, str) for p in pods):
-            raise EventDecodeError("field 'pods' must be a list of strings")
-        return HealthTransition(
-            node=_str(obj, "node"),
-            resource_id=_str(obj, "resourceID"),
-            resource_name=_str(obj, "resourceName"),
-            source=_enum(DeviceSource, obj, "source"),
-            health=_enum(Health, obj, "health"),
-            status_version=version,
-            observed_at=_time(obj, "observedAt"),
-            partition=_int(obj, "partition"),
-            offset=_int(obj, "offset"),
-            message=_opt_str(obj, "message"),
-            raw_health=_opt_str(obj, "rawHealth"),
-            resource_claim=_opt_str(obj, "resourceClaim"),
-            pods=tuple(pods),
-            device_id=_opt_str(obj, "deviceID"),
-            identity=_opt_str(obj, "identity"),
-            uuid=_opt_str(obj, "uuid"),
-        )
-    if kind == "InventoryConflict":
-        return InventoryConflict(
-            kind=_str(obj, "kind"),
-            node=_str(obj, "node"),
-            subject=_str(obj, "subject"),
-            detail=_str(obj, "detail", empty=True),
-            active=_bool(obj, "active"),
-            observed_at=_time(obj, "observedAt"),
-        )
-    if kind == "WatermarkAdvanced":
-        return WatermarkAdvanced(
-            partition=_int(obj, "partition"),
-            partitions=_int(obj, "partitions", 1),
-            event_time=_time(obj, "eventTime"),
-        )
-    if kind == "OperatorCommand":
-        return OperatorCommand(
-            command_id=_str(obj, "commandID"),
-            action=_enum(CommandAction, obj, "action"),
-            actor=_str(obj, "actor"),
-            role=_enum(Role, obj, "role"),
-            requested_at=_time(obj, "requestedAt"),
-            reason=_str(obj, "reason", empty=True) if obj.get("reason") is not None else "",
-            node=_opt_str(obj, "node"),
-            resource_id=_opt_str(obj, "resourceID"),
-            expires_at=_opt_time(obj, "expiresAt"),
-            break_glass=_bool(obj, "breakGlass"),
-            quarantine_id=_opt_str(obj, "quarantineID"),
-        )
-    if kind == "RecoveryLeaseRequested":
-        return RecoveryLeaseRequested(
-            node=_str(obj, "node"),
-            resource_id=_str(obj, "resourceID"),
-            holder=_str(obj, "holder"),
-            requested_at=_time(obj, "requestedAt"),
-        )
-    if kind == "RecoveryReport":
-        return RecoveryReport(
-            node=_str(obj, "node"),
-            resource_id=_str(obj, "resourceID"),
-            stage=_enum(RecoveryStage, obj, "stage"),
-            passed=_bool(obj, "passed"),
-            holder=_str(obj, "holder"),
-            fencing_token=_int(obj, "fencingToken", 1),
-            reported_at=_time(obj, "reportedAt"),
-            detail=_str(obj, "detail", empty=True) if obj.get("detail") is not None else "",
-        )
-    raise EventDecodeError(f"unknown governance record type {kind!r}")
-
-
-def decode_input(payload: bytes) -> GovernanceInput:
-    """Parse a governance-topic record; raises :class:`EventDecodeError` with the reason."""
-    try:
-        obj = orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise EventDecodeError(f"not JSON: {exc}") from None
-    if not isinstance(obj, dict):
-        raise EventDecodeError("not a JSON object")
-    return input_from_dict(obj)

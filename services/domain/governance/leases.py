@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from services.domain.governance import context, rules
+from services.domain.governance import context, transitions
 from services.domain.governance.decisions import DecisionKind
+from services.domain.governance.device_state import GovState
 from services.domain.governance.inputs import (
     RecoveryLeaseRequested,
     RecoveryReport,
     RecoveryStage,
-)
-from services.domain.governance.state import (
-    GovState,
 )
 
 # --- recovery leases and reports ----------------------------------------------------------------
@@ -103,7 +101,7 @@ def on_report(ctx: context.Ctx, r: RecoveryReport) -> None:
         return
     if not r.passed:
         q.confirmed_fault = True
-        rules.fail_recovery(ctx, device, at, f"{r.stage.value} failed: {r.detail}")
+        transitions.fail_recovery(ctx, device, at, f"{r.stage.value} failed: {r.detail}")
         return
     ctx.emit(
         DecisionKind.RECOVERY_STAGE_PASSED,
@@ -121,4 +119,4 @@ def on_report(ctx: context.Ctx, r: RecoveryReport) -> None:
         if r.stage is RecoveryStage.PROBE and ctx.policy.recovery_canary
         else RecoveryStage.STABILITY
     )
-    rules.start_stage(ctx, device, following, at)
+    transitions.start_stage(ctx, device, following, at)

@@ -24,8 +24,9 @@ from datetime import timedelta
 
 from services.domain.directory import version_rank
 from services.domain.events import Health
-from services.domain.governance import commands, context, leases, nodes, rules
+from services.domain.governance import clock, commands, context, leases, nodes, rules
 from services.domain.governance.decisions import AlertAction, Decision, DecisionKind, Severity
+from services.domain.governance.device_state import DeviceGov
 from services.domain.governance.inputs import (
     GovernanceInput,
     HealthTransition,
@@ -35,12 +36,7 @@ from services.domain.governance.inputs import (
     WatermarkAdvanced,
 )
 from services.domain.governance.policy import GovernancePolicy
-from services.domain.governance.state import (
-    DeviceGov,
-    GovernorState,
-    TimerKind,
-    device_deadlines,
-)
+from services.domain.governance.state import GovernorState
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 
 # --- entry point ------------------------------------------------------------------------------
@@ -59,7 +55,7 @@ def step(
     if isinstance(record, HealthTransition):
         on_transition(ctx, record)
     elif isinstance(record, WatermarkAdvanced):
-        nodes.on_watermark(ctx, record)
+        clock.on_watermark(ctx, record)
     elif isinstance(record, NodeHeartbeat):
         nodes.on_heartbeat(ctx, record)
     elif isinstance(record, NodeResourcesChanged):
@@ -72,29 +68,8 @@ def step(
         on_conflict(ctx, record)
     else:
         leases.on_report(ctx, record)
-    fire_due(ctx)
+    clock.fire_due(ctx)
     return ctx.decisions
-
-
-def fire_due(ctx: context.Ctx) -> None:
-    """Fire every live timer due at the watermark, earliest first (ties in key order).
-
-    A heap entry whose deadline is no longer one of the device's (or the node's) current
-    deadlines is dropped unfired, so what fires depends on the state only -- the same after a
-    restore, which rebuilds the heap from the state.
-    """
-    state = ctx.state
-    watermark = state.fleet.watermark
-    if watermark is None:
-        return
-    while (entry := state.pop_due(watermark)) is not None:
-        due, kind, node, resource_id = entry
-        if kind == TimerKind.HEARTBEAT.value:
-            nodes.check_heartbeat(ctx, node, due)
-            continue
-        device = state.devices.get((node, resource_id))
-        if device is not None and due in device_deadlines(device):
-            rules.evaluate(ctx, device, due)
 
 
 # --- observations -----------------------------------------------------------------------------

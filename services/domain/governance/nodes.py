@@ -1,70 +1,23 @@
-"""Node facts and time in the governor: watermarks (firing timers), Lease heartbeats, device-plugin
-loss, node escalation, and the circuit breaker's signals."""
+"""Node facts in the governor: Lease heartbeats, device-plugin loss, node escalation, and the
+circuit breaker's signals."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
 from services.domain.events import DeviceSource, Health, format_time
-from services.domain.governance import context, limits, machine, rules
+from services.domain.governance import context, limits, rules
 from services.domain.governance.decisions import AlertAction, DecisionKind, Severity
-from services.domain.governance.inputs import (
-    WatermarkAdvanced,
-)
 from services.domain.governance.state import (
-    GovState,
-    NodeGov,
     TimerKind,
 )
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 
-# --- time ---------------------------------------------------------------------------------------
-
-
-def on_watermark(ctx: context.Ctx, w: WatermarkAdvanced) -> None:
-    fleet = ctx.state.fleet
-    fleet.partitions = w.partitions
-    previous = fleet.watermarks.get(w.partition)
-    if previous is None or w.event_time > previous:
-        fleet.watermarks[w.partition] = w.event_time
-    if any(p not in fleet.watermarks for p in range(fleet.partitions)):
-        return
-    low = min(fleet.watermarks[p] for p in range(fleet.partitions))
-    if fleet.watermark is not None and low <= fleet.watermark:
-        return
-    fleet.watermark = low
-    machine.fire_due(ctx)
-    # A bucket full at the restriction clock is the same as no bucket (every later restriction
-    # is dated at or after that clock): drop them so the fleet snapshot stays small.
-    clock = None if fleet.fleet_bucket is None else fleet.fleet_bucket.updated_at
-    for name, bucket in sorted(fleet.node_buckets.items()):
-        if clock is None:
-            break
-        limits.refill(
-            bucket, clock, ctx.policy.restrict_node_burst, ctx.policy.restrict_node_refill_seconds
-        )
-        if bucket.tokens >= ctx.policy.restrict_node_burst:
-            del fleet.node_buckets[name]
-    for key in list(fleet.deferred):
-        device = ctx.state.devices.get(key)
-        if device is not None and device.state is GovState.DEFERRED:
-            rules.evaluate(ctx, device, low)
-
-
 # --- nodes --------------------------------------------------------------------------------------
 
 
-def node_of(ctx: context.Ctx, name: str) -> NodeGov:
-    node = ctx.state.nodes.get(name)
-    if node is None:
-        node = NodeGov(name)
-        ctx.state.add_node(node)
-    ctx.state.dirty_nodes.add(name)
-    return node
-
-
 def on_heartbeat(ctx: context.Ctx, h: NodeHeartbeat) -> None:
-    node = node_of(ctx, h.node)
+    node = context.node_of(ctx, h.node)
     if node.last_renewed_at is not None and h.renewed_at <= node.last_renewed_at:
         return
     node.last_renewed_at = h.renewed_at
@@ -121,7 +74,7 @@ def check_heartbeat(ctx: context.Ctx, name: str, due: datetime) -> None:
 
 
 def on_resources(ctx: context.Ctx, r: NodeResourcesChanged) -> None:
-    node = node_of(ctx, r.node)
+    node = context.node_of(ctx, r.node)
     node.capacity = dict(r.capacity)
     node.allocatable = dict(r.allocatable)
     missing = r.missing()
@@ -173,7 +126,7 @@ def check_escalation(ctx: context.Ctx, name: str, at: datetime) -> None:
     if not devices:
         return
     bad = sum(1 for d in devices if d.observed_health is Health.UNHEALTHY)
-    node = node_of(ctx, name)
+    node = context.node_of(ctx, name)
     policy = ctx.policy
     over = bad >= policy.node_escalation_min_devices and bad >= policy.node_escalation_share * len(
         devices

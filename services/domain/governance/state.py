@@ -1,4 +1,5 @@
-"""Governance state: per device, per node and fleet-wide, with a JSON snapshot form.
+"""Governance state: per node, fleet-wide and the whole governor's (devices are in
+:mod:`.device_state`), with a JSON snapshot form.
 
 The state is mutable and owned by one :func:`~services.domain.governance.machine.step` caller (the
 governor); ``step`` records which devices, nodes and quarantine records it touched
@@ -6,9 +7,6 @@ governor); ``step`` records which devices, nodes and quarantine records it touch
 (``to_json``/``from_json``) round-trip exactly (times as RFC 3339 ``Z`` strings, floats as orjson's
 shortest round-trip form), so a governor restored from PostgreSQL continues exactly like one that
 never stopped.
-
-Names: *observed* health is what Kubernetes says (Pod status); *effective* health adds node facts
-(lost heartbeat, lost device plugin); the *governance state* is what devicestate decided.
 """
 
 from __future__ import annotations
@@ -20,283 +18,15 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from services.domain.events import DeviceSource, Health, format_time, parse_time
-from services.domain.governance.inputs import RecoveryStage
-
-DeviceKey = tuple[str, str]
-"""``(node, resourceID)``."""
-
-
-class GovState(StrEnum):
-    """Governance state of a device.
-
-    - ``Available``: no restriction (observed Healthy, or nothing against it).
-    - ``UnknownTolerated``: effective health Unknown, inside the tolerance window; alerting, not
-      restricted (the examples' ``UNKNOWN_TOLERATED``).
-    - ``Restricted``: Unknown past the tolerance window: new allocations should avoid the device;
-      no fault is confirmed (the examples' ``SUSPECT``).
-    - ``Deferred``: a restriction or quarantine is due but held back by a blast-radius limit (rate
-      limit, open breaker, paused automation); alerting.
-    - ``Quarantined``: an active quarantine record (the examples' ``QUARANTINED``).
-    - ``Recovering``: quarantined, reporting Healthy, going through probe -> canary -> stability
-      (the examples' ``RECOVERING``); still quarantined until released.
-    """
-
-    AVAILABLE = "Available"
-    UNKNOWN_TOLERATED = "UnknownTolerated"
-    RESTRICTED = "Restricted"
-    DEFERRED = "Deferred"
-    QUARANTINED = "Quarantined"
-    RECOVERING = "Recovering"
-
-
-class PendingAction(StrEnum):
-    QUARANTINE = "quarantine"
-    RESTRICT = "restrict"
-
-
-class QuarantineKind(StrEnum):
-    SYSTEM = "system"  # from an Unhealthy observation
-    MANUAL = "manual"  # from an operator command
-
-
-class QuarantineStatus(StrEnum):
-    ACTIVE = "active"
-    RECOVERING = "recovering"
-    RELEASED = "released"
-
-
-def _t(value: datetime | None) -> str | None:
-    return None if value is None else format_time(value)
-
-
-def _pt(value: Any) -> datetime | None:
-    return None if value is None else parse_time(value)
-
-
-def _req_t(value: Any) -> datetime:
-    return parse_time(value)
-
-
-@dataclass(slots=True)
-class QuarantineRecord:
-    """One quarantine of one device (and its ResourceClaim, for DRA).
-
-    ``quarantine_id`` is the idempotency key: ``<node>/<resourceID>@<statusVersion>`` for a system
-    quarantine (a duplicate or replayed observation finds the same id and makes no second record),
-    ``manual/<commandID>`` for an operator's. ``fencing_token`` grows by one at every lease grant;
-    a report carrying an older token is rejected. ``confirmed_fault`` is true once a fault was seen
-    during the quarantine (an Unhealthy observation or a failed recovery stage): a release with no
-    confirmed fault counts as a false quarantine.
-    """
-
-    quarantine_id: str
-    node: str
-    resource_id: str
-    kind: QuarantineKind
-    reason: str
-    actor: str
-    created_at: datetime
-    resource_claim: str | None = None
-    status: QuarantineStatus = QuarantineStatus.ACTIVE
-    expires_at: datetime | None = None
-    released_at: datetime | None = None
-    release_reason: str | None = None
-    released_by: str | None = None
-    confirmed_fault: bool = False
-    lease_holder: str | None = None
-    fencing_token: int = 0
-    lease_expires_at: datetime | None = None
-    recovery_stage: RecoveryStage | None = None
-    recovery_attempts: int = 0
-    stage_deadline: datetime | None = None
-    next_recovery_at: datetime | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "quarantineID": self.quarantine_id,
-            "node": self.node,
-            "resourceID": self.resource_id,
-            "kind": self.kind.value,
-            "reason": self.reason,
-            "actor": self.actor,
-            "createdAt": format_time(self.created_at),
-            "resourceClaim": self.resource_claim,
-            "status": self.status.value,
-            "expiresAt": _t(self.expires_at),
-            "releasedAt": _t(self.released_at),
-            "releaseReason": self.release_reason,
-            "releasedBy": self.released_by,
-            "confirmedFault": self.confirmed_fault,
-            "leaseHolder": self.lease_holder,
-            "fencingToken": self.fencing_token,
-            "leaseExpiresAt": _t(self.lease_expires_at),
-            "recoveryStage": None if self.recovery_stage is None else self.recovery_stage.value,
-            "recoveryAttempts": self.recovery_attempts,
-            "stageDeadline": _t(self.stage_deadline),
-            "nextRecoveryAt": _t(self.next_recovery_at),
-        }
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> QuarantineRecord:
-        stage = obj.get("recoveryStage")
-        return cls(
-            quarantine_id=obj["quarantineID"],
-            node=obj["node"],
-            resource_id=obj["resourceID"],
-            kind=QuarantineKind(obj["kind"]),
-            reason=obj["reason"],
-            actor=obj["actor"],
-            created_at=_req_t(obj["createdAt"]),
-            resource_claim=obj.get("resourceClaim"),
-            status=QuarantineStatus(obj["status"]),
-            expires_at=_pt(obj.get("expiresAt")),
-            released_at=_pt(obj.get("releasedAt")),
-            release_reason=obj.get("releaseReason"),
-            released_by=obj.get("releasedBy"),
-            confirmed_fault=bool(obj.get("confirmedFault")),
-            lease_holder=obj.get("leaseHolder"),
-            fencing_token=int(obj.get("fencingToken") or 0),
-            lease_expires_at=_pt(obj.get("leaseExpiresAt")),
-            recovery_stage=None if stage is None else RecoveryStage(stage),
-            recovery_attempts=int(obj.get("recoveryAttempts") or 0),
-            stage_deadline=_pt(obj.get("stageDeadline")),
-            next_recovery_at=_pt(obj.get("nextRecoveryAt")),
-        )
-
-    def to_row(self) -> dict[str, Any]:
-        """Columns of the ``quarantines`` table."""
-        return {
-            "quarantine_id": self.quarantine_id,
-            "node": self.node,
-            "resource_id": self.resource_id,
-            "resource_claim": self.resource_claim,
-            "kind": self.kind.value,
-            "status": self.status.value,
-            "reason": self.reason,
-            "actor": self.actor,
-            "created_at": self.created_at,
-            "expires_at": self.expires_at,
-            "released_at": self.released_at,
-            "release_reason": self.release_reason,
-            "released_by": self.released_by,
-            "confirmed_fault": self.confirmed_fault,
-            "lease_holder": self.lease_holder,
-            "fencing_token": self.fencing_token,
-            "lease_expires_at": self.lease_expires_at,
-            "recovery_stage": None if self.recovery_stage is None else self.recovery_stage.value,
-            "recovery_attempts": self.recovery_attempts,
-        }
-
-
-@dataclass(slots=True)
-class DeviceGov:
-    """Governance state of one device ``(node, resource_id)``.
-
-    ``resource_id`` is the device's key on its node: its physical identity when the worker
-    resolved one (``HealthTransition.device_id``), else the resourceID as reported;
-    ``reported_id`` is the resourceID of the latest observation (a CDI-form ID changes per claim).
-    """
-
-    node: str
-    resource_id: str
-    resource_name: str
-    source: DeviceSource
-    observed_health: Health
-    observed_at: datetime
-    state_since: datetime
-    state: GovState = GovState.AVAILABLE
-    status_version: int | None = None
-    raw_health: str | None = None
-    message: str | None = None
-    resource_claim: str | None = None
-    pods: tuple[str, ...] = ()
-    effective_reason: str | None = None
-    unknown_since: datetime | None = None
-    deadline: datetime | None = None
-    unknown_episodes: list[datetime] = field(default_factory=list)
-    unhealthy_transitions: list[datetime] = field(default_factory=list)
-    pending: PendingAction | None = None
-    pending_reason: str | None = None
-    quarantine: QuarantineRecord | None = None
-    fencing_token: int = 0
-    alert_incident: str | None = None
-    cleared: bool = False
-    cleared_version: int | None = None
-    reported_id: str | None = None
-    uuid: str | None = None
-
-    @property
-    def key(self) -> DeviceKey:
-        return (self.node, self.resource_id)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "node": self.node,
-            "resourceID": self.resource_id,
-            "resourceName": self.resource_name,
-            "source": self.source.value,
-            "observedHealth": self.observed_health.value,
-            "observedAt": format_time(self.observed_at),
-            "stateSince": format_time(self.state_since),
-            "state": self.state.value,
-            "statusVersion": None if self.status_version is None else str(self.status_version),
-            "rawHealth": self.raw_health,
-            "message": self.message,
-            "resourceClaim": self.resource_claim,
-            "pods": list(self.pods),
-            "effectiveReason": self.effective_reason,
-            "unknownSince": _t(self.unknown_since),
-            "deadline": _t(self.deadline),
-            "unknownEpisodes": [format_time(t) for t in self.unknown_episodes],
-            "unhealthyTransitions": [format_time(t) for t in self.unhealthy_transitions],
-            "pending": None if self.pending is None else self.pending.value,
-            "pendingReason": self.pending_reason,
-            "quarantine": None if self.quarantine is None else self.quarantine.to_json(),
-            "fencingToken": self.fencing_token,
-            "alertIncident": self.alert_incident,
-            "reportedID": self.reported_id,
-            "uuid": self.uuid,
-            "cleared": self.cleared,
-            "clearedVersion": None if self.cleared_version is None else str(self.cleared_version),
-        }
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> DeviceGov:
-        version = obj.get("statusVersion")
-        pending = obj.get("pending")
-        quarantine = obj.get("quarantine")
-        return cls(
-            node=obj["node"],
-            resource_id=obj["resourceID"],
-            resource_name=obj["resourceName"],
-            source=DeviceSource(obj["source"]),
-            observed_health=Health(obj["observedHealth"]),
-            observed_at=_req_t(obj["observedAt"]),
-            state_since=_req_t(obj["stateSince"]),
-            state=GovState(obj["state"]),
-            status_version=None if version is None else int(version),
-            raw_health=obj.get("rawHealth"),
-            message=obj.get("message"),
-            resource_claim=obj.get("resourceClaim"),
-            pods=tuple(obj.get("pods") or ()),
-            effective_reason=obj.get("effectiveReason"),
-            unknown_since=_pt(obj.get("unknownSince")),
-            deadline=_pt(obj.get("deadline")),
-            unknown_episodes=[_req_t(t) for t in obj.get("unknownEpisodes") or ()],
-            unhealthy_transitions=[_req_t(t) for t in obj.get("unhealthyTransitions") or ()],
-            pending=None if pending is None else PendingAction(pending),
-            pending_reason=obj.get("pendingReason"),
-            quarantine=None if quarantine is None else QuarantineRecord.from_json(quarantine),
-            fencing_token=int(obj.get("fencingToken") or 0),
-            alert_incident=obj.get("alertIncident"),
-            reported_id=obj.get("reportedID"),
-            uuid=obj.get("uuid"),
-            cleared=bool(obj.get("cleared")),
-            cleared_version=None
-            if obj.get("clearedVersion") is None
-            else int(obj["clearedVersion"]),
-        )
+from services.domain.codec import parse_time
+from services.domain.events import format_time
+from services.domain.governance.device_state import (
+    DeviceGov,
+    DeviceKey,
+    QuarantineRecord,
+    optional_time,
+    optional_time_text,
+)
 
 
 @dataclass(slots=True)
@@ -318,8 +48,8 @@ class NodeGov:
         return {
             "node": self.node,
             "unknownIncident": self.unknown_incident,
-            "lastRenewedAt": _t(self.last_renewed_at),
-            "heartbeatLostSince": _t(self.heartbeat_lost_since),
+            "lastRenewedAt": optional_time_text(self.last_renewed_at),
+            "heartbeatLostSince": optional_time_text(self.heartbeat_lost_since),
             "incident": self.incident,
             "capacity": dict(sorted(self.capacity.items())),
             "allocatable": dict(sorted(self.allocatable.items())),
@@ -332,12 +62,12 @@ class NodeGov:
     def from_json(cls, obj: dict[str, Any]) -> NodeGov:
         return cls(
             node=obj["node"],
-            last_renewed_at=_pt(obj.get("lastRenewedAt")),
-            heartbeat_lost_since=_pt(obj.get("heartbeatLostSince")),
+            last_renewed_at=optional_time(obj.get("lastRenewedAt")),
+            heartbeat_lost_since=optional_time(obj.get("heartbeatLostSince")),
             incident=obj.get("incident"),
             capacity=dict(obj.get("capacity") or {}),
             allocatable=dict(obj.get("allocatable") or {}),
-            plugin_lost={k: _req_t(v) for k, v in (obj.get("pluginLost") or {}).items()},
+            plugin_lost={k: parse_time(v) for k, v in (obj.get("pluginLost") or {}).items()},
             plugin_incidents=dict(obj.get("pluginIncidents") or {}),
             escalation_incident=obj.get("escalationIncident"),
             unknown_incident=obj.get("unknownIncident"),
@@ -353,11 +83,11 @@ class TokenBucket:
     updated_at: datetime | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"tokens": self.tokens, "updatedAt": _t(self.updated_at)}
+        return {"tokens": self.tokens, "updatedAt": optional_time_text(self.updated_at)}
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> TokenBucket:
-        return cls(tokens=float(obj["tokens"]), updated_at=_pt(obj.get("updatedAt")))
+        return cls(tokens=float(obj["tokens"]), updated_at=optional_time(obj.get("updatedAt")))
 
 
 @dataclass(slots=True)
@@ -393,11 +123,11 @@ class FleetGov:
         return {
             "partitions": self.partitions,
             "watermarks": {str(p): format_time(t) for p, t in sorted(self.watermarks.items())},
-            "watermark": _t(self.watermark),
+            "watermark": optional_time_text(self.watermark),
             "fleetBucket": None if self.fleet_bucket is None else self.fleet_bucket.to_json(),
             "nodeBuckets": {n: b.to_json() for n, b in sorted(self.node_buckets.items())},
             "breakerOpen": self.breaker_open,
-            "breakerOpenedAt": _t(self.breaker_opened_at),
+            "breakerOpenedAt": optional_time_text(self.breaker_opened_at),
             "breakerIncident": self.breaker_incident,
             "signals": [[format_time(t), n, r] for t, n, r in self.signals],
             "automationPaused": self.automation_paused,
@@ -412,16 +142,16 @@ class FleetGov:
         bucket = obj.get("fleetBucket")
         fleet = cls(
             partitions=int(obj.get("partitions") or 0),
-            watermarks={int(p): _req_t(t) for p, t in (obj.get("watermarks") or {}).items()},
-            watermark=_pt(obj.get("watermark")),
+            watermarks={int(p): parse_time(t) for p, t in (obj.get("watermarks") or {}).items()},
+            watermark=optional_time(obj.get("watermark")),
             fleet_bucket=None if bucket is None else TokenBucket.from_json(bucket),
             node_buckets={
                 n: TokenBucket.from_json(b) for n, b in (obj.get("nodeBuckets") or {}).items()
             },
             breaker_open=bool(obj.get("breakerOpen")),
-            breaker_opened_at=_pt(obj.get("breakerOpenedAt")),
+            breaker_opened_at=optional_time(obj.get("breakerOpenedAt")),
             breaker_incident=obj.get("breakerIncident"),
-            signals=[(_req_t(t), n, r) for t, n, r in obj.get("signals") or ()],
+            signals=[(parse_time(t), n, r) for t, n, r in obj.get("signals") or ()],
             automation_paused=bool(obj.get("automationPaused")),
             paused_by=obj.get("pausedBy"),
             pause_reason=obj.get("pauseReason"),

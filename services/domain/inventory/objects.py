@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from services.domain.events import parse_resource_version, parse_time
+from services.domain.codec import parse_resource_version, parse_time
 
 UUID_ATTRIBUTE: Final = "uuid"
 """ResourceSlice device attribute holding the physical identity where the driver publishes one

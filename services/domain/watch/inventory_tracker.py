@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, TypeAlias
 
-from services.domain.events import parse_resource_version
+from services.domain.codec import parse_resource_version
 from services.domain.inventory.events import (
     InventoryKind,
     InventoryObject,

@@ -47,7 +47,7 @@ def alerts(
         )
         raise typer.Exit(2)
     configure_logging(settings)
-    from services.processes.alerts.service import (  # aiokafka only when running
+    from services.processes.alerts.service import (  # the Kafka client only when running
         AlertOptions,
         run_alerts,
     )

@@ -25,7 +25,8 @@ from typing import Any, Final, TypeAlias
 
 import orjson
 
-from services.domain.events import format_time, parse_time
+from services.domain.codec import parse_time
+from services.domain.events import format_time
 from services.domain.governance.decisions import AlertAction, Decision, Severity
 
 Alert: TypeAlias = dict[str, Any]

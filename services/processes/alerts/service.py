@@ -1,7 +1,7 @@
 """``devicestate alerts``: the decisions topic -> Alertmanager.
 
-An aiokafka consumer (group ``devicestate-alerts``, from the earliest offset when the group has
-none) reads decisions; those with ``alert`` set become Alertmanager alerts
+A :class:`~services.adapters.kafka.follow.TopicFollower` (group ``devicestate-alerts``, from the
+earliest offset when the group has none) reads decisions; those with ``alert`` set become Alertmanager alerts
 (:mod:`services.processes.alerts.mapping`), posted in one request per poll and partition
 (:mod:`services.processes.alerts.sender`). Offsets are committed only after Alertmanager accepted the post
 (or refused an alert for good, 4xx: logged, counted and skipped): delivery is at least once, and
@@ -20,16 +20,15 @@ interrupted post is simply not committed).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import structlog
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from services.domain.events import EventDecodeError
+from services.adapters.kafka.clients import TopicPartition
+from services.adapters.kafka.follow import Received, Start, TopicFollower
 from services.domain.governance.decisions import Decision, decode_decision
 from services.processes.alerts.mapping import ActiveAlerts, Alert
 from services.processes.alerts.metrics import AlertMetrics
@@ -105,25 +104,25 @@ class _Consumption:
         self.replay_until: dict[TopicPartition, int] = {}
 
 
-class _RebuildOnAssign(ConsumerRebalanceListener):  # type: ignore[misc]
+class _RebuildOnAssign:
     """On assignment, read each partition from its beginning up to the committed offset without
     sending (to rebuild what is firing); on revocation, forget."""
 
     def __init__(self, consumption: _Consumption) -> None:
         self.consumption = consumption
-        self.consumer: AIOKafkaConsumer | None = None
+        self.follower: TopicFollower[Decision] | None = None
 
-    async def on_partitions_revoked(self, revoked: Any) -> None:
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         self.consumption.active.clear()
         self.consumption.replay_until.clear()
 
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        assert self.consumer is not None
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        assert self.follower is not None
         for tp in assigned:
-            committed = await self.consumer.committed(tp)
+            committed = await self.follower.committed(tp)
             if committed:
                 self.consumption.replay_until[tp] = committed
-                await self.consumer.seek_to_beginning(tp)
+                await self.follower.seek_to_beginning(tp)
                 log.info("rebuilding firing alerts", partition=tp.partition, until=committed)
 
 
@@ -132,13 +131,13 @@ class AlertService:
 
     def __init__(
         self,
-        consumer: AIOKafkaConsumer,
+        follower: TopicFollower[Decision],
         forwarder: AlertForwarder,
         consumption: _Consumption,
         metrics: AlertMetrics,
         options: AlertOptions,
     ) -> None:
-        self._consumer = consumer
+        self._follower = follower
         self._forwarder = forwarder
         self._state = consumption
         self._metrics = metrics
@@ -149,21 +148,14 @@ class AlertService:
     def rebuilding(self) -> bool:
         return bool(self._state.replay_until)
 
-    def _decode(self, value: bytes | None, offset: int) -> Decision | None:
-        try:
-            return decode_decision(value or b"")
-        except EventDecodeError as exc:
-            self._metrics.decisions.labels("undecodable").inc()
-            log.warning("undecodable decision skipped", offset=offset, error=str(exc))
-            return None
-
-    async def handle(self, tp: TopicPartition, records: Sequence[Any]) -> None:
-        """Fold one partition's batch, post its alerts, commit after delivery (or seek back)."""
+    async def handle(self, tp: TopicPartition, records: Sequence[Received[Decision]]) -> None:
+        """Fold one partition's batch (``value`` ``None``: undecodable, skipped), post its alerts,
+        commit after delivery (or seek back)."""
         active = self._state.active
         threshold = self._state.replay_until.get(tp)
         fresh: list[tuple[int, Decision | None]] = []
         for record in records:
-            decision = self._decode(record.value, record.offset)
+            decision = record.value
             if threshold is not None and record.offset < threshold:
                 if decision is not None:
                     active.apply(decision)
@@ -183,10 +175,10 @@ class AlertService:
             alerts.extend(active.apply(decision))
         if alerts and not await self._forwarder.post(alerts):
             active.restore(before)
-            self._consumer.seek(tp, fresh[0][0])
+            self._follower.seek(tp, fresh[0][0])
             await asyncio.sleep(self._options.unavailable_pause_seconds)
             return
-        await self._consumer.commit({tp: fresh[-1][0] + 1})
+        await self._follower.commit({tp: fresh[-1][0] + 1})
         self._metrics.firing.set(len(active))
         if alerts:
             log.info(
@@ -200,7 +192,7 @@ class AlertService:
     async def _check_rebuilt(self) -> None:
         for tp, threshold in list(self._state.replay_until.items()):
             # Retention may have deleted everything before the committed offset.
-            if await self._consumer.position(tp) >= threshold:
+            if await self._follower.position(tp) >= threshold:
                 self._state.replay_until.pop(tp, None)
 
     async def resend_due(self, now: float) -> None:
@@ -219,30 +211,12 @@ class AlertService:
 
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
-        while not stop.is_set():
-            batches = await self._consumer.getmany(
-                timeout_ms=self._options.poll_timeout_ms, max_records=self._options.max_batch
-            )
+        async for batches in self._follower.batches(stop):
             for tp, records in batches.items():
                 await self.handle(tp, records)
             if self.rebuilding:
                 await self._check_rebuilt()
             await self.resend_due(loop.time())
-
-
-async def _start_consumer(consumer: AIOKafkaConsumer, stop: asyncio.Event) -> bool:
-    """Start the consumer, retrying while no broker answers; ``False`` if stopped first."""
-    delay = 0.5
-    while not stop.is_set():
-        try:
-            await consumer.start()
-            return True
-        except Exception as exc:
-            log.warning("kafka unavailable, retrying", error=repr(exc), retry_in=delay)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
-            delay = min(delay * 2, 15.0)
-    return False
 
 
 async def run_alerts(
@@ -274,15 +248,25 @@ async def run_alerts(
 
     consumption = _Consumption(ActiveAlerts(options.generator_base_url))
     listener = _RebuildOnAssign(consumption)
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap_servers,
-        group_id=options.group_id,
+
+    def undecodable(offset: int, exc: Exception) -> None:
+        metrics.decisions.labels("undecodable").inc()
+        log.warning("undecodable decision skipped", offset=offset, error=str(exc))
+
+    follower = TopicFollower(
+        settings,
+        [settings.decisions_topic],
+        decode_decision,
         client_id="devicestate-alerts",
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        isolation_level="read_committed",
+        group_id=options.group_id,
+        start=Start.EARLIEST,
+        poll_timeout_ms=options.poll_timeout_ms,
+        max_records=options.max_batch,
+        on_undecodable=undecodable,
+        on_assigned=listener.on_partitions_assigned,
+        on_revoked=listener.on_partitions_revoked,
     )
-    listener.consumer = consumer
+    listener.follower = follower
     client = AlertmanagerClient(
         settings.alert_webhook_url,
         retries=settings.alert_retries,
@@ -291,9 +275,8 @@ async def run_alerts(
         on_retry=metrics.retried.inc,
     )
     try:
-        if not await _start_consumer(consumer, stop):
+        if not await follower.start(stop):
             return
-        consumer.subscribe([settings.decisions_topic], listener=listener)
         log.info(
             "alert sender started",
             topic=settings.decisions_topic,
@@ -301,7 +284,7 @@ async def run_alerts(
             alertmanager=client.url,
         )
         service = AlertService(
-            consumer, AlertForwarder(client, metrics), consumption, metrics, options
+            follower, AlertForwarder(client, metrics), consumption, metrics, options
         )
         running = asyncio.create_task(service.run(stop))
         stopping = asyncio.create_task(stop.wait())
@@ -318,5 +301,5 @@ async def run_alerts(
     finally:
         for sig in handled_signals:
             loop.remove_signal_handler(sig)
-        await consumer.stop()
+        await follower.close()
         await client.close()

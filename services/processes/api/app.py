@@ -15,15 +15,16 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
 
-import orjson
 import structlog
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import create_async_engine
 
-from services.adapters.projection.store import ProjectionStore
+from services.adapters.projection.engine import create_engine
+from services.adapters.projection.errors import DatabaseError
+from services.adapters.projection.reads_devices import DeviceReads
+from services.adapters.projection.reads_governance import GovernanceReads
+from services.adapters.projection.reads_inventory import InventoryReads
 from services.domain.events import now_utc
 from services.processes.api import (
     routes_devices,
@@ -34,7 +35,6 @@ from services.processes.api import (
 )
 from services.processes.api.auth import Authenticator, describe, read_access
 from services.processes.api.commands import CommandLogUnavailable, CommandPublisher
-from services.processes.api.governance_reads import GovernanceReads
 from services.processes.api.hardening import (
     EXTENDER_MAX_BODY_BYTES,
     MAX_BODY_BYTES,
@@ -42,7 +42,6 @@ from services.processes.api.hardening import (
     NulGuardMiddleware,
     validation_failed,
 )
-from services.processes.api.inventory_reads import InventoryReads
 from services.processes.api.routes_ops import GovernanceGaugeCache
 from services.runtime.config import Settings
 
@@ -130,14 +129,14 @@ def create_app(settings: Settings, *, clock: Callable[[], datetime] = now_utc) -
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # No pre-ping: it costs a round trip per request. A connection broken by a database
         # restart fails one request with 503 and is then replaced by the pool.
-        engine = create_async_engine(
+        engine = create_engine(
             settings.database_url,
             pool_size=10,
             max_overflow=20,
-            pool_recycle=1800,
-            json_deserializer=orjson.loads,
+            recycle_seconds=1800,
+            orjson_rows=True,
         )
-        app.state.store = ProjectionStore(engine, settings.database_schema)
+        app.state.store = DeviceReads(engine, settings.database_schema)
         app.state.reads = GovernanceReads(engine, settings.database_schema)
         app.state.inventory = InventoryReads(engine, settings.database_schema)
         publisher = CommandPublisher(settings)
@@ -163,7 +162,7 @@ def create_app(settings: Settings, *, clock: Callable[[], datetime] = now_utc) -
     app.state.inventory_gauges = routes_inventory.InventoryGaugeCache()
     app.state.extender_stats = routes_extender.ExtenderStats()
     app.add_exception_handler(RequestValidationError, validation_failed)
-    app.add_exception_handler(SQLAlchemyError, database_unavailable)
+    app.add_exception_handler(DatabaseError, database_unavailable)
     app.add_exception_handler(OSError, database_unavailable)
     app.add_exception_handler(CommandLogUnavailable, command_log_unavailable)
     app.include_router(routes_devices.router, dependencies=[Depends(read_access)])

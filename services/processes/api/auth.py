@@ -33,10 +33,9 @@ import orjson
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from services.domain.governance.inputs import Role
+from services.domain.governance.inputs import ROLE_RANK, Role
 from services.runtime.config import Settings
 
-ROLE_RANK: Final = {Role.VIEWER: 0, Role.OPERATOR: 1, Role.ADMIN: 2}
 _HEX_DIGEST: Final = re.compile(r"^[0-9a-fA-F]{64}$")
 _ENTRY_KEYS: Final = frozenset({"name", "role", "sha256"})
 _NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}$")
@@ -62,16 +61,6 @@ class Principal:
 
     name: str
     role: Role
-
-
-def token_digest(token: str) -> str:
-    """The hex SHA-256 of a token (UTF-8), as ``api_tokens`` holds it."""
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
-
-
-def token_entry(name: str, role: Role | str, token: str) -> dict[str, str]:
-    """The ``api_tokens`` entry of ``token``."""
-    return {"name": name, "role": Role(role).value, "sha256": token_digest(token)}
 
 
 def _parse(text: str, origin: str) -> list[TokenEntry]:

@@ -2,10 +2,10 @@
 
 Operator writes never touch the projection: each is an
 :class:`~services.domain.governance.inputs.OperatorCommand` appended to ``settings.governance_topic``
-(one partition, the governor's total order). The governor answers with a ``CommandAccepted`` or
+(one partition, the governor's total order), its type in the ``devicestate-type`` header. The governor answers with a ``CommandAccepted`` or
 ``CommandRejected`` decision and a ``governance_commands`` row, which the API reads back.
 
-aiokafka idempotent producer, ``acks=all``: a command the API answered 202 for is on every in-sync
+Idempotent producer (:func:`~services.adapters.kafka.clients.make_producer`), ``acks=all``: a command the API answered 202 for is on every in-sync
 replica. The producer is started with the app (lifespan); when Kafka is down then, the API still
 starts (reads keep working) and each write tries to connect again, answering 503 while it cannot.
 """
@@ -16,10 +16,11 @@ import asyncio
 from typing import Any, Final
 
 import structlog
-from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
 
-from services.domain.governance.inputs import OperatorCommand, encode_input
+from services.adapters.kafka.clients import KafkaError, Producer, make_producer
+from services.adapters.kafka.headers import type_headers
+from services.domain.governance.input_codec import encode_input
+from services.domain.governance.inputs import OperatorCommand
 from services.runtime.config import Settings
 
 log = structlog.get_logger(__name__)
@@ -49,17 +50,15 @@ class CommandPublisher:
         send_timeout_seconds: float = SEND_TIMEOUT_SECONDS,
     ) -> None:
         self.topic = settings.governance_topic
+        self._bootstrap_servers = settings.kafka_bootstrap_servers
         self._options: dict[str, Any] = dict(
-            bootstrap_servers=settings.kafka_bootstrap_servers,
             client_id="devicestate-api",
-            acks="all",
-            enable_idempotence=True,
             # Also bounds the wait for the topic's metadata (a missing topic, a dead broker).
             request_timeout_ms=int(send_timeout_seconds * 1000),
         )
         self._connect_timeout = connect_timeout_seconds
         self._send_timeout = send_timeout_seconds
-        self._producer: AIOKafkaProducer | None = None
+        self._producer: Producer | None = None
         self._lock = asyncio.Lock()
         self._failed_at = float("-inf")
         self._failure = ""
@@ -77,14 +76,14 @@ class CommandPublisher:
                 "command producer not connected; writes get 503 until it is", error=str(exc)
             )
 
-    async def _connect(self) -> AIOKafkaProducer:
+    async def _connect(self) -> Producer:
         async with self._lock:
             if self._producer is not None:
                 return self._producer
             loop = asyncio.get_running_loop()
             if loop.time() - self._failed_at < RECONNECT_BACKOFF_SECONDS:
                 raise CommandLogUnavailable(self._failure)
-            producer = AIOKafkaProducer(**self._options)
+            producer = make_producer(self._bootstrap_servers, **self._options)
             try:
                 async with asyncio.timeout(self._connect_timeout):
                     await producer.start()
@@ -92,8 +91,7 @@ class CommandPublisher:
                 await _stop_quietly(producer)
                 self._failed_at = loop.time()
                 self._failure = (
-                    f"cannot connect to Kafka at {self._options['bootstrap_servers']}: "
-                    f"{_describe(exc)}"
+                    f"cannot connect to Kafka at {self._bootstrap_servers}: {_describe(exc)}"
                 )
                 raise CommandLogUnavailable(self._failure) from exc
             except BaseException:
@@ -112,7 +110,9 @@ class CommandPublisher:
         key = (command.node or "fleet").encode("utf-8")
         try:
             async with asyncio.timeout(self._send_timeout):
-                await producer.send_and_wait(self.topic, encode_input(command), key=key)
+                await producer.send_and_wait(
+                    self.topic, encode_input(command), key=key, headers=type_headers(command.type)
+                )
         except (KafkaError, OSError, TimeoutError) as exc:
             log.warning(
                 "command not acknowledged", command_id=command.command_id, error=_describe(exc)
@@ -134,7 +134,7 @@ def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-async def _stop_quietly(producer: AIOKafkaProducer) -> None:
+async def _stop_quietly(producer: Producer) -> None:
     try:
         await producer.stop()
     except Exception as exc:  # closing a broken producer must not mask the cause

@@ -15,11 +15,12 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 
-from services.adapters.projection.store import DeviceFilters, ProjectionStore
+from services.adapters.projection.read_models import DeviceFilters
+from services.adapters.projection.reads_devices import DeviceReads
+from services.adapters.projection.reads_governance import GovernanceReads
 from services.domain.directory import DeviceKey
 from services.domain.events import DeviceSource, Health
-from services.domain.governance.state import GovState
-from services.processes.api.governance_reads import GovernanceReads
+from services.domain.governance.device_state import GovState
 from services.processes.api.schemas import (
     DeviceOut,
     DevicePageOut,
@@ -36,9 +37,10 @@ MAX_PAGE = 1000
 """Largest ``limit`` of one page."""
 
 
-async def get_store(request: Request) -> ProjectionStore:
-    """The store the app's lifespan created (async: a sync dependency would run in a thread)."""
-    store: ProjectionStore = request.app.state.store
+async def get_store(request: Request) -> DeviceReads:
+    """The directory reads the app's lifespan created (async: a sync dependency would run in
+    a thread)."""
+    store: DeviceReads = request.app.state.store
     return store
 
 
@@ -48,7 +50,7 @@ async def get_reads(request: Request) -> GovernanceReads:
     return reads
 
 
-Store = Annotated[ProjectionStore, Depends(get_store)]
+Store = Annotated[DeviceReads, Depends(get_store)]
 Reads = Annotated[GovernanceReads, Depends(get_reads)]
 NodeName = Annotated[str, Path(description="Node name (never contains `/`).")]
 ResourceID = Annotated[

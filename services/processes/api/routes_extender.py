@@ -33,8 +33,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as PromCounter
-from sqlalchemy.exc import SQLAlchemyError
 
+from services.adapters.projection.errors import DatabaseError
+from services.adapters.projection.reads_inventory import InventoryReads
 from services.domain.placement import (
     ExtenderArgsError,
     candidate_nodes,
@@ -44,7 +45,6 @@ from services.domain.placement import (
     filter_result,
     pod_extended_requests,
 )
-from services.processes.api.inventory_reads import InventoryReads
 
 log = structlog.get_logger(__name__)
 
@@ -107,7 +107,7 @@ async def scheduler_filter(request: Request) -> JSONResponse:
         stats.calls["error"] += 1
         log.warning("scheduler extender: bad request", error=str(exc))
         return JSONResponse(error_result(f"devicestate: invalid ExtenderArgs: {exc}"))
-    except (SQLAlchemyError, OSError, TimeoutError) as exc:
+    except (DatabaseError, OSError, TimeoutError) as exc:
         stats.calls["error"] += 1
         log.warning("scheduler extender: projection unreadable", error=repr(exc))
         return JSONResponse(

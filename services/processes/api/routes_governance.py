@@ -34,20 +34,21 @@ import orjson
 import structlog
 from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import SQLAlchemyError
 
-from services.domain.events import format_time, parse_time
-from services.domain.governance.inputs import CommandAction, OperatorCommand, Role
-from services.domain.governance.state import QuarantineKind, QuarantineStatus
-from services.processes.api.auth import Admin, Operator, Principal, check_role, read_access
-from services.processes.api.commands import CommandPublisher
-from services.processes.api.governance_reads import (
+from services.adapters.projection.errors import DatabaseError
+from services.adapters.projection.reads_governance import (
     CommandOutcome,
     FleetStatus,
     GovernanceReads,
     QuarantineCursor,
     QuarantineFilters,
 )
+from services.domain.codec import parse_time
+from services.domain.events import format_time
+from services.domain.governance.device_state import QuarantineKind, QuarantineStatus
+from services.domain.governance.inputs import CommandAction, OperatorCommand, Role
+from services.processes.api.auth import Admin, Operator, Principal, check_role, read_access
+from services.processes.api.commands import CommandPublisher
 from services.processes.api.hardening import QUARANTINE_ID_MAX_BYTES, text_problem
 from services.processes.api.routes_devices import MAX_PAGE, NodeName, Reads, ResourceID, Store
 from services.processes.api.schemas import ErrorOut, HistoryEntryOut
@@ -219,7 +220,7 @@ async def _wait_for(
     while True:
         try:
             outcome = await reads.command(command_id)
-        except (SQLAlchemyError, OSError) as exc:
+        except (DatabaseError, OSError) as exc:
             log.warning("cannot read the command outcome", command_id=command_id, error=repr(exc))
             return None
         if outcome is not None:

@@ -27,21 +27,18 @@ import structlog
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from prometheus_client import CollectorRegistry, Gauge
 
+from services.adapters.projection.reads_inventory import InventoryReads
 from services.domain.events import DeviceSource, Health
-from services.domain.governance.state import GovState
+from services.domain.governance.device_state import GovState
 from services.domain.inventory.capacity import VIEWS
-from services.domain.inventory.state import ConflictKind
-from services.domain.inventory.views import (
+from services.domain.inventory.capacity_report import (
     CapacityReport,
-    DirectoryFilters,
-    Divergence,
     build_capacity,
-    build_directory,
-    divergence,
-    page,
     plugin_resources,
 )
-from services.processes.api.inventory_reads import InventoryReads
+from services.domain.inventory.directory import DirectoryFilters, build_directory, page
+from services.domain.inventory.reconcile import Divergence, divergence
+from services.domain.inventory.state import ConflictKind
 from services.processes.api.routes_devices import (
     MAX_PAGE,
     UNPROCESSABLE,

@@ -16,9 +16,9 @@ import structlog
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
-from sqlalchemy.exc import SQLAlchemyError
 
-from services.processes.api.governance_reads import FleetStatus, GovernanceReads
+from services.adapters.projection.errors import DatabaseError
+from services.adapters.projection.reads_governance import FleetStatus, GovernanceReads
 from services.processes.api.routes_devices import Store
 from services.processes.api.routes_extender import extender_metrics
 from services.processes.api.routes_inventory import CAPACITY_NODE_VIEW_METRICS, inventory_gauges
@@ -28,7 +28,7 @@ log = structlog.get_logger(__name__)
 
 router = APIRouter(tags=["operations"])
 
-DATABASE_ERRORS = (SQLAlchemyError, OSError, TimeoutError)
+DATABASE_ERRORS = (DatabaseError, OSError, TimeoutError)
 
 GOVERNANCE_CACHE_SECONDS = 5.0
 """How long the governance gauges' projection reads are reused between scrapes."""

@@ -9,16 +9,16 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from services.adapters.projection.store import (
+from services.adapters.projection.read_models import (
     FleetCounts,
     HistoryEntry,
     NodeCounts,
     NodeSummary,
     PartitionProgress,
 )
+from services.adapters.projection.reads_governance import DeviceGovernance
 from services.domain.directory import Allocation, DeviceRecord
 from services.domain.events import ContainerKind, DeviceSource, Health
-from services.processes.api.governance_reads import DeviceGovernance
 
 
 def _version(value: int | None) -> str | None:

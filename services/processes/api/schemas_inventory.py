@@ -8,13 +8,10 @@ from datetime import datetime
 from pydantic import Field
 
 from services.domain.inventory.capacity import CapacityRow
-from services.domain.inventory.views import (
-    CapacityReport,
-    Divergence,
-    InventoryDevice,
-    PluginResource,
-)
-from services.processes.api.inventory_reads import ConflictRow
+from services.domain.inventory.capacity_report import CapacityReport, PluginResource
+from services.domain.inventory.directory import InventoryDevice
+from services.domain.inventory.fold import ConflictRow
+from services.domain.inventory.reconcile import Divergence
 from services.processes.api.schemas import ApiModel
 
 

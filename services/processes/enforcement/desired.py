@@ -35,11 +35,11 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final
 
 from services.domain.events import DeviceSource
+from services.domain.governance.held import QuarantineRow
 from services.domain.inventory.identity import split_device_id
 
 API_VERSION: Final = "resource.k8s.io/v1beta2"
@@ -80,22 +80,6 @@ class SkipReason(StrEnum):
     UNRESOLVED = "unresolved"
     INVALID_DEVICE_ID = "invalid-device-id"
     DUPLICATE_DEVICE = "duplicate-device"
-
-
-@dataclass(frozen=True, slots=True)
-class QuarantineRow:
-    """What the reconciler reads of one quarantine (``quarantines`` joined with
-    ``device_governance`` for the device's ``source``; ``None`` when the device has no row)."""
-
-    quarantine_id: str
-    node: str
-    resource_id: str
-    kind: str
-    status: str
-    reason: str
-    created_at: datetime | None = None
-    resource_claim: str | None = None
-    source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,6 @@ from typing import Any
 import structlog
 
 from services.adapters.kube.errors import KubeApiError
-from services.domain.events import EventDecodeError
 from services.domain.governance.decisions import Decision, DecisionKind, decode_decision
 from services.processes.enforcement.desired import (
     LABEL_SELECTOR,
@@ -305,38 +304,23 @@ class Expectations:
 async def kafka_decisions(settings: Settings, stop: asyncio.Event) -> AsyncIterator[Decision]:
     """Decisions appended to ``settings.decisions_topic`` from now on (no consumer group, nothing
     committed); waits and retries while Kafka is unreachable."""
-    from aiokafka import AIOKafkaConsumer
+    from services.adapters.kafka.follow import Start, TopicFollower
 
-    consumer = AIOKafkaConsumer(
-        settings.decisions_topic,
-        bootstrap_servers=settings.kafka_bootstrap_servers,
-        group_id=None,
+    async with TopicFollower(
+        settings,
+        [settings.decisions_topic],
+        decode_decision,
         client_id="devicestate-enforce",
-        auto_offset_reset="latest",
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-    )
-    try:
-        delay = 0.5
-        while not stop.is_set():
-            try:
-                await consumer.start()
-                break
-            except Exception as exc:
-                log.warning("kafka unavailable, retrying", what="decisions", error=repr(exc))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), delay)
-                delay = min(delay * 2, 15.0)
-        while not stop.is_set():
-            batches = await consumer.getmany(timeout_ms=500, max_records=500)
+        group_id=None,
+        start=Start.LATEST,
+    ) as follower:
+        if not await follower.start(stop):
+            return
+        async for batches in follower.batches(stop):
             for records in batches.values():
                 for record in records:
-                    try:
-                        yield decode_decision(record.value or b"")
-                    except EventDecodeError:
-                        continue
-    finally:
-        await consumer.stop()
+                    if record.value is not None:  # undecodable: skipped
+                        yield record.value
 
 
 async def _follow(

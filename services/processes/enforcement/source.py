@@ -1,20 +1,14 @@
-"""Where the reconciler reads the quarantines from: the governance projection in PostgreSQL.
-
-``quarantines`` rows with status ``active`` or ``recovering``, each with its device's ``source``
-from ``device_governance`` (same ``(node, resource_id)``; ``None`` without a row). Read in one
-statement, so a reconcile sees one consistent snapshot of what the governor committed.
-"""
+"""Where the reconciler reads the quarantines from: the governance projection in PostgreSQL
+(:class:`~services.adapters.projection.reads_quarantines.QuarantineReads`: active and recovering
+quarantines with their device's ``source``, one consistent snapshot per read)."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from sqlalchemy import and_, select
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-
-from services.adapters.projection.governance_tables import device_governance, quarantines
-from services.adapters.projection.tables import in_schema
-from services.processes.enforcement.desired import ENFORCED_STATUSES, QuarantineRow
+from services.adapters.projection.engine import Engine, create_engine
+from services.adapters.projection.reads_quarantines import QuarantineReads
+from services.domain.governance.held import QuarantineRow
 
 
 class QuarantineSource(Protocol):
@@ -27,49 +21,15 @@ class QuarantineSource(Protocol):
 class PostgresQuarantineSource:
     """:class:`QuarantineSource` on the projection's schema ``schema``."""
 
-    def __init__(self, engine: AsyncEngine, schema: str) -> None:
+    def __init__(self, engine: Engine, schema: str) -> None:
         self.engine = engine
         self.schema = schema
-        q, d = quarantines, device_governance
-        self._statement = (
-            select(
-                q.c.quarantine_id,
-                q.c.node,
-                q.c.resource_id,
-                q.c.kind,
-                q.c.status,
-                q.c.reason,
-                q.c.created_at,
-                q.c.resource_claim,
-                d.c.source,
-            )
-            .select_from(
-                q.outerjoin(d, and_(d.c.node == q.c.node, d.c.resource_id == q.c.resource_id))
-            )
-            .where(q.c.status.in_(sorted(ENFORCED_STATUSES)))
-            .order_by(q.c.quarantine_id)
-        )
+        self._reads = QuarantineReads(engine, schema)
 
     async def enforced(self) -> list[QuarantineRow]:
-        async with self.engine.connect() as conn:
-            conn = await conn.execution_options(**in_schema(self.schema))
-            result = await conn.execute(self._statement)
-            return [
-                QuarantineRow(
-                    quarantine_id=row.quarantine_id,
-                    node=row.node,
-                    resource_id=row.resource_id,
-                    kind=row.kind,
-                    status=row.status,
-                    reason=row.reason,
-                    created_at=row.created_at,
-                    resource_claim=row.resource_claim,
-                    source=row.source,
-                )
-                for row in result
-            ]
+        return await self._reads.holding()
 
 
-def make_engine(database_url: str) -> AsyncEngine:
+def make_engine(database_url: str) -> Engine:
     """A small pool with pre-ping: the reconciler's connections sit idle between passes."""
-    return create_async_engine(database_url, pool_size=2, max_overflow=0, pool_pre_ping=True)
+    return create_engine(database_url, pool_size=2, max_overflow=0, pre_ping=True)

@@ -30,7 +30,7 @@ import structlog
 
 from services.adapters.kube.errors import KubeApiError
 from services.domain.events import DeviceSource
-from services.domain.governance.state import DeviceKey
+from services.domain.governance.device_state import DeviceKey
 from services.processes.recovery.checks import CheckResult, Executor, RecoveryCheck
 from services.processes.recovery.kube import KubeObjects
 from services.processes.recovery.manifests import (

@@ -42,19 +42,22 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
 
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
-from services.adapters.kafka.producer import is_retriable
-from services.domain.events import DeviceSource, EventDecodeError, parse_time
-from services.domain.governance.decisions import Decision, DecisionKind, decode_decision
-from services.domain.governance.inputs import (
-    RecoveryLeaseRequested,
-    RecoveryReport,
-    RecoveryStage,
-    encode_input,
+from services.adapters.kafka.clients import (
+    TopicPartition,
+    is_retriable,
+    make_producer,
+    start_until_stopped,
 )
-from services.domain.governance.state import DeviceKey
+from services.adapters.kafka.follow import Start, TopicFollower
+from services.adapters.kafka.headers import type_headers
+from services.domain.codec import parse_time
+from services.domain.events import DeviceSource
+from services.domain.governance.decisions import Decision, DecisionKind, decode_decision
+from services.domain.governance.device_state import DeviceKey
+from services.domain.governance.input_codec import encode_input
+from services.domain.governance.inputs import RecoveryLeaseRequested, RecoveryReport, RecoveryStage
 from services.processes.recovery.checks import CheckResult, Executor, RecoveryCheck
 from services.processes.recovery.metrics import RecoveryMetrics
 from services.runtime.config import Settings
@@ -149,17 +152,12 @@ class _Slot:
 
 
 class GovernancePublisher:
-    """Appends recovery records to the governance topic (key = node; idempotent, ``acks=all``),
-    retrying retriable failures for up to ``PUBLISH_GIVE_UP_SECONDS``."""
+    """Appends recovery records to the governance topic (key = node, type in the type header;
+    idempotent, ``acks=all``), retrying retriable failures for up to ``PUBLISH_GIVE_UP_SECONDS``."""
 
     def __init__(self, settings: Settings) -> None:
         self._topic = settings.governance_topic
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=settings.kafka_bootstrap_servers,
-            client_id="devicestate-recovery",
-            enable_idempotence=True,
-            acks="all",
-        )
+        self._producer = make_producer(settings, client_id="devicestate-recovery")
 
     async def start(self) -> None:
         await self._producer.start()
@@ -176,7 +174,10 @@ class GovernancePublisher:
         ):
             with attempt:
                 await self._producer.send_and_wait(
-                    self._topic, encode_input(record), key=record.node.encode("utf-8")
+                    self._topic,
+                    encode_input(record),
+                    key=record.node.encode("utf-8"),
+                    headers=type_headers(record.type),
                 )
 
 
@@ -509,60 +510,33 @@ async def open_executor(settings: Settings, options: RecoveryOptions) -> AsyncIt
         )
 
 
-async def _start(component: Any, what: str, stop: asyncio.Event) -> bool:
-    """``await component.start()``, retrying while Kafka is unreachable; ``False`` if stopped."""
-    delay = 0.5
-    while not stop.is_set():
-        try:
-            await component.start()
-            return True
-        except Exception as exc:
-            log.warning("kafka unavailable, retrying", what=what, error=repr(exc), retry_in=delay)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
-            delay = min(delay * 2, 15.0)
-    return False
-
-
 async def consume(
-    consumer: AIOKafkaConsumer,
-    service: RecoveryService,
-    metrics: RecoveryMetrics,
-    stop: asyncio.Event,
-    poll_timeout_ms: int = 500,
+    follower: TopicFollower[Decision], service: RecoveryService, stop: asyncio.Event
 ) -> None:
-    """Feed decisions to ``service`` until ``stop``; commit after each handled batch. While
-    ``service.replaying``, read up to the end offsets the assignment had when first seen, commit
-    nothing, then :meth:`RecoveryService.finish_replay`."""
+    """Feed decisions to ``service`` until ``stop``; commit after each handled batch (past the
+    undecodable ones too). While ``service.replaying``, read up to the end offsets the
+    assignment had when first seen, commit nothing, then :meth:`RecoveryService.finish_replay`."""
     targets: dict[TopicPartition, int] | None = None
     uncommitted: dict[TopicPartition, int] = {}
-    while not stop.is_set():
-        batches = await consumer.getmany(timeout_ms=poll_timeout_ms, max_records=500)
+    async for batches in follower.batches(stop):
         for tp, records in batches.items():
             for record in records:
-                try:
-                    decision = decode_decision(record.value or b"")
-                except EventDecodeError as exc:
-                    metrics.skipped.labels("undecodable").inc()
-                    log.warning(
-                        "undecodable decision skipped", offset=record.offset, error=str(exc)
-                    )
-                    continue
-                await service.handle(decision)
+                if record.value is not None:
+                    await service.handle(record.value)
             if records:
                 uncommitted[tp] = records[-1].offset + 1
         if service.replaying:
-            assignment = consumer.assignment()
+            assignment = follower.assignment()
             if not assignment:
                 continue
             if targets is None:
-                targets = dict(await consumer.end_offsets(list(assignment)))
-            positions = {tp: await consumer.position(tp) for tp in assignment}
+                targets = await follower.end_offsets(list(assignment))
+            positions = {tp: await follower.position(tp) for tp in assignment}
             if any(positions[tp] < targets.get(tp, 0) for tp in assignment):
                 continue
             await service.finish_replay()
         if uncommitted:
-            await consumer.commit(uncommitted)
+            await follower.commit(uncommitted)
             uncommitted = {}
         service.expire()
 
@@ -592,24 +566,30 @@ async def run_recovery(
     except OSError as exc:
         log.warning("metrics server not started", port=options.metrics_port, error=str(exc))
     holder = options.holder or default_holder()
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap_servers,
-        group_id=options.group_id,
+
+    def undecodable(offset: int, exc: Exception) -> None:
+        metrics.skipped.labels("undecodable").inc()
+        log.warning("undecodable decision skipped", offset=offset, error=str(exc))
+
+    follower = TopicFollower(
+        settings,
+        [settings.decisions_topic],
+        decode_decision,
         client_id="devicestate-recovery",
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        isolation_level="read_committed",
+        group_id=options.group_id,
+        start=Start.EARLIEST,
+        poll_timeout_ms=options.poll_timeout_ms,
+        on_undecodable=undecodable,
     )
     publisher = GovernancePublisher(settings)
     try:
         async with contextlib.AsyncExitStack() as stack:
             if executor is None:
                 executor = await stack.enter_async_context(open_executor(settings, options))
-            if not await _start(publisher, "producer", stop):
+            if not await start_until_stopped(publisher, stop, what="producer"):
                 return
-            if not await _start(consumer, "consumer", stop):
+            if not await follower.start(stop):
                 return
-            consumer.subscribe([settings.decisions_topic])
             service = RecoveryService(
                 executor,
                 publisher,
@@ -628,9 +608,7 @@ async def run_recovery(
             )
             if on_started is not None:
                 on_started(service)
-            consuming = asyncio.create_task(
-                consume(consumer, service, metrics, stop, options.poll_timeout_ms)
-            )
+            consuming = asyncio.create_task(consume(follower, service, stop))
             stopping = asyncio.create_task(stop.wait())
             done, _ = await asyncio.wait({consuming, stopping}, return_when=asyncio.FIRST_COMPLETED)
             if consuming in done:
@@ -645,5 +623,5 @@ async def run_recovery(
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)
-        await consumer.stop()
+        await follower.close()
         await publisher.stop()

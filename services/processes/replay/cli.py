@@ -157,14 +157,9 @@ async def _run(
         TimeRemainingColumn,
     )
 
+    from services.adapters.projection.schema_admin import drop_schema, next_replay_schema
     from services.processes.replay.governance import replay_governance, verify_governance
-    from services.processes.replay.run import (
-        ReplayError,
-        drop_schema,
-        make_engine,
-        next_replay_schema,
-        replay,
-    )
+    from services.processes.replay.run import ReplayError, make_engine, replay
     from services.processes.replay.run import verify as diff_live
 
     engine = make_engine(database_url)

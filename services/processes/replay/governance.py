@@ -20,16 +20,18 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
+from services.adapters.kafka.headers import record_type
+from services.adapters.kafka.reader import TopicSnapshot
+from services.adapters.projection.engine import Engine
 from services.adapters.projection.governance_store import GovernanceStore, batch_rows
 from services.adapters.projection.migrate import migrate
+from services.adapters.projection.schema_admin import drop_schema, schema_exists
 from services.adapters.projection.tables import check_schema_name
 from services.domain.governance.decisions import Decision
-from services.domain.governance.inputs import decode_input
+from services.domain.governance.input_codec import decode_input
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
-from services.processes.replay.run import ReplayError, drop_schema, schema_exists, topic_partitions
+from services.processes.replay.run import REPLAY_CLIENT_ID, ReplayError, topic_partitions
 from services.runtime.config import Settings
 
 StepFn = Callable[[GovernorState, Any, int, GovernancePolicy], list[Decision]]
@@ -68,46 +70,31 @@ async def read_governance_log(
     *,
     batch_size: int = 5000,
     on_ready: Callable[[int, int], None] | None = None,
-) -> AsyncIterator[list[tuple[int, bytes | None]]]:
-    """Yield ``(offset, value)`` lists of partition 0 from the beginning up to the end offset
+) -> AsyncIterator[list[tuple[int, bytes | None, str | None]]]:
+    """Yield ``(offset, value, type)`` lists (``type``: what the record's type header names,
+    ``None`` without one) of partition 0 from the beginning up to the end offset
     captured at the start; ``on_ready(begin, end)`` is called first. Raises :class:`ReplayError`
     when the topic does not exist or has more than one partition."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
     partitions = await topic_partitions(bootstrap_servers, topic)
     if partitions != [0]:
         raise ReplayError(f"governance topic {topic!r} must have one partition, has {partitions}")
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap_servers,
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        max_poll_records=batch_size,
-    )
-    await consumer.start()
-    try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        begin = (await consumer.beginning_offsets([tp]))[tp]
-        end = (await consumer.end_offsets([tp]))[tp]
+    async with TopicSnapshot(
+        bootstrap_servers, topic, [0], client_id=REPLAY_CLIENT_ID, max_poll_records=batch_size
+    ) as snapshot:
+        [tp] = snapshot.partitions
         if on_ready is not None:
-            on_ready(begin, end)
-        await consumer.seek_to_beginning(tp)
-        position = begin
-        while position < end:
-            fetched = await consumer.getmany(tp, timeout_ms=1000, max_records=batch_size)
-            batch = [(m.offset, m.value) for m in fetched.get(tp, []) if m.offset < end]
+            on_ready(snapshot.begin[tp], snapshot.end[tp])
+        while not snapshot.done:
+            fetched = await snapshot.fetch(batch_size, timeout_ms=1000)
+            batch = [(m.offset, m.value, record_type(m.headers)) for m in fetched.get(tp, [])]
             if batch:
                 yield batch
-            position = await consumer.position(tp)
-    finally:
-        await consumer.stop()
 
 
 async def replay_governance(
     settings: Settings,
     *,
-    engine: AsyncEngine,
+    engine: Engine,
     database_url: str,
     schema: str,
     batch_size: int = 5000,
@@ -135,7 +122,7 @@ async def replay_governance(
 
 async def _fold(
     settings: Settings,
-    engine: AsyncEngine,
+    engine: Engine,
     schema: str,
     batch_size: int,
     progress: Callable[[int, int], None] | None,
@@ -163,12 +150,12 @@ async def _fold(
         settings.kafka_bootstrap_servers, topic, batch_size=batch_size, on_ready=ready
     ):
         decisions: list[Decision] = []
-        for offset, value in batch:
+        for offset, value, kind in batch:
             summary.read += 1
             try:
                 if value is None:
                     raise ValueError("record has no value")
-                record = decode_input(value)
+                record = decode_input(value, kind)
             except Exception:
                 summary.undecodable += 1
                 continue
@@ -189,7 +176,7 @@ async def _fold(
     return summary
 
 
-async def verify_governance(engine: AsyncEngine, live_schema: str, replay_schema: str) -> list[str]:
+async def verify_governance(engine: Engine, live_schema: str, replay_schema: str) -> list[str]:
     """Differences in ``device_governance``, ``quarantines`` and ``governance_decisions`` between
     the live schema and the replayed one (empty: identical)."""
     from services.adapters.projection.compare import GOVERNANCE_COMPARED_TABLES, diff_projections

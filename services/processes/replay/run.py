@@ -1,8 +1,9 @@
 """Rebuild the projection from the event topic's beginning.
 
-:func:`read_log` reads the whole topic as it stands when it starts, with a raw aiokafka consumer (no
-consumer group, nothing committed): every partition is assigned, read from its beginning, and read
-up to the end offsets captured at the start. :func:`replay` decodes the records and writes them
+:func:`read_log` reads the whole topic as it stands when it starts
+(:class:`~services.adapters.kafka.reader.TopicSnapshot`: no consumer group, nothing committed):
+every partition is assigned, read from its beginning, and read up to the end offsets captured at
+the start. :func:`replay` decodes the records and writes them
 into a fresh schema or, ``in_place``, into the truncated live tables, with the worker's fold and
 statements (:meth:`ProjectionStore.prepare_batch` / :meth:`~ProjectionStore.write_prepared`, the
 two halves of ``apply_batch`` with a :class:`DeviceCache`: the replay owns its target, so it keeps
@@ -27,48 +28,36 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
-import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Final
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-
+from services.adapters.kafka.headers import record_type
+from services.adapters.kafka.reader import TopicMissing, TopicSnapshot
+from services.adapters.kafka.reader import topic_partitions as kafka_topic_partitions
 from services.adapters.projection.cache import DeviceCache
+from services.adapters.projection.engine import Engine, create_engine
 from services.adapters.projection.migrate import migrate
+from services.adapters.projection.schema_admin import (
+    create_indexes,
+    drop_schema,
+    drop_secondary_indexes,
+    schema_exists,
+    truncate_projection,
+)
 from services.adapters.projection.store import BatchStats, ProjectionStore
-from services.adapters.projection.tables import check_schema_name, quoted_schema
+from services.adapters.projection.tables import check_schema_name
+from services.domain.batch import InventoryRecord, LoggedBatch
 from services.domain.events import DeviceHealthObserved, PodDevicesReleased
 from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeResourcesChanged
-from services.domain.records import decode_record
+from services.domain.records import decode_typed_record
 from services.runtime.config import Settings
 
-REPLAY_SCHEMA_PREFIX: Final = "replay_"
-_REPLAY_SCHEMA: Final = re.compile(r"^replay_(\d+)$")
-
-
-_DEFERRED_INDEX_TABLES: Final = (
-    "devices",
-    "device_history",
-    "inventory_objects",
-    "device_identities",
-    "inventory_conflicts",
-)
-"""Tables whose secondary indexes a replay into a new schema builds at the end."""
-_HEALTH_TABLES: Final = (
-    "devices",
-    "device_history",
-    "inventory_objects",
-    "node_resources",
-    "device_identities",
-    "inventory_conflicts",
-)
-"""Tables built from the health topic (what an in-place replay truncates and rebuilds)."""
+REPLAY_CLIENT_ID: Final = "devicestate-replay"
 _COLLECT_EVERY: Final = 1_000_000
 """Records between two collections of the young generations during a replay."""
 _READ_SLICE: Final = 100
@@ -87,7 +76,7 @@ class LogBatch:
     undecodable: int
     read: int
     node_events: int = 0
-    items: list[tuple[LogPosition, object]] = field(default_factory=list)
+    items: list[tuple[LogPosition, InventoryRecord]] = field(default_factory=list)
     """What the inventory folds, in read order: observations, DRA objects, resource counts."""
 
 
@@ -143,57 +132,42 @@ async def read_log(
     with the number of records to read, before the first batch. Raises :class:`ReplayError` when
     the topic does not exist.
     """
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
     partitions = await topic_partitions(bootstrap_servers, topic)
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap_servers,
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
+    async with TopicSnapshot(
+        bootstrap_servers,
+        topic,
+        partitions,
+        client_id=REPLAY_CLIENT_ID,
         max_poll_records=batch_size,
         max_partition_fetch_bytes=8 * 1024 * 1024,
         fetch_max_bytes=64 * 1024 * 1024,
-    )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-        consumer.assign(tps)
-        begin = await consumer.beginning_offsets(tps)
-        end = await consumer.end_offsets(tps)
+    ) as snapshot:
         if end_offsets is not None:
-            end_offsets.update({(tp.topic, tp.partition): end[tp] for tp in tps})
+            end_offsets.update({(tp.topic, tp.partition): snapshot.end[tp] for tp in snapshot.end})
         if on_ready is not None:
-            on_ready(sum(end[tp] - begin[tp] for tp in tps))
-        remaining = {tp for tp in tps if end[tp] > begin[tp]}
-        await consumer.seek_to_beginning(*tps)
-        done = [tp for tp in tps if tp not in remaining]
-        if done:
-            consumer.pause(*done)
-        while remaining:
+            on_ready(snapshot.total)
+        while not snapshot.done:
             records: list[LoggedEvent] = []
-            items: list[tuple[LogPosition, object]] = []
+            items: list[tuple[LogPosition, InventoryRecord]] = []
             undecodable = read = node_events = 0
             # A batch is gathered from small reads with a yield to the event loop after each:
             # decoding then runs while PostgreSQL works on the previous batch, and the writer
             # resumes as soon as a statement returns instead of after a whole batch's decoding.
-            while remaining and read < batch_size:
-                fetched = await consumer.getmany(
-                    timeout_ms=0 if read else 1000,
-                    max_records=min(_READ_SLICE, batch_size - read),
+            while not snapshot.done and read < batch_size:
+                fetched = await snapshot.fetch(
+                    min(_READ_SLICE, batch_size - read), timeout_ms=0 if read else 1000
                 )
                 if not fetched and read:
                     break  # nothing more fetched yet: hand over what we have
                 for tp, messages in fetched.items():
-                    stop = end[tp]
                     for message in messages:
-                        if message.offset >= stop:
-                            break
                         read += 1
                         try:
                             if message.value is None:
                                 raise ValueError("record has no value")
-                            event = decode_record(message.value, inventory=True)
+                            event = decode_typed_record(
+                                message.value, record_type(message.headers), inventory=True
+                            )
                         except Exception:
                             undecodable += 1
                             continue
@@ -206,83 +180,23 @@ async def read_log(
                             node_events += 1
                             continue
                         records.append(LoggedEvent(position, event))
-                    if tp in remaining and await consumer.position(tp) >= stop:
-                        remaining.discard(tp)
-                        consumer.pause(tp)
                 await asyncio.sleep(0)
             if read:
                 yield LogBatch(records, undecodable, read, node_events, items)
-    finally:
-        await consumer.stop()
 
 
 async def topic_partitions(bootstrap_servers: str, topic: str) -> list[int]:
     """The topic's partition numbers; raises :class:`ReplayError` when it does not exist."""
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
-    await admin.start()
     try:
-        # Listed first: describing a missing topic would create it on a broker that
-        # auto-creates topics.
-        if topic not in await admin.list_topics():
-            raise ReplayError(f"topic {topic!r} does not exist")
-        [description] = await admin.describe_topics([topic])
-    finally:
-        await admin.close()
-    partitions = sorted(p["partition"] for p in description["partitions"])
-    if description["error_code"] or not partitions:
-        raise ReplayError(f"topic {topic!r} has no readable partitions")
-    return partitions
-
-
-async def next_replay_schema(engine: AsyncEngine) -> str:
-    """``replay_<n>`` with ``n`` one more than the highest existing replay schema (from 1)."""
-    async with engine.connect() as conn:
-        names = (
-            await conn.execute(
-                text("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'replay\\_%'")
-            )
-        ).scalars()
-        numbers = [int(m.group(1)) for n in names if (m := _REPLAY_SCHEMA.match(n))]
-    return f"{REPLAY_SCHEMA_PREFIX}{max(numbers, default=0) + 1}"
-
-
-async def schema_exists(engine: AsyncEngine, schema: str) -> bool:
-    async with engine.connect() as conn:
-        found = await conn.execute(
-            text("SELECT 1 FROM pg_namespace WHERE nspname = :name"), {"name": schema}
-        )
-        return found.first() is not None
-
-
-async def drop_schema(engine: AsyncEngine, schema: str) -> None:
-    """``DROP SCHEMA ... CASCADE``."""
-    async with engine.begin() as conn:
-        await conn.execute(text(f"DROP SCHEMA IF EXISTS {quoted_schema(schema)} CASCADE"))
-
-
-async def truncate_projection(engine: AsyncEngine, schema: str, topic: str | None = None) -> None:
-    """Empty the projection tables of ``schema`` (one transaction): the directory and the
-    inventory. With ``topic``, only that topic's ``partition_progress`` rows go: the governance
-    projection and the governance topic's progress row (the governor's, derived from another log)
-    stay as they are."""
-    s = quoted_schema(schema)
-    health = ", ".join(f"{s}.{name}" for name in _HEALTH_TABLES)
-    async with engine.begin() as conn:
-        if topic is None:
-            await conn.execute(text(f"TRUNCATE {health}, {s}.partition_progress"))
-            return
-        await conn.execute(text(f"TRUNCATE {health}"))
-        await conn.execute(
-            text(f"DELETE FROM {s}.partition_progress WHERE topic = :topic"), {"topic": topic}
-        )
+        return await kafka_topic_partitions(bootstrap_servers, topic, client_id=REPLAY_CLIENT_ID)
+    except TopicMissing as exc:
+        raise ReplayError(str(exc)) from None
 
 
 async def replay(
     settings: Settings,
     *,
-    engine: AsyncEngine,
+    engine: Engine,
     database_url: str,
     schema: str,
     in_place: bool = False,
@@ -321,47 +235,9 @@ async def replay(
         raise
 
 
-async def drop_secondary_indexes(engine: AsyncEngine, schema: str) -> list[str]:
-    """Drop the indexes of ``schema``'s projection tables that no constraint needs (neither
-    primary key nor unique: the writes rely on those) and return the statements that create them
-    again, as ``pg_get_indexdef`` gives them (see :func:`create_indexes`)."""
-    async with engine.begin() as conn:
-        found = list(
-            await conn.execute(
-                text(
-                    "SELECT c.relname, pg_get_indexdef(i.indexrelid) FROM pg_index AS i "
-                    "JOIN pg_class AS c ON c.oid = i.indexrelid "
-                    "JOIN pg_class AS t ON t.oid = i.indrelid "
-                    "JOIN pg_namespace AS n ON n.oid = t.relnamespace "
-                    "WHERE n.nspname = :schema AND t.relname = ANY(:tables) "
-                    "AND NOT i.indisprimary AND NOT i.indisunique "
-                    "AND NOT EXISTS (SELECT 1 FROM pg_constraint AS k "
-                    "WHERE k.conindid = i.indexrelid) ORDER BY c.relname"
-                ),
-                {"schema": schema, "tables": list(_DEFERRED_INDEX_TABLES)},
-            )
-        )
-        for name, _ in found:
-            await conn.execute(text(f"DROP INDEX {quoted_schema(schema)}.{_quoted(name)}"))
-    return [definition for _, definition in found]
-
-
-async def create_indexes(engine: AsyncEngine, definitions: Sequence[str]) -> None:
-    """Run ``CREATE INDEX`` statements (from :func:`drop_secondary_indexes`) in one transaction."""
-    if not definitions:
-        return
-    async with engine.begin() as conn:
-        for definition in definitions:
-            await conn.execute(text(definition))
-
-
-def _quoted(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 async def _rebuild(
     settings: Settings,
-    engine: AsyncEngine,
+    engine: Engine,
     schema: str,
     batch_size: int,
     progress: ProgressCallback | None,
@@ -431,14 +307,9 @@ async def _rebuild(
                 if batch.records or batch.items:
                     # In a thread, so that the event loop keeps driving the write in flight and
                     # the reader meanwhile (the GIL changes hands every few milliseconds).
+                    logged = LoggedBatch(batch.records, summary.end_offsets, inventory=batch.items)
                     prepared = await asyncio.to_thread(
-                        functools.partial(
-                            store.prepare_batch,
-                            batch.records,
-                            cache,
-                            summary.end_offsets,
-                            inventory_items=batch.items,
-                        )
+                        functools.partial(store.prepare_batch, logged, cache)
                     )
                     cache.update(prepared.written, prepared.offsets)  # the next batch folds on it
                 if in_flight is not None:
@@ -484,17 +355,17 @@ def _young_collections_only() -> Iterator[None]:
             gc.enable()
 
 
-def make_engine(database_url: str) -> AsyncEngine:
+def make_engine(database_url: str) -> Engine:
     """An async engine for the replay (a small pool: one writer).
 
     No pre-ping: it would cost three round trips per batch, each waiting for the event loop,
     which the replay keeps busy; the pool is created for this one run and is in constant use, so
     there are no stale connections to weed out (a connection lost mid-run fails the replay either
     way)."""
-    return create_async_engine(database_url, pool_size=2, pool_pre_ping=False)
+    return create_engine(database_url, pool_size=2, pre_ping=False)
 
 
-async def verify(engine: AsyncEngine, live_schema: str, replay_schema: str) -> list[str]:
+async def verify(engine: Engine, live_schema: str, replay_schema: str) -> list[str]:
     """Differences between the live projection and the replayed one (empty: identical)."""
     from services.adapters.projection.compare import diff_projections
 

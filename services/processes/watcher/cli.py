@@ -61,7 +61,7 @@ def watch(
     settings = Settings().model_copy(update=overrides)
     configure_logging(settings)
     from services.processes.watcher.run import (
-        run_watch,  # aiokafka and kubernetes only when running
+        run_watch,  # the Kafka and Kubernetes clients only when running
     )
 
     summary = asyncio.run(run_watch(settings, from_file=from_file))

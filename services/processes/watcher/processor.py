@@ -1,7 +1,7 @@
 """What the watcher does with each Pod, node Lease, Node and DRA object it sees, without doing
 any I/O.
 
-:class:`WatchProcessor` reads a Pod (:func:`~services.domain.pod_status.read_pod`), asks the
+:class:`WatchProcessor` reads a Pod (:func:`~services.domain.pod_reader.read_pod`), asks the
 :class:`~services.domain.watch.pod_tracker.PodTracker` what changed and says what to publish and what to
 dead-letter. :class:`NodeProcessor` does the same for Leases and Nodes with the
 :class:`~services.domain.watch.node_tracker.NodeTracker`, :class:`InventoryProcessor` for ResourceSlices,
@@ -19,18 +19,15 @@ from typing import Any, Final
 
 import orjson
 
-from services.domain.events import Event, parse_resource_version
+from services.domain.codec import parse_resource_version
+from services.domain.events import Event
 from services.domain.inventory.events import InventoryKind, InventoryObserved
 from services.domain.limits import field_violations
-from services.domain.pod_status import (
-    DEAD_LETTER_CODES,
-    PodReading,
-    Problem,
-    ProblemCode,
-    read_pod,
-)
+from services.domain.pod_reader import read_pod
+from services.domain.pod_status import DEAD_LETTER_CODES, PodReading, Problem, ProblemCode
 from services.domain.watch.inventory_tracker import InventoryOutcome, InventoryTracker
-from services.domain.watch.node_tracker import NodeFact, NodeOutcome, NodeProblem, NodeTracker
+from services.domain.watch.node_objects import NodeProblem
+from services.domain.watch.node_tracker import NodeFact, NodeOutcome, NodeTracker
 from services.domain.watch.pod_tracker import PodTracker, WatchKind
 
 STAGE_WATCH_LINE: Final = "watch-line"

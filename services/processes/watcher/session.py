@@ -15,7 +15,7 @@ from typing import Any, Final, Protocol
 
 import structlog
 
-from services.domain.events import parse_resource_version
+from services.domain.codec import parse_resource_version
 from services.domain.inventory.events import InventoryKind, InventoryObserved
 from services.domain.inventory.objects import ResourceClaimInfo
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged

@@ -15,7 +15,7 @@ from typing import Any, Final, TypeAlias
 
 import orjson
 
-from services.domain.events import parse_time
+from services.domain.codec import parse_time
 from services.domain.watch.inventory_tracker import INVENTORY_KINDS
 from services.domain.watch.pod_tracker import WatchKind
 

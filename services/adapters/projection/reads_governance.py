@@ -1,5 +1,5 @@
-"""Read queries of the governance projection (``services.adapters.projection.governance_tables``) for the
-API: devices joined with their governance state, quarantines, command outcomes, the device
+"""Read queries of the governance projection (:mod:`services.adapters.projection.governance_tables`)
+for the API: devices joined with their governance state, quarantines, command outcomes, the device
 timeline and the fleet status. Read-only; the governor writes these tables."""
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from services.adapters.projection.governance_tables import (
     governor_nodes,
     quarantines,
 )
-from services.adapters.projection.store import DeviceFilters, record_from_row
+from services.adapters.projection.read_models import DeviceFilters
+from services.adapters.projection.reads_devices import device_filter_clauses
+from services.adapters.projection.rows import record_from_row
 from services.adapters.projection.tables import devices, in_schema
 from services.domain.directory import DeviceKey, DeviceRecord
 from services.domain.governance.decisions import DecisionKind
-from services.domain.governance.state import GovState, QuarantineStatus
-
-ACTIVE_STATUSES = (QuarantineStatus.ACTIVE.value, QuarantineStatus.RECOVERING.value)
-"""Quarantine statuses that still hold the device."""
+from services.domain.governance.device_state import GovState
+from services.domain.governance.held import HOLDING_STATUSES
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,28 +173,20 @@ class GovernanceReads:
         limit: int,
         after: DeviceKey | None,
     ) -> GovernedPage:
-        """Like :meth:`ProjectionStore.list_devices`, each device with its governance (``None``
-        when the governor has not seen it); ``state`` keeps the devices in that governance
-        state."""
+        """Like :meth:`DeviceReads.list_devices
+        <services.adapters.projection.reads_devices.DeviceReads.list_devices>` (the same
+        :func:`~services.adapters.projection.reads_devices.device_filter_clauses`), each device
+        with its governance (``None`` when the governor has not seen it); ``state`` keeps the
+        devices in that governance state."""
         c = devices.c
-        stmt = self._joined().order_by(c.node, c.resource_id).limit(limit + 1)
-        f = filters
-        if f.node is not None:
-            stmt = stmt.where(c.node == f.node)
-        if f.health is not None:
-            stmt = stmt.where(c.health == f.health.value)
-        if f.resource_name is not None:
-            stmt = stmt.where(c.resource_name == f.resource_name)
-        if f.source is not None:
-            stmt = stmt.where(c.source == f.source.value)
-        if f.namespace is not None:
-            stmt = stmt.where(c.allocations.contains([{"namespace": f.namespace}]))
-        if f.pod_uid is not None:
-            stmt = stmt.where(c.allocations.contains([{"podUID": f.pod_uid}]))
+        stmt = (
+            self._joined()
+            .where(*device_filter_clauses(filters, after))
+            .order_by(c.node, c.resource_id)
+            .limit(limit + 1)
+        )
         if state is not None:
             stmt = stmt.where(_G.state == state.value)
-        if after is not None:
-            stmt = stmt.where(tuple_(c.node, c.resource_id) > tuple_(*after))
         items = self._governed(await self._fetch(stmt))
         if len(items) > limit:
             return GovernedPage(items[:limit], items[limit - 1].record.key)
@@ -315,7 +307,7 @@ class GovernanceReads:
             by_state[state_value] = count
         q = quarantines.c
         [(active,)] = await self._fetch(
-            select(func.count()).select_from(quarantines).where(q.status.in_(ACTIVE_STATUSES))
+            select(func.count()).select_from(quarantines).where(q.status.in_(HOLDING_STATUSES))
         )
         n = governor_nodes.c
         [(lost,)] = await self._fetch(

@@ -1,17 +1,15 @@
-"""Read queries of the inventory projection (``services.adapters.projection.inventory_tables``) for the
-API, joined with the directory (``devices``) and the governance (``device_governance``). Read-only:
-the health agent writes the inventory tables, the governor the governance ones.
+"""Read queries of the inventory projection (:mod:`services.adapters.projection.inventory_tables`)
+for the API, joined with the directory (``devices``) and the governance (``device_governance``).
+Read-only: the health agent writes the inventory tables, the governor the governance ones.
 
-:meth:`InventoryReads.snapshot` loads what :mod:`services.domain.inventory.views` computes the
-directory, capacity views and reconcile check from; :meth:`InventoryReads.extender_facts` loads
+:meth:`InventoryReads.snapshot` loads what :mod:`services.domain.inventory.snapshot` holds (the
+directory, capacity views and reconcile check read it); :meth:`InventoryReads.extender_facts` loads
 only what the scheduler extender needs for the candidate nodes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import orjson
@@ -20,6 +18,7 @@ from sqlalchemy import Executable, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.adapters.projection.governance_tables import device_governance
+from services.adapters.projection.inventory_store import place_object
 from services.adapters.projection.inventory_tables import (
     device_identities,
     inventory_conflicts,
@@ -29,12 +28,8 @@ from services.adapters.projection.inventory_tables import (
 from services.adapters.projection.tables import devices, in_schema
 from services.domain.events import DeviceSource
 from services.domain.inventory.events import InventoryKind, object_from_json
-from services.domain.inventory.objects import (
-    DeviceClassInfo,
-    ResourceClaimInfo,
-    ResourceSliceInfo,
-)
-from services.domain.inventory.views import (
+from services.domain.inventory.fold import ConflictRow
+from services.domain.inventory.snapshot import (
     GovernanceRow,
     IdentityRow,
     NodeResources,
@@ -73,19 +68,6 @@ def _pods(value: Any) -> tuple[tuple[str, str], ...]:
     return tuple(
         (str(a.get("namespace", "")), str(a.get("podName", ""))) for a in raw if isinstance(a, dict)
     )
-
-
-@dataclass(frozen=True, slots=True)
-class ConflictRow:
-    """An ``inventory_conflicts`` row."""
-
-    kind: str
-    node: str
-    subject: str
-    detail: str
-    active: bool
-    first_seen: datetime
-    last_seen: datetime
 
 
 class InventoryReads:
@@ -171,12 +153,7 @@ class InventoryReads:
             except (KeyError, ValueError, TypeError) as exc:
                 log.warning("unreadable inventory object skipped", kind=kind_value, error=repr(exc))
                 continue
-            if isinstance(obj, ResourceSliceInfo):
-                state.slices[(obj.driver, obj.pool, obj.name)] = obj
-            elif isinstance(obj, ResourceClaimInfo):
-                state.claims[(obj.namespace, obj.name)] = obj
-            elif isinstance(obj, DeviceClassInfo):
-                state.classes[obj.name] = obj
+            place_object(state, obj)
         for row in resource_rows:
             snap.node_resources[row.node] = NodeResources(
                 row.node, _counts(row.capacity), _counts(row.allocatable)

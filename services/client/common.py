@@ -1,0 +1,102 @@
+"""What every API command of ``devicestate`` shares: exit codes, the ``--api-url`` and
+``--token`` options, the API client, error exits and output helpers.
+
+Exit codes: 0 done; 1 the API refused (an error answer, or the governor rejected a command);
+2 the API is unreachable or the arguments are invalid; 3 ``--wait`` ran out before the governor
+decided (the command is logged and will be decided).
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from typing import Annotated, Any, NoReturn
+
+import orjson
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from services.client.directory import default_api_url
+from services.client.http import ApiClient, ApiError
+
+EXIT_REFUSED, EXIT_USAGE, EXIT_PENDING = 1, 2, 3
+
+ApiUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--api-url",
+        envvar="DEVICESTATE_API_URL",
+        help="Base URL of the API (default: http://DEVICESTATE_API_HOST:DEVICESTATE_API_PORT).",
+        show_default=False,
+    ),
+]
+Token = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="DEVICESTATE_TOKEN",
+        help="Bearer token (writes need the operator role, breaker reset and --break-glass "
+        "admin; reads need one only when the API refuses anonymous reads).",
+        show_default=False,
+    ),
+]
+
+
+def fail(message: str, code: int = EXIT_REFUSED) -> NoReturn:
+    """Print ``error: message`` on stderr and exit with ``code``."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def api_client(api_url: str | None, token: str | None) -> ApiClient:
+    """A client of the API at ``api_url`` (default: :func:`.directory.default_api_url`)."""
+    return ApiClient(api_url or default_api_url(), token)
+
+
+def fail_api_error(exc: ApiError) -> NoReturn:
+    """Exit for an API error: 2 when the API is unreachable (no status), else 1."""
+    fail(str(exc), EXIT_USAGE if exc.status is None else EXIT_REFUSED)
+
+
+def print_json(value: Any) -> None:
+    """Write ``value`` as indented JSON on stdout."""
+    sys.stdout.buffer.write(orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n")
+    sys.stdout.flush()
+
+
+def make_table(columns: list[str], rows: list[list[str]], wrap: tuple[str, ...] = ()) -> Table:
+    """A borderless table; cells are printed as text (markup escaped), ``wrap`` columns fold."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in columns:
+        table.add_column(column, no_wrap=column not in wrap, overflow="fold")
+    for row in rows:
+        table.add_row(*[escape(text) for text in row])
+    return table
+
+
+def cell(value: Any) -> str:
+    """A table cell: ``-`` for a missing or empty value."""
+    return "-" if value is None or value == "" else str(value)
+
+
+class Output(StrEnum):
+    """``-o`` of the read commands."""
+
+    TABLE = "table"
+    JSON = "json"
+
+
+class WriteOutput(StrEnum):
+    """``-o`` of the write commands: a line of text, or the API's answer as JSON."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
+WriteFormat = Annotated[
+    WriteOutput, typer.Option("-o", "--output", help="text, or json (the API's answer).")
+]
+
+
+ReadFormat = Annotated[Output, typer.Option("-o", "--output", help="table or json.")]

@@ -1,0 +1,118 @@
+"""One batch of the device-health log on its way into the projection, and what the projection's
+writer reports back before the commit: the typed seam between the worker (``streams/``), the
+replay and :meth:`ProjectionStore.apply_batch
+<services.adapters.projection.store.ProjectionStore.apply_batch>`.
+
+Positions are Kafka ``(topic, partition, offset)`` (:class:`~services.domain.log.LogPosition`);
+partitions are ``(topic, partition)`` pairs; times are aware ``datetime`` objects in UTC, event
+time (the records' ``observedAt``), never the wall clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TypeAlias
+
+from services.domain.directory import Change
+from services.domain.events import DeviceHealthObserved
+from services.domain.inventory.events import InventoryObserved
+from services.domain.inventory.fold import InventoryPlan
+from services.domain.log import LoggedEvent, LogPosition
+from services.domain.node_events import NodeResourcesChanged
+
+Partition: TypeAlias = tuple[str, int]
+"""``(topic, partition)``."""
+
+InventoryRecord: TypeAlias = DeviceHealthObserved | InventoryObserved | NodeResourcesChanged
+"""A record the inventory fold (:mod:`services.domain.inventory.fold`) reads."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedBatch:
+    """What one :meth:`ProjectionStore.apply_batch` writes, in one transaction.
+
+    ``records`` are the device events the directory folds, in log order. The other fields feed
+    ``partition_progress`` and the inventory; records at or before a partition's recorded offset
+    (a redelivery) are skipped in all of them.
+
+    - ``highwaters``: per partition, the end offset the consumer saw (the next record's offset),
+      stored for the lag metric; partitions without records may be given too.
+    - ``consumed_through``: per partition, the last offset the caller consumed, including records
+      it did not pass (dropped early as duplicates, dead-lettered), so the recorded progress
+      covers them.
+    - ``event_times``: position and event time of the batch's decoded records that are not in
+      ``records`` (node events, observations dropped early); like the records they advance their
+      partition's offset and newest event time.
+    - ``inventory``: when given, every record the inventory folds, with its position, in batch
+      order (observations, DRA inventory records, resource counts): the batch then maintains the
+      inventory tables too. Observations appear here as well as in ``records`` because the
+      inventory's order interleaves them with the DRA records, and it also sees the observations
+      the caller dropped early (the fold uses only those the directory applied).
+    """
+
+    records: Sequence[LoggedEvent] = ()
+    highwaters: Mapping[Partition, int] = field(default_factory=dict)
+    consumed_through: Mapping[Partition, int] = field(default_factory=dict)
+    event_times: Sequence[tuple[LogPosition, datetime]] = ()
+    inventory: Sequence[tuple[LogPosition, InventoryRecord]] | None = None
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to write: no records, no progress, no inventory."""
+        return not (
+            self.records
+            or self.highwaters
+            or self.consumed_through
+            or self.event_times
+            or self.inventory
+        )
+
+    def partitions(self) -> set[Partition]:
+        """Every partition the batch records progress for (not counting ``highwaters``)."""
+        parts = {(r.position.topic, r.position.partition) for r in self.records}
+        parts.update(self.consumed_through)
+        parts.update((p.topic, p.partition) for p, _ in self.event_times)
+        parts.update((p.topic, p.partition) for p, _ in self.inventory or ())
+        return parts
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """An applied observation that changed (or first set) a device's health, in a batch being
+    written: the :class:`Change` (``transition`` set; ``change.record`` is the device after it),
+    the observation and its log position."""
+
+    position: LogPosition
+    change: Change
+    event: DeviceHealthObserved
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCommit:
+    """What a :data:`CommitHook` sees: the batch is written but not committed yet.
+
+    ``transitions`` are the batch's health transitions in log order (only records after the
+    recorded offsets: a redelivered record is skipped whole and makes none). ``applied_through``
+    and ``last_event_at`` are each partition's recorded offset and newest event time *before* this
+    batch (read with the rows locked until commit; partitions without a row are absent).
+    ``inventory`` is what the batch did to the inventory (identities resolved, conflicts raised
+    or cleared), when the batch maintained it (:attr:`LoggedBatch.inventory`).
+    """
+
+    transitions: list[Transition]
+    applied_through: dict[Partition, int]
+    last_event_at: dict[Partition, datetime]
+    inventory: InventoryPlan | None = None
+
+    def fresh(self, position: LogPosition) -> bool:
+        """Whether a record at ``position`` is after its partition's recorded offset."""
+        return position.offset > self.applied_through.get((position.topic, position.partition), -1)
+
+
+CommitHook = Callable[[PendingCommit], Awaitable[None]]
+"""Called by :meth:`ProjectionStore.apply_batch
+<services.adapters.projection.store.ProjectionStore.apply_batch>` inside the transaction, after the
+writes and just before the commit; an exception rolls the batch back (and is raised by
+``apply_batch``)."""

@@ -1,0 +1,245 @@
+"""The wire form of the device events (:mod:`services.domain.events`): JSON bytes in and out.
+
+:func:`encode_event` writes the schema-1 JSON object (camelCase keys, sorted, times RFC 3339 with
+``Z``, ``statusVersion`` as a decimal string); :func:`decode_event` reads it back and refuses, with
+:class:`~services.domain.events.EventDecodeError`, anything that is not a valid schema-1 event or
+that the projection could not store (:func:`services.domain.limits.field_violations`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import orjson
+
+from services.domain.codec import (
+    RESOURCE_VERSION_MAX_DIGITS,
+    EventDecodeError,
+    optional_str_field,
+    parse_time,
+    require,
+    required_enum,
+    version_field,
+)
+from services.domain.events import (
+    SCHEMA_VERSION,
+    ClaimRef,
+    ContainerKind,
+    ContainerRef,
+    DeviceHealthObserved,
+    DeviceSource,
+    Event,
+    Health,
+    PodDevicesReleased,
+    ReleaseReason,
+    format_time,
+)
+from services.domain.limits import field_violations
+
+# --- encoding -------------------------------------------------------------------------------
+
+
+def _event_to_dict(event: Event) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "schema": SCHEMA_VERSION,
+        "type": event.type,
+        "node": event.node,
+        "namespace": event.namespace,
+        "podName": event.pod_name,
+        "podUID": event.pod_uid,
+        "statusVersion": None if event.status_version is None else str(event.status_version),
+        "observedAt": format_time(event.observed_at),
+    }
+    if isinstance(event, DeviceHealthObserved):
+        base.update(
+            containers=[{"name": c.name, "kind": c.kind.value} for c in event.containers],
+            resourceName=event.resource_name,
+            resourceID=event.resource_id,
+            health=event.health.value,
+            rawHealth=event.raw_health,
+            message=event.message,
+            source=event.source.value,
+            claim=None
+            if event.claim is None
+            else {
+                "podClaimName": event.claim.pod_claim_name,
+                "request": event.claim.request,
+                "resourceClaimName": event.claim.resource_claim_name,
+            },
+            flags=list(event.flags),
+        )
+    else:
+        base.update(reason=event.reason.value, resourceIDs=list(event.resource_ids))
+    return base
+
+
+def encode_event(event: Event) -> bytes:
+    """Serialise an event to its JSON wire form (UTF-8 bytes, keys sorted for stable bytes)."""
+    return orjson.dumps(_event_to_dict(event), option=orjson.OPT_SORT_KEYS)
+
+
+
+# Value -> member maps: a dict lookup is several times cheaper than calling the enum class, and
+# for the plain ``str`` values orjson produces it finds exactly the members the call would.
+_HEALTH_BY_VALUE: Final[dict[str, Health]] = {h.value: h for h in Health}
+_SOURCE_BY_VALUE: Final[dict[str, DeviceSource]] = {s.value: s for s in DeviceSource}
+_KIND_BY_VALUE: Final[dict[str, ContainerKind]] = {k.value: k for k in ContainerKind}
+_REASON_BY_VALUE: Final[dict[str, ReleaseReason]] = {r.value: r for r in ReleaseReason}
+
+
+
+
+
+
+# decode_event reads each field with one dict lookup and an exact type test (orjson gives plain
+# ``str``/``list``/``dict`` objects); anything else falls back to the helpers above, which accept
+# or reject it and word the error exactly as they always did. Fields are checked in the same order
+# as the original field-by-field decoder, so a payload with several faults reports the same one.
+
+
+def decode_event(payload: bytes) -> Event:
+    """Parse the JSON wire form back into an event.
+
+    Raises :class:`EventDecodeError` with a readable reason for anything that is not a valid
+    schema-1 event, or that the projection could not store (``services/domain/limits.py``: NUL or
+    control characters, oversized identifiers); the caller dead-letters the payload with that
+    reason.
+    """
+    event = _decode_fields(payload)
+    violations = field_violations(event)
+    if violations:
+        raise EventDecodeError("cannot be stored: " + "; ".join(violations))
+    return event
+
+
+def _decode_fields(payload: bytes) -> Event:
+    try:
+        obj = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise EventDecodeError(f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise EventDecodeError("not a JSON object")
+    get = obj.get
+    schema = get("schema")
+    if schema != SCHEMA_VERSION:
+        raise EventDecodeError(f"unsupported schema {schema!r} (this build reads {SCHEMA_VERSION})")
+    kind = get("type")
+    try:
+        observed_text = get("observedAt")
+        if type(observed_text) is not str:
+            observed_text = require(obj, "observedAt")
+        observed_at = parse_time(observed_text)
+    except ValueError as exc:
+        raise EventDecodeError(f"field 'observedAt': {exc}") from None
+    node = get("node")
+    if type(node) is not str:
+        node = require(obj, "node")
+    if not node:
+        raise EventDecodeError("field 'node' is empty")
+    namespace = get("namespace")
+    if type(namespace) is not str:
+        namespace = require(obj, "namespace")
+    pod_name = get("podName")
+    if type(pod_name) is not str:
+        pod_name = require(obj, "podName")
+    pod_uid = get("podUID")
+    if type(pod_uid) is not str:
+        pod_uid = require(obj, "podUID")
+    raw_version = get("statusVersion")
+    status_version: int | None
+    if raw_version is None:
+        status_version = None
+    elif (
+        type(raw_version) is str
+        and raw_version.isascii()
+        and raw_version.isdigit()
+        and raw_version[0] != "0"
+        and len(raw_version) <= RESOURCE_VERSION_MAX_DIGITS
+    ):
+        status_version = int(raw_version)
+    else:
+        status_version = version_field(obj, "statusVersion")
+    if kind == "DeviceHealthObserved":
+        resource_id = get("resourceID")
+        if type(resource_id) is not str:
+            resource_id = require(obj, "resourceID")
+        if not resource_id:
+            raise EventDecodeError("field 'resourceID' is empty")
+        items = get("containers")
+        if type(items) is not list:
+            items = require(obj, "containers", list)
+        containers = []
+        for item in items:
+            if not isinstance(item, dict) or not isinstance(name := item.get("name"), str):
+                raise EventDecodeError("field 'containers' holds an entry without a name")
+            raw_kind = item.get("kind")
+            container_kind = _KIND_BY_VALUE.get(raw_kind) if type(raw_kind) is str else None
+            if container_kind is None:
+                container_kind = required_enum(ContainerKind, item, "kind")
+            containers.append(ContainerRef(name, container_kind))
+        claim_obj = get("claim")
+        claim = None
+        if claim_obj is not None:
+            if not isinstance(claim_obj, dict):
+                raise EventDecodeError("field 'claim' must be an object or null")
+            claim = ClaimRef(
+                pod_claim_name=require(claim_obj, "podClaimName"),
+                request=optional_str_field(claim_obj, "request"),
+                resource_claim_name=optional_str_field(claim_obj, "resourceClaimName"),
+            )
+        flags = get("flags") or []
+        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+            raise EventDecodeError("field 'flags' must be a list of strings")
+        resource_name = get("resourceName")
+        if type(resource_name) is not str:
+            resource_name = require(obj, "resourceName")
+        raw_health = get("health")
+        health = _HEALTH_BY_VALUE.get(raw_health) if type(raw_health) is str else None
+        if health is None:
+            health = required_enum(Health, obj, "health")
+        raw_source = get("source")
+        source = _SOURCE_BY_VALUE.get(raw_source) if type(raw_source) is str else None
+        if source is None:
+            source = required_enum(DeviceSource, obj, "source")
+        message = get("message")
+        if message is not None and type(message) is not str:
+            message = optional_str_field(obj, "message")
+        raw_health_text = get("rawHealth")
+        if raw_health_text is not None and type(raw_health_text) is not str:
+            raw_health_text = optional_str_field(obj, "rawHealth")
+        return DeviceHealthObserved(
+            node,
+            namespace,
+            pod_name,
+            pod_uid,
+            tuple(containers),
+            resource_name,
+            resource_id,
+            health,
+            source,
+            status_version,
+            observed_at,
+            message,
+            raw_health_text,
+            claim,
+            tuple(flags),
+        )
+    if kind == "PodDevicesReleased":
+        ids = get("resourceIDs") or []
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise EventDecodeError("field 'resourceIDs' must be a list of strings")
+        raw_reason = get("reason")
+        reason = _REASON_BY_VALUE.get(raw_reason) if type(raw_reason) is str else None
+        if reason is None:
+            reason = required_enum(ReleaseReason, obj, "reason")
+        return PodDevicesReleased(
+            node,
+            namespace,
+            pod_name,
+            pod_uid,
+            reason,
+            status_version,
+            observed_at,
+            tuple(ids),
+        )
+    raise EventDecodeError(f"unknown event type {kind!r}")

@@ -1,0 +1,65 @@
+"""Event time in the governor: the fleet watermark advances and fires every timer due at it.
+
+The watermark is the minimum over the device-health topic's partitions of the forwarded
+``WatermarkAdvanced`` times (``None`` until every partition reported one). Timers are heap entries
+``(due, kind, node, resourceID)`` in :class:`~.state.GovernorState`; heartbeat timers go to
+:mod:`.nodes`, device timers to :func:`.rules.evaluate`.
+"""
+
+from __future__ import annotations
+
+from services.domain.governance import context, limits, nodes, rules
+from services.domain.governance.device_state import GovState
+from services.domain.governance.inputs import WatermarkAdvanced
+from services.domain.governance.state import TimerKind, device_deadlines
+
+
+def on_watermark(ctx: context.Ctx, w: WatermarkAdvanced) -> None:
+    fleet = ctx.state.fleet
+    fleet.partitions = w.partitions
+    previous = fleet.watermarks.get(w.partition)
+    if previous is None or w.event_time > previous:
+        fleet.watermarks[w.partition] = w.event_time
+    if any(p not in fleet.watermarks for p in range(fleet.partitions)):
+        return
+    low = min(fleet.watermarks[p] for p in range(fleet.partitions))
+    if fleet.watermark is not None and low <= fleet.watermark:
+        return
+    fleet.watermark = low
+    fire_due(ctx)
+    # A bucket full at the restriction clock is the same as no bucket (every later restriction
+    # is dated at or after that clock): drop them so the fleet snapshot stays small.
+    clock = None if fleet.fleet_bucket is None else fleet.fleet_bucket.updated_at
+    for name, bucket in sorted(fleet.node_buckets.items()):
+        if clock is None:
+            break
+        limits.refill(
+            bucket, clock, ctx.policy.restrict_node_burst, ctx.policy.restrict_node_refill_seconds
+        )
+        if bucket.tokens >= ctx.policy.restrict_node_burst:
+            del fleet.node_buckets[name]
+    for key in list(fleet.deferred):
+        device = ctx.state.devices.get(key)
+        if device is not None and device.state is GovState.DEFERRED:
+            rules.evaluate(ctx, device, low)
+
+
+def fire_due(ctx: context.Ctx) -> None:
+    """Fire every live timer due at the watermark, earliest first (ties in key order).
+
+    A heap entry whose deadline is no longer one of the device's (or the node's) current
+    deadlines is dropped unfired, so what fires depends on the state only -- the same after a
+    restore, which rebuilds the heap from the state.
+    """
+    state = ctx.state
+    watermark = state.fleet.watermark
+    if watermark is None:
+        return
+    while (entry := state.pop_due(watermark)) is not None:
+        due, kind, node, resource_id = entry
+        if kind == TimerKind.HEARTBEAT.value:
+            nodes.check_heartbeat(ctx, node, due)
+            continue
+        device = state.devices.get((node, resource_id))
+        if device is not None and due in device_deadlines(device):
+            rules.evaluate(ctx, device, due)

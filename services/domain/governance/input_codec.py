@@ -1,0 +1,270 @@
+"""The wire form of the governance topic's records (:mod:`.inputs`): JSON bytes in and out.
+
+JSON objects with ``schema`` 1 and ``type``, camelCase keys, times RFC 3339 UTC ``Z``; node facts
+keep the form of :mod:`services.domain.node_events`. :func:`decode_input` raises
+:class:`~services.domain.events.EventDecodeError` on anything else, and on text PostgreSQL could
+not store (NUL, lone surrogates).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any, Final
+
+import orjson
+
+from services.domain.codec import (
+    EventDecodeError,
+    bool_field,
+    enum_field,
+    int_field,
+    optional_str_field,
+    optional_time_field,
+    parse_resource_version,
+    str_field,
+    time_field,
+    type_mismatch,
+)
+from services.domain.events import SCHEMA_VERSION, DeviceSource, Health, format_time
+from services.domain.governance.inputs import (
+    CommandAction,
+    GovernanceInput,
+    HealthTransition,
+    InventoryConflict,
+    OperatorCommand,
+    RecoveryLeaseRequested,
+    RecoveryReport,
+    RecoveryStage,
+    Role,
+    WatermarkAdvanced,
+)
+from services.domain.node_events import (
+    NodeHeartbeat,
+    NodeResourcesChanged,
+    node_event_from_dict,
+    node_event_to_dict,
+)
+
+
+def _t(value: datetime | None) -> str | None:
+    return None if value is None else format_time(value)
+
+
+def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
+    """The JSON object of a governance-topic record."""
+    if isinstance(record, NodeHeartbeat | NodeResourcesChanged):
+        return node_event_to_dict(record)
+    base: dict[str, Any] = {"schema": SCHEMA_VERSION, "type": record.type}
+    if isinstance(record, HealthTransition):
+        base.update(
+            node=record.node,
+            resourceID=record.resource_id,
+            resourceName=record.resource_name,
+            source=record.source.value,
+            health=record.health.value,
+            statusVersion=None if record.status_version is None else str(record.status_version),
+            observedAt=format_time(record.observed_at),
+            partition=record.partition,
+            offset=record.offset,
+            message=record.message,
+            rawHealth=record.raw_health,
+            resourceClaim=record.resource_claim,
+            pods=list(record.pods),
+            deviceID=record.device_id,
+            identity=record.identity,
+            uuid=record.uuid,
+        )
+    elif isinstance(record, InventoryConflict):
+        base.update(
+            kind=record.kind,
+            node=record.node,
+            subject=record.subject,
+            detail=record.detail,
+            active=record.active,
+            observedAt=format_time(record.observed_at),
+        )
+    elif isinstance(record, WatermarkAdvanced):
+        base.update(
+            partition=record.partition,
+            partitions=record.partitions,
+            eventTime=format_time(record.event_time),
+        )
+    elif isinstance(record, OperatorCommand):
+        base.update(
+            commandID=record.command_id,
+            action=record.action.value,
+            actor=record.actor,
+            role=record.role.value,
+            requestedAt=format_time(record.requested_at),
+            reason=record.reason,
+            node=record.node,
+            resourceID=record.resource_id,
+            expiresAt=_t(record.expires_at),
+            breakGlass=record.break_glass,
+            quarantineID=record.quarantine_id,
+        )
+    elif isinstance(record, RecoveryLeaseRequested):
+        base.update(
+            node=record.node,
+            resourceID=record.resource_id,
+            holder=record.holder,
+            requestedAt=format_time(record.requested_at),
+        )
+    else:
+        base.update(
+            node=record.node,
+            resourceID=record.resource_id,
+            stage=record.stage.value,
+            passed=record.passed,
+            holder=record.holder,
+            fencingToken=record.fencing_token,
+            reportedAt=format_time(record.reported_at),
+            detail=record.detail,
+        )
+    return base
+
+
+def encode_input(record: GovernanceInput) -> bytes:
+    """Serialise a governance-topic record (UTF-8 JSON, keys sorted)."""
+    return orjson.dumps(input_to_dict(record), option=orjson.OPT_SORT_KEYS)
+
+
+# --- decoding -------------------------------------------------------------------------------
+
+
+
+
+
+
+
+
+
+_UNSTORABLE: Final = re.compile("[\x00\ud800-\udfff]")
+"""NUL and lone surrogates: PostgreSQL text and JSONB cannot hold them."""
+
+
+def _check_storable(value: Any, where: str) -> None:
+    if isinstance(value, str):
+        # The cheap tests first: almost every value is ASCII without NUL.
+        if "\x00" in value or (not value.isascii() and _UNSTORABLE.search(value)):
+            raise EventDecodeError(f"field {where!r} holds a NUL or a lone surrogate")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if (
+                type(item) is str
+                and item.isascii()
+                and "\x00" not in item
+                and key.isascii()
+                and "\x00" not in key
+            ):
+                continue  # the common case, without building a path
+            _check_storable(key, where)
+            _check_storable(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for item in value:
+            _check_storable(item, where)
+
+
+def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
+    """Build a governance-topic record from its JSON object; raises ``EventDecodeError`` (also for
+    a string PostgreSQL could not store: the record is dead-lettered, not written)."""
+    _check_storable(obj, "")
+    if obj.get("schema") != SCHEMA_VERSION:
+        raise EventDecodeError(f"unsupported schema {obj.get('schema')!r}")
+    kind = obj.get("type")
+    if kind in ("NodeHeartbeat", "NodeResourcesChanged"):
+        event = node_event_from_dict(obj)
+        assert isinstance(event, NodeHeartbeat | NodeResourcesChanged)
+        return event
+    if kind == "HealthTransition":
+        raw_version = obj.get("statusVersion")
+        version = None if raw_version is None else parse_resource_version(raw_version)
+        if raw_version is not None and version is None:
+            raise EventDecodeError(f"statusVersion {raw_version!r} is not comparable")
+        pods = obj.get("pods") or []
+        if not isinstance(pods, list) or not all(isinstance(p, str) for p in pods):
+            raise EventDecodeError("field 'pods' must be a list of strings")
+        return HealthTransition(
+            node=str_field(obj, "node"),
+            resource_id=str_field(obj, "resourceID"),
+            resource_name=str_field(obj, "resourceName"),
+            source=enum_field(DeviceSource, obj, "source"),
+            health=enum_field(Health, obj, "health"),
+            status_version=version,
+            observed_at=time_field(obj, "observedAt"),
+            partition=int_field(obj, "partition"),
+            offset=int_field(obj, "offset"),
+            message=optional_str_field(obj, "message"),
+            raw_health=optional_str_field(obj, "rawHealth"),
+            resource_claim=optional_str_field(obj, "resourceClaim"),
+            pods=tuple(pods),
+            device_id=optional_str_field(obj, "deviceID"),
+            identity=optional_str_field(obj, "identity"),
+            uuid=optional_str_field(obj, "uuid"),
+        )
+    if kind == "InventoryConflict":
+        return InventoryConflict(
+            kind=str_field(obj, "kind"),
+            node=str_field(obj, "node"),
+            subject=str_field(obj, "subject"),
+            detail=str_field(obj, "detail", empty=True),
+            active=bool_field(obj, "active"),
+            observed_at=time_field(obj, "observedAt"),
+        )
+    if kind == "WatermarkAdvanced":
+        return WatermarkAdvanced(
+            partition=int_field(obj, "partition"),
+            partitions=int_field(obj, "partitions", 1),
+            event_time=time_field(obj, "eventTime"),
+        )
+    if kind == "OperatorCommand":
+        return OperatorCommand(
+            command_id=str_field(obj, "commandID"),
+            action=enum_field(CommandAction, obj, "action"),
+            actor=str_field(obj, "actor"),
+            role=enum_field(Role, obj, "role"),
+            requested_at=time_field(obj, "requestedAt"),
+            reason=str_field(obj, "reason", empty=True) if obj.get("reason") is not None else "",
+            node=optional_str_field(obj, "node"),
+            resource_id=optional_str_field(obj, "resourceID"),
+            expires_at=optional_time_field(obj, "expiresAt"),
+            break_glass=bool_field(obj, "breakGlass"),
+            quarantine_id=optional_str_field(obj, "quarantineID"),
+        )
+    if kind == "RecoveryLeaseRequested":
+        return RecoveryLeaseRequested(
+            node=str_field(obj, "node"),
+            resource_id=str_field(obj, "resourceID"),
+            holder=str_field(obj, "holder"),
+            requested_at=time_field(obj, "requestedAt"),
+        )
+    if kind == "RecoveryReport":
+        return RecoveryReport(
+            node=str_field(obj, "node"),
+            resource_id=str_field(obj, "resourceID"),
+            stage=enum_field(RecoveryStage, obj, "stage"),
+            passed=bool_field(obj, "passed"),
+            holder=str_field(obj, "holder"),
+            fencing_token=int_field(obj, "fencingToken", 1),
+            reported_at=time_field(obj, "reportedAt"),
+            detail=str_field(obj, "detail", empty=True) if obj.get("detail") is not None else "",
+        )
+    raise EventDecodeError(f"unknown governance record type {kind!r}")
+
+
+def decode_input(payload: bytes, record_type: str | None = None) -> GovernanceInput:
+    """Parse a governance-topic record; raises :class:`EventDecodeError` with the reason.
+
+    ``record_type``: the type the record's type header names (``None``: no header, a record
+    written before producers set it); a body of another type is refused, the message naming both.
+    """
+    try:
+        obj = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise EventDecodeError(f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise EventDecodeError("not a JSON object")
+    if record_type is not None and obj.get("type") != record_type:
+        raise type_mismatch(record_type, obj.get("type"))
+    return input_from_dict(obj)
