@@ -193,7 +193,7 @@ async def test_agent_drops_early_writes_once_and_dead_letters(
         encode_event(observation(3)),
         encode_event(observation(7, health=Health.UNHEALTHY)),
     ]
-    sink = FakeSink()
+    sink = FakeSink(run_hooks=False)
     built, dead = await _run_agent(tmp_path, payloads, sink, expected_calls=1)
 
     assert sink.calls == 1
@@ -221,7 +221,7 @@ async def test_agent_drops_early_writes_once_and_dead_letters(
 async def test_agent_decodes_by_the_type_header_and_dead_letters_a_disagreeing_one(
     tmp_path: Any, observation: Any
 ) -> None:
-    sink = FakeSink()
+    sink = FakeSink(run_hooks=False)
     built = build_worker_app(_unit_settings(tmp_path), sink=sink)
     app = built.app
     app.finalize()
@@ -255,7 +255,7 @@ async def test_agent_decodes_by_the_type_header_and_dead_letters_a_disagreeing_o
 async def test_agent_retries_transient_errors_inside_the_batch(
     tmp_path: Any, observation: Any
 ) -> None:
-    sink = FakeSink(fail=2)
+    sink = FakeSink(run_hooks=False, fail=2)
     built, _ = await _run_agent(tmp_path, [encode_event(observation(5))], sink, expected_calls=3)
     assert sink.calls == 3
     assert len(sink.batches) == 1
@@ -268,7 +268,7 @@ async def test_non_transient_error_stops_without_acks_or_later_writes(
     tmp_path: Any, observation: Any
 ) -> None:
     failures: list[BaseException] = []
-    sink = FakeSink(fail=1, error=ValueError("column does not exist"))
+    sink = FakeSink(run_hooks=False, fail=1, error=ValueError("column does not exist"))
 
     built, _ = await _run_agent(
         tmp_path,
@@ -284,7 +284,7 @@ async def test_non_transient_error_stops_without_acks_or_later_writes(
 
 
 async def test_halted_worker_withholds_every_later_batch(tmp_path: Any) -> None:
-    sink = FakeSink()
+    sink = FakeSink(run_hooks=False)
     built = build_worker_app(_unit_settings(tmp_path), sink=sink)
     built.dedup._halted = True
 

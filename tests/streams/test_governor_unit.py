@@ -52,7 +52,9 @@ def make_governor(
         consumer_group=f"unit-gov-{id(sink)}",
         **policy,
     )
-    built = build_worker_app(settings, sink=FakeSink(), governance_sink=sink, on_fatal=on_fatal)
+    built = build_worker_app(
+        settings, sink=FakeSink(run_hooks=False), governance_sink=sink, on_fatal=on_fatal
+    )
     governor = built.governor
     sent = Sent()
     governor.send_decisions = sent
