@@ -1,6 +1,7 @@
-"""Fakes of the watcher tests: a publisher that keeps what it is given (no Kafka), and a fake
-Kubernetes API server serving Pods, node Leases and Nodes, and the DRA objects when asked to
-(the Kubernetes API only is faked)."""
+"""Fakes of the watcher tests: the ``publisher`` fixture (a
+:class:`~tests.fakes.event_publisher.FakePublisher`, no Kafka), and a fake Kubernetes API server
+serving Pods, node Leases and Nodes, and the DRA objects when asked to (the Kubernetes API only
+is faked)."""
 
 from __future__ import annotations
 

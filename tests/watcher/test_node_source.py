@@ -22,9 +22,8 @@ from services.processes.watcher.watch_lines import ObjectChange
 from services.processes.watcher.watch_loop import ObjectsListed, SourceItem
 from services.runtime.config import Settings
 from tests.domain.test_node_tracker import lease, node
-from tests.fakes.watch_apis import FakeObjectApi
+from tests.fakes.watch_apis import GONE, FakeObjectApi, event_line
 from tests.watcher.conftest import LEASES_PATH, FakeCluster
-from tests.watcher.test_kube_source import GONE, event_line
 
 AT = datetime(2026, 11, 29, 11, 0, tzinfo=UTC)
 
