@@ -131,6 +131,17 @@ class TaintRuleApiContract:
         assert replaced["spec"]["taint"]["timeAdded"] == created["spec"]["taint"]["timeAdded"]
         assert replaced["spec"]["taint"]["effect"] == "NoExecute"
 
+    async def test_replace_without_a_version_is_unconditional(
+        self, rules: TaintRuleApi, run: str
+    ) -> None:
+        body = rule(run)
+        created = await rules.create_rule(body, dry_run=False)
+        replaced = await rules.replace_rule(
+            body["metadata"]["name"], with_effect(body, "NoExecute"), dry_run=False
+        )
+        assert replaced["spec"]["taint"]["effect"] == "NoExecute"
+        assert replaced["metadata"]["resourceVersion"] != created["metadata"]["resourceVersion"]
+
     async def test_replace_at_an_older_version_is_409_conflict(
         self, rules: TaintRuleApi, run: str
     ) -> None:
