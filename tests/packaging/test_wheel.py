@@ -4,6 +4,7 @@ distribution (``devtools/pyproject.toml``) and the ``devicestate-dev`` command."
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -18,22 +19,17 @@ REPO = Path(__file__).resolve().parents[2]
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     """Both wheels, built as a packager would (``pip wheel --no-deps``), by distribution name."""
     out = tmp_path_factory.mktemp("wheels")
-    for source in (REPO, REPO / "devtools"):
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "wheel",
-                "--quiet",
-                "--no-deps",
-                "-w",
-                str(out),
-                str(source),
-            ],
-            check=True,
-            cwd=REPO,
-        )
+    # A copy of the sources (devtools/ included, to show the product's build leaves it out), so
+    # that setuptools' build/ folders land outside the checkout.
+    tree = tmp_path_factory.mktemp("tree")
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, tree / name)
+    for name in ("services", "streams", "migrations", "devtools"):
+        shutil.copytree(REPO / name, tree / name, ignore=skip)
+    for source in (tree, tree / "devtools"):
+        pip_wheel = ["pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(source)]
+        subprocess.run([sys.executable, "-m", *pip_wheel], check=True, cwd=tree)
     names: dict[str, list[str]] = {}
     for wheel in out.glob("*.whl"):
         with zipfile.ZipFile(wheel) as archive:
