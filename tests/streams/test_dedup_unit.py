@@ -1,8 +1,8 @@
 """The dedup agent without a broker: the pure early filter, and the agent on faust's memory store.
 
-The early filter (:func:`streams.dedup.select_new`) must never change what the projection ends up
-with: folding only what it keeps, batch after batch, with the table raised after each batch, gives
-the fold of the whole log.
+The early filter (:func:`streams.dedup_table.select_new`) must never change what the projection
+ends up with: folding only what it keeps, batch after batch, with the table raised after each
+batch, gives the fold of the whole log.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from services.domain.event_codec import encode_event
 from services.domain.events import Event, Health
 from services.runtime.config import Settings
 from streams.app import build_worker_app
-from streams.dedup import (
+from streams.dedup_table import (
     select_new,
     table_key,
 )

@@ -249,7 +249,7 @@ async def test_shutdown_during_a_retry_abandons_the_batch_unacknowledged(tmp_pat
 @pytest.mark.parametrize("stage_result", ["passed", "failed"])
 def test_recovery_and_false_quarantine_metrics(tmp_path: Any, stage_result: str) -> None:
     from services.domain.governance.decisions import Decision, DecisionKind
-    from streams.governor import record_decision
+    from streams.governor_metrics import record_decision
     from streams.metrics import WorkerMetrics
 
     metrics = WorkerMetrics()
