@@ -13,7 +13,7 @@ from typing import Any
 
 import faust
 
-from services.runtime.config import Settings
+from services.runtime.config import KafkaSettings, Settings, WorkerProcessSettings
 from streams.dedup import BatchSink, DeviceDedup
 from streams.forward import Forwarder, topic_sender
 from streams.governor import GovernanceSink, Governor, StepFn
@@ -43,7 +43,7 @@ def broker_urls(bootstrap_servers: str) -> list[str]:
     ]
 
 
-def faust_settings(settings: Settings) -> dict[str, Any]:
+def faust_settings(settings: WorkerProcessSettings) -> dict[str, Any]:
     """Faust configuration for the worker.
 
     - ``consumer_auto_offset_reset="earliest"``: a new group starts from the topic's beginning,
@@ -133,7 +133,7 @@ def build_worker_app(
     return WorkerApp(app=app, dedup=dedup, metrics=metrics, governor=governor, forwarder=forwarder)
 
 
-def health_partitions(app: Any, settings: Settings) -> int:
+def health_partitions(app: Any, settings: KafkaSettings) -> int:
     """The health topic's partition count: the consumer's metadata when it knows the topic,
     ``settings.topic_partitions`` otherwise."""
     try:
