@@ -2,19 +2,21 @@
 
 Per batch of records (``stream.take_events``):
 
-1. decode each record (:func:`~services.domain.records.decode_typed_record`, with the type its
-   ``devicestate-type`` header names; records written before the header are told apart by their
-   bytes); a record that does not decode, or whose body is of another type than its header
-   says, is sent, with its original bytes, to the dead-letter topic (reason in headers) and the
-   stream goes on. Node events (heartbeats, resource counts, watcher ticks) and DRA inventory
-   records never touch the directory or the table: heartbeats and resource counts are only
-   forwarded (step 3), and every record's event time moves its partition's watermark. DRA
+1. decode each record (:mod:`streams.dedup_decode`:
+   :func:`~services.domain.records.decode_typed_record`, with the type its ``devicestate-type``
+   header names; records written before the header are told apart by their bytes); a record
+   that does not decode, or whose body is of another type than its header says, is sent, with
+   its original bytes, to the dead-letter topic (:mod:`streams.deadletter`, stage ``decode``)
+   and the stream goes on. Node events (heartbeats, resource counts, watcher ticks) and DRA
+   inventory records never touch the directory or the table: heartbeats and resource counts are
+   only forwarded (step 3), and every record's event time moves its partition's watermark. DRA
    inventory records, resource counts and the observations the directory applies also maintain
    the inventory (:mod:`services.domain.inventory.fold`: objects, identities, conflicts) in
    the same transaction;
-2. drop observations the changelog-backed table ``last_applied_version`` already covers (same or
-   older statusVersion rank for the device) -- early, before the database sees them. Releases are
-   never filtered: only the projection knows which allocations they remove;
+2. drop observations the changelog-backed table ``last_applied_version``
+   (:mod:`streams.dedup_table`) already covers (same or older statusVersion rank for the
+   device) -- early, before the database sees them. Releases are never filtered: only the
+   projection knows which allocations they remove;
 3. write what is left with ONE :meth:`ProjectionStore.apply_batch` (one transaction), retrying
    transient database (and Kafka) errors with backoff inside the loop, shielded from
    cancellation. Inside the transaction, just before the commit, the batch's health
@@ -29,16 +31,15 @@ raised. So the body never raises for a transient error, and when a batch cannot 
 non-transient error, or shutdown before the write finished) its acks are *withheld*: the offsets
 are not committed and the batch is read again after a restart. The projection's version guard and
 its history keyed by log position make that re-read harmless (at-least-once into an idempotent
-sink).
+sink). This module holds the agent (:class:`DeviceDedup`: the batch flow, the write, the acks and
+the batch metrics) and :func:`is_retriable`, which both agents' writes retry on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final, Protocol
 
@@ -46,29 +47,20 @@ import faust
 import structlog
 
 from services.adapters.kafka.clients import is_broker_unavailable
-from services.adapters.kafka.headers import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE, record_type
 from services.adapters.projection.errors import is_transient
 from services.domain.batch import CommitHook, InventoryRecord, LoggedBatch
-from services.domain.directory import version_rank
-from services.domain.events import DeviceHealthObserved
-from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LoggedEvent, LogPosition
-from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
-from services.domain.records import decode_typed_record
 from services.runtime.config import Settings
 from streams.batchwrite import SHUTDOWN_GRACE_SECONDS as SHUTDOWN_GRACE_SECONDS
 from streams.batchwrite import BatchNotWritten as BatchNotWritten
 from streams.batchwrite import BatchWriter
-from streams.forward import BatchView, Forwarder, LoggedNodeEvent
+from streams.deadletter import dead_letter
+from streams.dedup_decode import DecodedBatch, decode_into
+from streams.dedup_table import TABLE_NAME, known_ranks, remember, select_new
+from streams.forward import BatchView, Forwarder
 from streams.metrics import WorkerMetrics
 
 log = structlog.get_logger(__name__)
-
-TABLE_NAME: Final = "last_applied_version"
-"""Faust table: ``f"{node}\\x1f{resourceID}"`` -> highest statusVersion rank committed (decimal)."""
-
-KEY_SEPARATOR: Final = "\x1f"
-"""ASCII unit separator: cannot occur in a node name or a resourceID the watcher emits."""
 
 DEAD_LETTER_STAGE: Final = "decode"
 """``devicestate-stage`` header of the worker's dead letters."""
@@ -95,59 +87,6 @@ class BatchSink(Protocol):
     ) -> Awaitable[BatchResult]: ...
 
 
-# --- the pure part: which observations the table already covers ------------------------------
-
-
-def table_key(node: str, resource_id: str) -> str:
-    """Key of a device in the dedup table."""
-    return f"{node}{KEY_SEPARATOR}{resource_id}"
-
-
-@dataclass(slots=True)
-class Selection:
-    """Result of :func:`select_new` on one batch."""
-
-    records: list[LoggedEvent] = field(default_factory=list)
-    """Events to write, in input order."""
-    kept: list[int] = field(default_factory=list)
-    """Index in the input of each entry of ``records``."""
-    duplicates: int = 0
-    """Observations dropped with the same rank as the table's (or an earlier one in the batch)."""
-    stale: int = 0
-    """Observations dropped with a lower rank."""
-    ranks: dict[str, tuple[int, int]] = field(default_factory=dict)
-    """Per table key: (highest rank kept in this batch, input index of the event that carried it)."""
-
-
-def select_new(items: Sequence[LoggedEvent], known: Mapping[str, int]) -> Selection:
-    """Drop observations whose device already has the same or a higher rank.
-
-    ``known`` maps table keys to the rank the projection has committed. The rule is the fold's
-    (:func:`services.domain.directory.apply_observation`): an observation can only change a device
-    whose rank is lower, or a device not known yet; anything else would be a DUPLICATE or STALE
-    no-op there too. Earlier observations of the same batch count as known. Releases always pass.
-    """
-    selection = Selection()
-    seen: dict[str, int] = {}
-    for index, item in enumerate(items):
-        event = item.event
-        if isinstance(event, DeviceHealthObserved):
-            key = table_key(event.node, event.resource_id)
-            rank = version_rank(event.status_version)
-            best = seen.get(key, known.get(key))
-            if best is not None and rank <= best:
-                if rank == best:
-                    selection.duplicates += 1
-                else:
-                    selection.stale += 1
-                continue
-            seen[key] = rank
-            selection.ranks[key] = (rank, index)
-        selection.records.append(item)
-        selection.kept.append(index)
-    return selection
-
-
 # --- retriable errors -----------------------------------------------------------------------------
 
 
@@ -159,18 +98,6 @@ def is_retriable(exc: BaseException) -> bool:
 
 
 # --- the agent ---------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Batch:
-    events: Sequence[Any]  # faust EventT, in stream order
-    records: list[LoggedEvent] = field(default_factory=list)
-    sources: list[Any] = field(default_factory=list)  # faust event of each record
-    node_events: list[LoggedNodeEvent] = field(default_factory=list)
-    order: dict[LogPosition, int] = field(default_factory=dict)  # decoded records' batch index
-    # What the inventory folds, in batch order: observations, DRA objects, resource counts.
-    items: list[tuple[LogPosition, InventoryRecord]] = field(default_factory=list)
-    dead: list[Awaitable[Any]] = field(default_factory=list)
 
 
 class DeviceDedup:
@@ -240,14 +167,14 @@ class DeviceDedup:
             self._withhold_acks(events)
             return
         started = time.perf_counter()
-        batch = _Batch(events)
+        batch = DecodedBatch(events)
         self.metrics.consumed.inc(len(events))
         self.metrics.batch_size.observe(len(events))
         self.events_seen += len(events)
         for event in events:
-            self._decode_one(event, batch)
+            decode_into(batch, event, self._dead_letter)
 
-        known = self._known_ranks(stream, batch)
+        known = known_ranks(self.table, stream, batch.records, batch.sources)
         selection = select_new(batch.records, known)
         hook = None
         event_times: list[tuple[LogPosition, datetime]] = []
@@ -299,33 +226,10 @@ class DeviceDedup:
         if result is None:  # shutdown came first and the write was abandoned
             self._withhold_acks(events)
             raise asyncio.CancelledError
-        self._remember(stream, selection, batch)
+        remember(self.table, stream, selection, batch.sources)
         self._record(result, events, highwaters, started)
         if cancelled:
             raise asyncio.CancelledError
-
-    def _decode_one(self, event: Any, batch: _Batch) -> None:
-        message = event.message
-        position = LogPosition(message.topic, message.partition, message.offset)
-        payload = message.value
-        try:
-            if payload is None:
-                raise ValueError("record has no value (tombstone)")
-            decoded = decode_typed_record(payload, record_type(message.headers), inventory=True)
-        except Exception as exc:  # EventDecodeError, or anything a bad payload provokes
-            reason = str(exc) or type(exc).__name__
-            batch.dead.append(self._dead_letter(message, position, reason))
-            return
-        batch.order[position] = len(batch.order)
-        if isinstance(decoded, DeviceHealthObserved | InventoryObserved | NodeResourcesChanged):
-            batch.items.append((position, decoded))
-        if isinstance(
-            decoded, NodeHeartbeat | NodeResourcesChanged | WatcherTick | InventoryObserved
-        ):
-            batch.node_events.append(LoggedNodeEvent(position, decoded))
-            return
-        batch.records.append(LoggedEvent(position, decoded))
-        batch.sources.append(event)
 
     async def _dead_letter(self, message: Any, position: LogPosition, reason: str) -> Any:
         log.warning(
@@ -335,41 +239,9 @@ class DeviceDedup:
             offset=position.offset,
             reason=reason,
         )
-        self.metrics.dead_lettered.labels(DEAD_LETTER_STAGE).inc()
-        headers = [
-            (HEADER_REASON, reason.encode()),
-            (HEADER_STAGE, DEAD_LETTER_STAGE.encode()),
-            (HEADER_SOURCE, f"{position.topic}/{position.partition}/{position.offset}".encode()),
-        ]
-        fut = await self.dead_letter_topic.send(
-            key=message.key, value=message.value, headers=headers, force=True
+        return await dead_letter(
+            self.dead_letter_topic, self.metrics, message, stage=DEAD_LETTER_STAGE, reason=reason
         )
-        return await fut
-
-    def _known_ranks(self, stream: Any, batch: _Batch) -> dict[str, int]:
-        known: dict[str, int] = {}
-        looked_up: set[str] = set()
-        table = self.table
-        for record, source in zip(batch.records, batch.sources, strict=True):
-            event = record.event
-            if not isinstance(event, DeviceHealthObserved):
-                continue
-            key = table_key(event.node, event.resource_id)
-            if key in looked_up:
-                continue
-            looked_up.add(key)
-            with _current_event(stream, source):
-                value = table.get(key)
-            if value is not None:
-                known[key] = int(value)
-        return known
-
-    def _remember(self, stream: Any, selection: Selection, batch: _Batch) -> None:
-        """After the commit: raise the table's ranks (the changelog goes to the source's partition)."""
-        table = self.table
-        for key, (rank, index) in selection.ranks.items():
-            with _current_event(stream, batch.sources[index]):
-                table[key] = str(rank)
 
     def _highwaters(self, events: Sequence[Any]) -> dict[tuple[str, int], int]:
         highwaters: dict[tuple[str, int], int] = {}
@@ -451,20 +323,3 @@ class DeviceDedup:
         metrics.set_lag(highwaters, last)
         metrics.batch_seconds.observe(time.perf_counter() - started)
         self.batches += 1
-
-
-@contextmanager
-def _current_event(stream: Any, event: Any) -> Iterator[None]:
-    """Make ``event`` faust's current event while reading or writing its table key.
-
-    The table picks the RocksDB partition and the changelog partition from the current event, so
-    each key lives in (and its changelog entry goes to) the partition of the record it came from.
-    ``take_events`` reads ``stream.current_event`` in its background drainer, so the previous
-    value is restored before anything else runs (this block has no ``await``).
-    """
-    previous = stream.current_event
-    stream._set_current_event(event)
-    try:
-        yield
-    finally:
-        stream._set_current_event(previous)

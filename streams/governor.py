@@ -24,6 +24,8 @@ A crash anywhere before the commit leaves the offsets unacknowledged and the pro
 next worker restores the last committed state and folds the same records again, so it makes the
 same decisions (same ids, ``<seq>.<index>``; consumers of the decisions topic deduplicate by id).
 A batch that cannot be written stops the worker (``on_fatal``), like the health agent's.
+Dead letters go through :mod:`streams.deadletter`; the governor's gauges and decision counters
+are :mod:`streams.governor_metrics`.
 """
 
 from __future__ import annotations
@@ -32,43 +34,33 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Final, Protocol
 
 import structlog
 
-from services.adapters.kafka.headers import (
-    HEADER_REASON,
-    HEADER_SOURCE,
-    HEADER_STAGE,
-    record_type,
-    type_headers,
-)
+from services.adapters.kafka.headers import record_type, type_headers
 from services.adapters.projection.governance_store import (
     BatchRows,
     GovernorSnapshot,
     StaleGovernorState,
-    active_quarantine,
     batch_rows,
 )
-from services.domain.governance.decisions import Decision, DecisionKind, encode_decision
-from services.domain.governance.device_state import DeviceKey, GovState
+from services.domain.governance.decisions import Decision, encode_decision
 from services.domain.governance.input_codec import decode_input
 from services.domain.governance.inputs import GovernanceInput
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.runtime.config import Settings
 from streams.batchwrite import BatchNotWritten, BatchWriter
+from streams.deadletter import dead_letter
 from streams.dedup import is_retriable
+from streams.governor_metrics import GovernorGauges, record_decision
 from streams.metrics import WorkerMetrics
 
 log = structlog.get_logger(__name__)
 
 DEAD_LETTER_STAGE: Final = "governor-decode"
 """``devicestate-stage`` header of the governor's dead letters."""
-
-UNKNOWN_STATES: Final = frozenset({GovState.UNKNOWN_TOLERATED.value, GovState.RESTRICTED.value})
-"""Leaving one of these for another state ends an Unknown period (the duration histogram)."""
 
 StepFn = Callable[[GovernorState, GovernanceInput, int, GovernancePolicy], list[Decision]]
 """``step(state, record, seq, policy) -> decisions`` (:mod:`services.domain.governance.machine`)."""
@@ -153,8 +145,7 @@ class Governor:
         self.batches = 0
         self.records_seen = 0
         self._halted = False
-        self._views: dict[DeviceKey, tuple[GovState, bool]] = {}
-        self._unknown_since: dict[DeviceKey, datetime] = {}
+        self.gauges = GovernorGauges(metrics)
 
     @property
     def step(self) -> StepFn:
@@ -252,7 +243,7 @@ class Governor:
         except BaseException:
             self.state = None  # folded past what is committed: reload before the next attempt
             raise
-        self._update_views(state)
+        self.gauges.update(state)
         state.clear_dirty()
         if result.last_offset is not None:
             self.applied_through = result.last_offset
@@ -279,35 +270,10 @@ class Governor:
                 result.dead.append(self._dead_letter(message, reason))
                 continue
             decisions = step(state, record, offset, policy)
-            self._track_unknown(state, decisions, result)
+            self.gauges.track_unknown(state, decisions, result.unknown_seconds)
             result.decisions.extend(decisions)
             result.folded += 1
         return result
-
-    def _track_unknown(
-        self, state: GovernorState, decisions: Sequence[Decision], result: FoldResult
-    ) -> None:
-        """Follow Unknown periods through the decisions: entering UnknownTolerated/Restricted
-        starts one, leaving them ends it (``details.unknownSeconds`` when the decision has it,
-        else since the device's ``unknownSince``)."""
-        for decision in decisions:
-            if decision.kind is not DecisionKind.STATE_CHANGED or decision.resource_id is None:
-                continue
-            key = (decision.node or "", decision.resource_id)
-            details = decision.details
-            entering = details.get("state") in UNKNOWN_STATES
-            leaving = details.get("previous") in UNKNOWN_STATES
-            if entering and not leaving:
-                device = state.devices.get(key)
-                since = device.unknown_since if device is not None else None
-                self._unknown_since[key] = since or decision.at
-            elif leaving and not entering:
-                started = self._unknown_since.pop(key, None)
-                seconds = details.get("unknownSeconds")
-                if isinstance(seconds, int | float) and not isinstance(seconds, bool):
-                    result.unknown_seconds.append(float(seconds))
-                elif started is not None:
-                    result.unknown_seconds.append((decision.at - started).total_seconds())
 
     async def _load(self) -> None:
         snapshot = await self.sink.load(self.topic_name)
@@ -318,13 +284,7 @@ class Governor:
             self.policy.heartbeat_grace_seconds,
         )
         self.applied_through = snapshot.offset
-        self._views = {}
-        self._unknown_since = {
-            key: device.unknown_since or device.state_since
-            for key, device in self.state.devices.items()
-            if device.state.value in UNKNOWN_STATES
-        }
-        self._update_views(self.state, every=True)
+        self.gauges.reset(self.state)
         log.info(
             "governor state loaded",
             devices=len(snapshot.devices),
@@ -342,16 +302,9 @@ class Governor:
     async def _dead_letter(self, message: Any, reason: str) -> Any:
         source = f"{message.topic}/{message.partition}/{message.offset}"
         log.warning("governance record dead-lettered", source=source, reason=reason)
-        self.metrics.dead_lettered.labels(DEAD_LETTER_STAGE).inc()
-        headers = [
-            (HEADER_REASON, reason.encode()),
-            (HEADER_STAGE, DEAD_LETTER_STAGE.encode()),
-            (HEADER_SOURCE, source.encode()),
-        ]
-        fut = await self.dead_letter_topic.send(
-            key=message.key, value=message.value, headers=headers, force=True
+        return await dead_letter(
+            self.dead_letter_topic, self.metrics, message, stage=DEAD_LETTER_STAGE, reason=reason
         )
-        return await fut
 
     def _highwater(self, events: Sequence[Any]) -> int | None:
         try:
@@ -362,41 +315,6 @@ class Governor:
 
     # -- metrics ----------------------------------------------------------------------------------
 
-    def _update_views(self, state: GovernorState, *, every: bool = False) -> None:
-        """Keep the per-state device counts and the active-quarantine count up to date from the
-        devices the batch touched (all of them after a load)."""
-        metrics = self.metrics
-        keys = list(state.devices) if every else state.dirty_devices
-        counts: dict[GovState, int] = {}
-        active = 0
-        for key in keys:
-            old = self._views.pop(key, None)
-            if old is not None:
-                counts[old[0]] = counts.get(old[0], 0) - 1
-                active -= old[1]
-            device = state.devices.get(key)
-            if device is None:
-                continue
-            view = (device.state, active_quarantine(device))
-            self._views[key] = view
-            counts[view[0]] = counts.get(view[0], 0) + 1
-            active += view[1]
-        if every:
-            for gov_state in GovState:
-                metrics.devices_by_state.labels(gov_state.value).set(counts.get(gov_state, 0))
-            metrics.active_quarantines.set(active)
-        else:
-            for gov_state, delta in counts.items():
-                if delta:
-                    metrics.devices_by_state.labels(gov_state.value).inc(delta)
-            if active:
-                metrics.active_quarantines.inc(active)
-        fleet = state.fleet
-        metrics.breaker_open.set(1 if fleet.breaker_open else 0)
-        metrics.automation_paused.set(1 if fleet.automation_paused else 0)
-        if fleet.watermark is not None:
-            metrics.watermark.set(fleet.watermark.timestamp())
-
     def _record(self, result: FoldResult, started: float) -> None:
         metrics = self.metrics
         for decision in result.decisions:
@@ -405,18 +323,6 @@ class Governor:
             metrics.unknown_seconds.observe(seconds)
         metrics.governor_batch_seconds.observe(time.perf_counter() - started)
         self.batches += 1
-
-
-def record_decision(metrics: WorkerMetrics, decision: Decision) -> None:
-    """Count one decision in the governor's metrics."""
-    kind, details = decision.kind, decision.details
-    metrics.decisions.labels(kind.value).inc()
-    if kind is DecisionKind.RECOVERY_STAGE_PASSED:
-        metrics.recovery_stages.labels(str(details.get("stage") or ""), "passed").inc()
-    elif kind is DecisionKind.RECOVERY_FAILED:
-        metrics.recovery_stages.labels(str(details.get("stage") or ""), "failed").inc()
-    elif kind is DecisionKind.QUARANTINE_RELEASED and details.get("confirmedFault") is False:
-        metrics.false_quarantines.inc()
 
 
 def _retriable(exc: BaseException) -> bool:

@@ -1,24 +1,41 @@
 """The actors of the governor benchmark's log besides the fleet: the recovery executors, which
 react to the governor's decisions (lease requests, stage reports), and the operator's scripted
-commands. Functions of the :class:`~bench.governor.generator.Generator` writing the log (its
-random source, clock, schedule and the governor state it folds).
+commands. Functions of the log's writer (:class:`~bench.governor.generator.Generator`, seen
+through :class:`LogWriter`: its random source, clock, schedule and the governor state it folds).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from random import Random
+from typing import Any, Protocol
 
+from bench.governor.fleet import Gpu, Options
 from services.domain.governance.decisions import Decision, DecisionKind
 from services.domain.governance.device_state import GovState, QuarantineKind
-from services.domain.governance.inputs import CommandAction, OperatorCommand, Role
-
-if TYPE_CHECKING:
-    from bench.governor.generator import Generator
+from services.domain.governance.inputs import CommandAction, GovernanceInput, OperatorCommand, Role
+from services.domain.governance.state import GovernorState
 
 
-def react(gen: Generator, decisions: Sequence[Decision]) -> None:
+class LogWriter(Protocol):
+    """What the actors use of the generator (a protocol, so the generator can import them)."""
+
+    opts: Options
+    rng: Random
+    state: GovernorState
+    gpus: list[Gpu]
+    commands: list[OperatorCommand]
+    command_script: tuple[str, ...]
+
+    def at(self, seconds: float, kind: str, *args: Any) -> None: ...
+
+    def now(self) -> float: ...
+
+    def emit(self, record: GovernanceInput, label: str) -> None: ...
+
+
+def react(gen: LogWriter, decisions: Sequence[Decision]) -> None:
     """The recovery executors: lease requests after a probe/canary starts, reports after a
     grant; sometimes a competing request or a stale report."""
     rng, now, executors = gen.rng, gen.now(), gen.opts.executors
@@ -58,7 +75,7 @@ def react(gen: Generator, decisions: Sequence[Decision]) -> None:
                 )
 
 
-def pick(gen: Generator, want: Callable[[Any], bool]) -> tuple[str, str] | None:
+def pick(gen: LogWriter, want: Callable[[Any], bool]) -> tuple[str, str] | None:
     """A device key (node, key) whose governance state satisfies ``want`` (random tries, then
     a scan in key order)."""
     devices = gen.state.devices
@@ -75,7 +92,7 @@ def pick(gen: Generator, want: Callable[[Any], bool]) -> tuple[str, str] | None:
     return None
 
 
-def command(gen: Generator, j: int, at: datetime) -> None:
+def command(gen: LogWriter, j: int, at: datetime) -> None:
     """Operator command ``j`` of the script (cycled), at event time ``at``."""
     kind = gen.command_script[j % len(gen.command_script)]
     rng = gen.rng

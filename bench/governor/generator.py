@@ -94,7 +94,7 @@ class Generator:
         self.outages: dict[int, tuple[float, float]] = {}
         self.commands: list[OperatorCommand] = []
         self.manual: list[tuple[str, str]] = []
-        self.command_script = (
+        self.command_script: tuple[str, ...] = (
             "quarantine",
             "viewer",
             "extend",

@@ -2,7 +2,7 @@
 
 :func:`encode_event` writes the schema-1 JSON object (camelCase keys, sorted, times RFC 3339 with
 ``Z``, ``statusVersion`` as a decimal string); :func:`decode_event` reads it back and refuses, with
-:class:`~services.domain.events.EventDecodeError`, anything that is not a valid schema-1 event or
+:class:`~services.domain.codec.EventDecodeError`, anything that is not a valid schema-1 event or
 that the projection could not store (:func:`services.domain.limits.field_violations`).
 """
 

@@ -14,7 +14,7 @@ bytes (the ``"type":"X"`` markers below), which stays only as that fallback.
 Inventory records are opt-in for a consumer, like the extra kinds of
 ``watch_lines.decode_watch_line``: ``decode_record(payload, inventory=True)`` decodes them (and
 its type says so, so the type checker makes the consumer handle them); without it an
-``InventoryObserved`` raises :class:`~services.domain.events.EventDecodeError`, which a consumer
+``InventoryObserved`` raises :class:`~services.domain.codec.EventDecodeError`, which a consumer
 that predates them (the stream worker, the replay) dead-letters or counts as undecodable instead
 of mistaking it for a device event.
 """
@@ -73,7 +73,7 @@ def decode_record(payload: bytes, *, inventory: bool) -> TopicRecord: ...
 def decode_record(payload: bytes, *, inventory: bool = False) -> TopicRecord:
     """Decode one device-health topic record; ``inventory``: also ``InventoryObserved``.
 
-    Raises :class:`~services.domain.events.EventDecodeError` with the reason (the caller
+    Raises :class:`~services.domain.codec.EventDecodeError` with the reason (the caller
     dead-letters the payload); for an ``InventoryObserved`` when ``inventory`` is false.
     """
     if _INVENTORY_MARKER in payload:
@@ -101,7 +101,7 @@ def decode_typed_record(
     """Decode one record whose type is known from outside its body (``record_type``, the type
     header; ``None``: unknown, then this is :func:`decode_record`). ``inventory`` as there.
 
-    Raises :class:`~services.domain.events.EventDecodeError` for an unknown ``record_type``, a
+    Raises :class:`~services.domain.codec.EventDecodeError` for an unknown ``record_type``, a
     body that does not decode, and a body of another type than ``record_type`` (the message
     names both).
     """

@@ -12,11 +12,13 @@ from prometheus_client import CollectorRegistry
 from services.domain.governance.decisions import Decision, DecisionKind, encode_decision
 from services.processes.enforcement.desired import rule_name
 from services.processes.enforcement.metrics import EnforcementMetrics
-from services.processes.enforcement.reconciler import EnforceOptions, ReconcileResult, run_enforcer
+from services.processes.enforcement.reconciler import ReconcileResult
+from services.processes.enforcement.run import EnforceOptions, run_enforcer
 from services.runtime.config import Settings
 from tests.conftest import T0, publish
-from tests.enforcement.fake_kube import FakeSource, FakeTaintRules
 from tests.enforcement.test_desired import row
+from tests.fakes.quarantine_source import FakeSource
+from tests.fakes.taint_rules import FakeTaintRules
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ import pytest
 
 from services.adapters.kube.taint_rules import KubernetesTaintRules
 from services.processes.enforcement.kube import TaintRuleApi
-from tests.enforcement.fake_kube import FakeTaintRules
+from tests.fakes.taint_rules import FakeTaintRules
 from tests.ports import port_mismatches
 
 

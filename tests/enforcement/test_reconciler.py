@@ -17,16 +17,13 @@ from services.adapters.kube.errors import KubeApiError
 from services.domain.governance.decisions import Decision, DecisionKind
 from services.processes.enforcement.desired import LABEL_SELECTOR, rule_name
 from services.processes.enforcement.metrics import EnforcementMetrics
-from services.processes.enforcement.reconciler import (
-    EnforceOptions,
-    Expectations,
-    Reconciler,
-    ReconcileResult,
-    run_enforcer,
-)
+from services.processes.enforcement.reconciler import Reconciler, ReconcileResult
+from services.processes.enforcement.run import EnforceOptions, run_enforcer
+from services.processes.enforcement.triggers import Expectations
 from services.runtime.config import Settings
-from tests.enforcement.fake_kube import FakeSource, FakeTaintRules
 from tests.enforcement.test_desired import DRIVER, row
+from tests.fakes.quarantine_source import FakeSource
+from tests.fakes.taint_rules import FakeTaintRules
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

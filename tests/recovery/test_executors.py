@@ -20,7 +20,7 @@ from services.processes.recovery.executors import (
     RecoveryCheck,
 )
 from services.processes.recovery.manifests import job_name
-from tests.recovery.fake_kube import FakeKube
+from tests.fakes.kube_objects import FakeKube
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "shared" / "examples"
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

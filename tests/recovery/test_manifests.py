@@ -13,19 +13,21 @@ import pytest
 from services.domain.events import DeviceSource
 from services.domain.governance.inputs import RecoveryStage
 from services.processes.recovery.checks import RecoveryCheck
-from services.processes.recovery.manifests import (
+from services.processes.recovery.dra_devices import (
     DraDevice,
     cel_selector,
     claim_device_class,
     device_in_claim,
     identify_dra_device,
+    split_dra_resource_id,
+)
+from services.processes.recovery.manifests import (
     job_manifest,
     job_name,
     label_hash,
     nvidia_smi_selector,
     physical_resource_id,
     resource_claim_manifest,
-    split_dra_resource_id,
     stage_command,
     tolerations_for,
 )

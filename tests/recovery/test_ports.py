@@ -7,8 +7,8 @@ import pytest
 
 from services.adapters.kube.objects import KubernetesObjects
 from services.processes.recovery.kube import KubeObjects
+from tests.fakes.kube_objects import FakeKube
 from tests.ports import port_mismatches
-from tests.recovery.fake_kube import FakeKube
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from services.domain.governance.inputs import (
 )
 from services.processes.recovery.executors import InProcessExecutor
 from services.processes.recovery.metrics import RecoveryMetrics
-from services.processes.recovery.service import RecoveryOptions, run_recovery
+from services.processes.recovery.run import RecoveryOptions, run_recovery
 from services.runtime.config import Settings
 from tests.conftest import publish
 

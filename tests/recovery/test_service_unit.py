@@ -17,7 +17,8 @@ from services.domain.governance.inputs import (
 from services.processes.recovery.checks import CheckResult, RecoveryCheck
 from services.processes.recovery.executors import InProcessExecutor
 from services.processes.recovery.metrics import RecoveryMetrics
-from services.processes.recovery.service import RecoveryService, default_holder, stage_request
+from services.processes.recovery.service import RecoveryService, default_holder
+from services.processes.recovery.stages import stage_request
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 HOLDER = "host-a/42/abcd1234"

@@ -1,8 +1,8 @@
 """The dedup agent without a broker: the pure early filter, and the agent on faust's memory store.
 
-The early filter (:func:`streams.dedup.select_new`) must never change what the projection ends up
-with: folding only what it keeps, batch after batch, with the table raised after each batch, gives
-the fold of the whole log.
+The early filter (:func:`streams.dedup_table.select_new`) must never change what the projection
+ends up with: folding only what it keeps, batch after batch, with the table raised after each
+batch, gives the fold of the whole log.
 """
 
 from __future__ import annotations
@@ -21,20 +21,18 @@ from sqlalchemy import exc as sa_exc
 from services.adapters.kafka.headers import type_headers
 from services.adapters.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
 from services.adapters.projection.errors import ProjectionConflictError, is_transient
-from services.adapters.projection.store import BatchStats
-from services.domain.batch import CommitHook, LoggedBatch
 from services.domain.directory import fold
 from services.domain.event_codec import encode_event
-from services.domain.events import DeviceHealthObserved, Event, Health
-from services.domain.log import LoggedEvent
+from services.domain.events import Event, Health
 from services.runtime.config import Settings
 from streams.app import build_worker_app
-from streams.dedup import (
+from streams.dedup_table import (
     select_new,
     table_key,
 )
 from tests.conftest import as_log
 from tests.domain.strategies import event_logs
+from tests.fakes.batch_sink import FakeSink
 
 # --- select_new -------------------------------------------------------------------------------
 
@@ -131,35 +129,6 @@ def test_is_transient(error: BaseException, expected: bool) -> None:
 # --- the agent on the memory store --------------------------------------------------------------
 
 
-class FakeSink:
-    """Records batches; fails the first ``fail`` calls with ``error``; checks the table is not
-    raised before the commit."""
-
-    def __init__(self, table: Any = None, fail: int = 0, error: Exception | None = None) -> None:
-        self.batches: list[list[LoggedEvent]] = []
-        self.table = table
-        self.fail = fail
-        self.error = error or ConnectionResetError("db restarted")
-        self.calls = 0
-        self.table_at_write: list[dict[str, Any]] = []
-        self.logged: list[LoggedBatch] = []
-        self.hooks: list[CommitHook | None] = []
-
-    async def apply_batch(
-        self, batch: LoggedBatch, before_commit: CommitHook | None = None
-    ) -> BatchStats:
-        records = batch.records
-        self.calls += 1
-        self.logged.append(batch)
-        self.hooks.append(before_commit)
-        if self.table is not None:
-            self.table_at_write.append(dict(self.table.items()))
-        if self.calls <= self.fail:
-            raise self.error
-        self.batches.append(list(records))
-        return BatchStats(applied=sum(isinstance(r.event, DeviceHealthObserved) for r in records))
-
-
 class FakeDeadLetters:
     def __init__(self) -> None:
         self.sent: list[dict[str, Any]] = []
@@ -224,7 +193,7 @@ async def test_agent_drops_early_writes_once_and_dead_letters(
         encode_event(observation(3)),
         encode_event(observation(7, health=Health.UNHEALTHY)),
     ]
-    sink = FakeSink()
+    sink = FakeSink(run_hooks=False)
     built, dead = await _run_agent(tmp_path, payloads, sink, expected_calls=1)
 
     assert sink.calls == 1
@@ -252,7 +221,7 @@ async def test_agent_drops_early_writes_once_and_dead_letters(
 async def test_agent_decodes_by_the_type_header_and_dead_letters_a_disagreeing_one(
     tmp_path: Any, observation: Any
 ) -> None:
-    sink = FakeSink()
+    sink = FakeSink(run_hooks=False)
     built = build_worker_app(_unit_settings(tmp_path), sink=sink)
     app = built.app
     app.finalize()
@@ -286,7 +255,7 @@ async def test_agent_decodes_by_the_type_header_and_dead_letters_a_disagreeing_o
 async def test_agent_retries_transient_errors_inside_the_batch(
     tmp_path: Any, observation: Any
 ) -> None:
-    sink = FakeSink(fail=2)
+    sink = FakeSink(run_hooks=False, fail=2)
     built, _ = await _run_agent(tmp_path, [encode_event(observation(5))], sink, expected_calls=3)
     assert sink.calls == 3
     assert len(sink.batches) == 1
@@ -299,7 +268,7 @@ async def test_non_transient_error_stops_without_acks_or_later_writes(
     tmp_path: Any, observation: Any
 ) -> None:
     failures: list[BaseException] = []
-    sink = FakeSink(fail=1, error=ValueError("column does not exist"))
+    sink = FakeSink(run_hooks=False, fail=1, error=ValueError("column does not exist"))
 
     built, _ = await _run_agent(
         tmp_path,
@@ -315,7 +284,7 @@ async def test_non_transient_error_stops_without_acks_or_later_writes(
 
 
 async def test_halted_worker_withholds_every_later_batch(tmp_path: Any) -> None:
-    sink = FakeSink()
+    sink = FakeSink(run_hooks=False)
     built = build_worker_app(_unit_settings(tmp_path), sink=sink)
     built.dedup._halted = True
 

@@ -29,7 +29,8 @@ from streams.forward import (
     record_key,
 )
 from tests.conftest import T0, TOPIC
-from tests.streams.test_dedup_unit import FakeSink, _run_agent
+from tests.fakes.batch_sink import FakeSink
+from tests.streams.test_dedup_unit import _run_agent
 
 
 def at(seconds: float) -> datetime:
@@ -217,7 +218,7 @@ async def test_agent_keeps_node_events_out_of_the_directory_but_hands_them_over(
         encode_node_event(WatcherTick(0, at(4))),
         encode_record(inventory),  # a DRA inventory record: neither directory nor dead letter
     ]
-    sink = FakeSink()
+    sink = FakeSink(run_hooks=False)
     _, dead = await _run_agent(tmp_path, payloads, sink, expected_calls=1)
     assert dead.sent == []
     [written] = sink.batches
@@ -333,7 +334,7 @@ async def test_agent_hands_the_inventory_its_records_in_batch_order(
         encode_node_event(resources),
         encode_event(observation(5, at=3)),  # a duplicate: dropped early, still handed over
     ]
-    sink = FakeSink()
+    sink = FakeSink(run_hooks=False)
     await _run_agent(tmp_path, payloads, sink, expected_calls=1)
     [logged] = sink.logged
     items = logged.inventory

@@ -10,16 +10,10 @@ from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
-import orjson
 import pytest
 
 from services.adapters.kafka.headers import type_headers
 from services.adapters.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
-from services.adapters.projection.governance_store import (
-    BatchRows,
-    GovernorSnapshot,
-    StaleGovernorState,
-)
 from services.domain.events import DeviceSource, Health
 from services.domain.governance.decisions import decode_decision
 from services.domain.governance.input_codec import encode_input
@@ -28,53 +22,11 @@ from services.runtime.config import Settings
 from streams.app import build_worker_app
 from streams.governor import Governor
 from tests.conftest import T0
-from tests.streams.test_dedup_unit import FakeDeadLetters, FakeSink
+from tests.fakes.batch_sink import FakeSink
+from tests.fakes.governance_sink import FakeGovernanceSink
+from tests.streams.test_dedup_unit import FakeDeadLetters
 
 TOPIC = "unit-governance"
-
-
-class FakeGovernanceSink:
-    """Keeps the snapshots and the offset like the tables; fails the first ``fail`` writes."""
-
-    def __init__(self, fail: int = 0, error: Exception | None = None) -> None:
-        self.devices: dict[tuple[str, str], dict[str, Any]] = {}
-        self.nodes: dict[str, dict[str, Any]] = {}
-        self.fleet: dict[str, Any] | None = None
-        self.offset: int | None = None
-        self.decisions: dict[tuple[int, int], dict[str, Any]] = {}
-        self.quarantines: dict[str, dict[str, Any]] = {}
-        self.writes: list[BatchRows] = []
-        self.loads = 0
-        self.fail = fail
-        self.error = error or ConnectionResetError("db restarted")
-        self.calls = 0
-
-    async def load(self, topic: str) -> GovernorSnapshot:
-        self.loads += 1
-        return GovernorSnapshot(
-            devices=[self.devices[k] for k in sorted(self.devices)],
-            nodes=[self.nodes[k] for k in sorted(self.nodes)],
-            fleet=self.fleet,
-            offset=self.offset,
-        )
-
-    async def write(self, rows: BatchRows) -> None:
-        self.calls += 1
-        if self.calls <= self.fail:
-            raise self.error
-        if rows.expected_offset != self.offset:
-            raise StaleGovernorState(f"recorded {self.offset}, expected {rows.expected_offset}")
-        for row in orjson.loads(rows.devices or "[]"):
-            self.devices[(row["node"], row["resource_id"])] = row["snapshot"]
-        for row in orjson.loads(rows.nodes or "[]"):
-            self.nodes[row["node"]] = row["snapshot"]
-        self.fleet = orjson.loads(rows.fleet)[0]["snapshot"]
-        for row in orjson.loads(rows.quarantines or "[]"):
-            self.quarantines[row["quarantine_id"]] = row
-        for row in orjson.loads(rows.decisions or "[]"):
-            self.decisions.setdefault((row["seq"], row["idx"]), row["payload"])
-        self.offset = rows.offset
-        self.writes.append(rows)
 
 
 class Sent:
@@ -100,7 +52,9 @@ def make_governor(
         consumer_group=f"unit-gov-{id(sink)}",
         **policy,
     )
-    built = build_worker_app(settings, sink=FakeSink(), governance_sink=sink, on_fatal=on_fatal)
+    built = build_worker_app(
+        settings, sink=FakeSink(run_hooks=False), governance_sink=sink, on_fatal=on_fatal
+    )
     governor = built.governor
     sent = Sent()
     governor.send_decisions = sent
@@ -295,7 +249,7 @@ async def test_shutdown_during_a_retry_abandons_the_batch_unacknowledged(tmp_pat
 @pytest.mark.parametrize("stage_result", ["passed", "failed"])
 def test_recovery_and_false_quarantine_metrics(tmp_path: Any, stage_result: str) -> None:
     from services.domain.governance.decisions import Decision, DecisionKind
-    from streams.governor import record_decision
+    from streams.governor_metrics import record_decision
     from streams.metrics import WorkerMetrics
 
     metrics = WorkerMetrics()

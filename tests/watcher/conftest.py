@@ -1,13 +1,12 @@
-"""Fakes of the watcher tests: a publisher that keeps what it is given (no Kafka), and a fake
-Kubernetes API server serving Pods, node Leases and Nodes, and the DRA objects when asked to
-(the Kubernetes API only is faked)."""
+"""Fakes of the watcher tests: the ``publisher`` fixture (a
+:class:`~tests.fakes.event_publisher.FakePublisher`, no Kafka), and a fake Kubernetes API server
+serving Pods, node Leases and Nodes, and the DRA objects when asked to (the Kubernetes API only
+is faked)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +14,7 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client as k8s_client
 
-from services.domain.node_events import WatcherTick
-from services.domain.records import TopicRecord
+from tests.fakes.event_publisher import FakePublisher
 from tests.watcher.test_kube_source import FakeApiServer, pod
 
 LEASES_PATH = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
@@ -35,38 +33,6 @@ NOT_FOUND = {
     "reason": "NotFound",
     "code": 404,
 }
-
-
-@dataclass
-class FakePublisher:
-    """Keeps records (in order, ticks included), and dead letters as ``(original, reason,
-    stage, source)``; the topic has ``partition_count`` partitions."""
-
-    partition_count: int = 3
-    records: list[TopicRecord] = field(default_factory=list)
-    dead_letters: list[tuple[bytes, str, str, str]] = field(default_factory=list)
-    _published: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def publish(self, record: TopicRecord) -> None:
-        self.records.append(record)
-        self._published.set()
-
-    async def wait_for(self, count: int) -> None:
-        """Until at least ``count`` records were published."""
-        while len(self.records) < count:
-            self._published.clear()
-            await self._published.wait()
-
-    async def publish_tick(self, observed_at: datetime) -> int:
-        for partition in range(self.partition_count):
-            await self.publish(WatcherTick(partition=partition, observed_at=observed_at))
-        return self.partition_count
-
-    async def dead_letter(self, original: bytes, reason: str, stage: str, source: str) -> None:
-        self.dead_letters.append((original, reason, stage, source))
-
-    def of_type(self, name: str) -> list[Any]:
-        return [r for r in self.records if r.type == name]
 
 
 @pytest.fixture

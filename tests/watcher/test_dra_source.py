@@ -39,6 +39,7 @@ from services.processes.watcher.summary import WatchSummary
 from services.processes.watcher.watch_lines import OBJECT_KINDS, ObjectChange, decode_watch_line
 from services.processes.watcher.watch_loop import ObjectsListed, SourceItem
 from services.runtime.config import Settings
+from tests.fakes.watch_apis import GONE, FakeObjectApi, event_line
 from tests.watcher.conftest import (
     CLAIMS_PATH,
     CLASSES_PATH,
@@ -46,8 +47,6 @@ from tests.watcher.conftest import (
     FakeCluster,
     FakePublisher,
 )
-from tests.watcher.test_kube_source import GONE, event_line
-from tests.watcher.test_node_source import FakeObjectApi
 
 EXAMPLES = Path(__file__).parents[2].parent / "shared" / "examples"
 STREAM_05B = EXAMPLES / "stream-05b-shared-claim-across-pods.jsonl"

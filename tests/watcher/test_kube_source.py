@@ -26,6 +26,7 @@ from services.processes.watcher.watch_lines import BrokenLine, PodChange
 from services.processes.watcher.watch_loop import Relisted, SourceItem
 from services.runtime.config import Settings
 from tests.domain.test_pod_tracker import make_pod
+from tests.fakes.watch_apis import GONE, FakePodApi, bookmark, event_line
 
 AT = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
@@ -34,48 +35,6 @@ Step = bytes | Exception
 
 def pod(uid: str, version: str, **devices: str) -> dict[str, Any]:
     return make_pod(devices or {"GPU-0": "Healthy"}, version, uid=uid, name=f"pod-{uid}")
-
-
-def event_line(kind: str, obj: dict[str, Any]) -> bytes:
-    return orjson.dumps({"type": kind, "object": obj})
-
-
-def bookmark(version: str) -> bytes:
-    return event_line("BOOKMARK", {"kind": "Pod", "metadata": {"resourceVersion": version}})
-
-
-GONE = event_line(
-    "ERROR",
-    {"kind": "Status", "status": "Failure", "reason": "Expired", "code": 410, "message": "too old"},
-)
-
-
-@dataclass
-class FakePodApi:
-    """Scripted LIST responses and WATCH sessions; sets ``stop`` when the script runs out."""
-
-    lists: list[ObjectList | Exception]
-    watches: list[list[Step]]
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-    list_calls: int = 0
-    watch_calls: list[str | None] = field(default_factory=list)
-
-    async def list_pods(self) -> ObjectList:
-        self.list_calls += 1
-        response = self.lists.pop(0)
-        if isinstance(response, Exception):
-            raise response
-        return response
-
-    async def watch_pods(self, resource_version: str | None) -> AsyncIterator[bytes]:
-        self.watch_calls.append(resource_version)
-        if not self.watches:
-            self.stop.set()
-            return
-        for step in self.watches.pop(0):
-            if isinstance(step, Exception):
-                raise step
-            yield step
 
 
 @dataclass

@@ -24,8 +24,8 @@ from services.processes.watcher.summary import WatchSummary
 from services.processes.watcher.watch_loop import ObjectsListed
 from services.runtime.config import Settings
 from tests.domain.test_lifecycle import claim, dra_pod, plugin_pod
-from tests.watcher.conftest import FakePublisher
-from tests.watcher.test_kube_source import GONE, FakePodApi, event_line
+from tests.fakes.event_publisher import FakePublisher
+from tests.fakes.watch_apis import GONE, FakePodApi, event_line
 
 EXAMPLES = Path(__file__).parents[2].parent / "shared" / "examples"
 STREAM_02 = EXAMPLES / "stream-02-eight-gpus-one-unhealthy.jsonl"

@@ -4,7 +4,6 @@ kubernetes-asyncio adapters (lease_api, node_api) over a fake API server on 127.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -23,8 +22,8 @@ from services.processes.watcher.watch_lines import ObjectChange
 from services.processes.watcher.watch_loop import ObjectsListed, SourceItem
 from services.runtime.config import Settings
 from tests.domain.test_node_tracker import lease, node
+from tests.fakes.watch_apis import GONE, FakeObjectApi, event_line
 from tests.watcher.conftest import LEASES_PATH, FakeCluster
-from tests.watcher.test_kube_source import GONE, event_line
 
 AT = datetime(2026, 11, 29, 11, 0, tzinfo=UTC)
 
@@ -38,36 +37,6 @@ def renewed(name: str, seconds: int, version: str) -> dict[str, object]:
 
 def lease_bookmark(version: str) -> bytes:
     return event_line("BOOKMARK", {"kind": "Lease", "metadata": {"resourceVersion": version}})
-
-
-@dataclass
-class FakeObjectApi:
-    """Scripted LIST responses and WATCH sessions of one kind; sets ``stop`` when the script
-    runs out."""
-
-    object_kind: str
-    lists: list[ObjectList | Exception]
-    watches: list[list[Step]]
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-    list_calls: int = 0
-    watch_calls: list[str | None] = field(default_factory=list)
-
-    async def list_objects(self) -> ObjectList:
-        self.list_calls += 1
-        response = self.lists.pop(0)
-        if isinstance(response, Exception):
-            raise response
-        return response
-
-    async def watch_objects(self, resource_version: str | None) -> AsyncIterator[bytes]:
-        self.watch_calls.append(resource_version)
-        if not self.watches:
-            self.stop.set()
-            return
-        for step in self.watches.pop(0):
-            if isinstance(step, Exception):
-                raise step
-            yield step
 
 
 @dataclass

@@ -14,9 +14,8 @@ from services.adapters.kube.list_watch import ObjectList
 from services.adapters.kube.watch_apis import KubernetesObjectApi, KubernetesPodApi
 from services.processes.watcher.node_source import ObjectApi
 from services.processes.watcher.pod_source import PodApi
+from tests.fakes.watch_apis import FakeObjectApi, FakePodApi
 from tests.ports import port_mismatches
-from tests.watcher.test_kube_source import FakePodApi
-from tests.watcher.test_node_source import FakeObjectApi
 
 
 @pytest.mark.parametrize(

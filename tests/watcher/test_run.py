@@ -24,9 +24,10 @@ from services.domain.records import TopicRecord, decode_record
 from services.processes.watcher.run import run_watch
 from services.runtime.config import Settings
 from tests.domain.test_node_tracker import lease, node
+from tests.fakes.watch_apis import GONE, bookmark, event_line
 from tests.watcher.conftest import FakeCluster
 from tests.watcher.test_dra_source import claim, device_class, resource_slice, unlisted
-from tests.watcher.test_kube_source import GONE, bookmark, event_line, pod
+from tests.watcher.test_kube_source import pod
 
 pytestmark = pytest.mark.integration
 

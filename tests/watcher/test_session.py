@@ -23,8 +23,8 @@ from services.processes.watcher.watch_lines import Bookmark, decode_watch_line
 from services.processes.watcher.watch_loop import ObjectsListed
 from services.runtime.config import Settings
 from tests.domain.test_node_tracker import lease, node
-from tests.watcher.conftest import FakePublisher
-from tests.watcher.test_kube_source import event_line
+from tests.fakes.event_publisher import FakePublisher
+from tests.fakes.watch_apis import event_line
 
 EXAMPLES = Path(__file__).parents[2].parent / "shared" / "examples"
 STREAM_03B = EXAMPLES / "stream-03b-plugin-unregistered-observed-kubelet.jsonl"

@@ -5,7 +5,7 @@ A :class:`TopicFollower` starts its consumer (retrying while no broker answers, 
 subscribes to its topics, and then hands out one poll at a time (:meth:`TopicFollower.batches`):
 a dict from partition to the records fetched, in offset order, each decoded once by the caller's
 ``decode`` callback. A record that does not decode (``decode`` raised one of ``decode_errors``,
-:class:`~services.domain.events.EventDecodeError` by default) is handed out with ``value=None``
+:class:`~services.domain.codec.EventDecodeError` by default) is handed out with ``value=None``
 after ``on_undecodable(offset, error)`` was called: the caller skips it (and still commits past
 it) as each one does today. Empty polls are handed out too, so the caller's timers run.
 

@@ -5,7 +5,7 @@
   a decision's kind...). Every producer writes it on the health, governance and decisions topics,
   so a consumer picks the decoder without looking into the body
   (:func:`services.domain.records.decode_typed_record`,
-  :func:`services.domain.governance.inputs.decode_input`). Records written before it existed
+  :func:`services.domain.governance.input_codec.decode_input`). Records written before it existed
   have no such header; their consumers fall back to the body.
 - :data:`HEADER_REASON`, :data:`HEADER_STAGE`, :data:`HEADER_SOURCE`: why, where and from which
   ``topic/partition/offset`` a dead letter was written (the dead letter keeps the original

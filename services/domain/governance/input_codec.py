@@ -2,7 +2,7 @@
 
 JSON objects with ``schema`` 1 and ``type``, camelCase keys, times RFC 3339 UTC ``Z``; node facts
 keep the form of :mod:`services.domain.node_events`. :func:`decode_input` raises
-:class:`~services.domain.events.EventDecodeError` on anything else, and on text PostgreSQL could
+:class:`~services.domain.codec.EventDecodeError` on anything else, and on text PostgreSQL could
 not store (NUL, lone surrogates).
 """
 

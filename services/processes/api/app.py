@@ -3,7 +3,7 @@
 The database engine and the command producer are created when the app starts (lifespan) and
 closed when it stops; nothing connects at import time. The API only reads the projection (the
 stream worker and the governor write it); operator writes are commands appended to the governance
-topic (:mod:`services.processes.api.routes_governance`). ``create_app`` raises
+topic (:mod:`services.processes.api.command_submit`). ``create_app`` raises
 :class:`~services.processes.api.auth.TokenConfigError` for an invalid token configuration, so a
 misconfigured API never starts.
 """
@@ -27,11 +27,13 @@ from services.adapters.projection.reads_governance import GovernanceReads
 from services.adapters.projection.reads_inventory import InventoryReads
 from services.domain.events import now_utc
 from services.processes.api import (
+    routes_automation,
     routes_devices,
     routes_extender,
     routes_governance,
     routes_inventory,
     routes_ops,
+    routes_quarantines,
 )
 from services.processes.api.auth import Authenticator, describe, read_access
 from services.processes.api.commands import CommandLogUnavailable, CommandPublisher
@@ -166,8 +168,9 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
     app.add_exception_handler(OSError, database_unavailable)
     app.add_exception_handler(CommandLogUnavailable, command_log_unavailable)
     app.include_router(routes_devices.router, dependencies=[Depends(read_access)])
-    app.include_router(routes_governance.writes)
-    app.include_router(routes_governance.reads_router)
+    app.include_router(routes_quarantines.router)
+    app.include_router(routes_automation.router)
+    app.include_router(routes_governance.router)
     app.include_router(routes_inventory.router, dependencies=[Depends(read_access)])
     app.include_router(routes_ops.router)
     if settings.scheduler_extender:  # off by default: the route does not exist (404)

@@ -10,7 +10,9 @@ changed. See docs/enforcement.md.
   the plan (create, update, delete) against the rules present;
 - :mod:`.source`: the quarantines from the PostgreSQL governance projection;
 - :mod:`.kube`: DeviceTaintRule calls (port and kubernetes-asyncio adapter);
-- :mod:`.reconciler`: one pass, and the loop (interval + decisions topic, SIGTERM);
+- :mod:`.reconciler`: one pass;
+- :mod:`.triggers`: the decisions that trigger an early pass, and the expectations they set;
+- :mod:`.run`: the loop (interval + decisions topic, SIGTERM);
 - :mod:`.metrics`, :mod:`.cli`.
 
 RBAC (cluster-scoped: a ClusterRole bound to the service's ServiceAccount)::

@@ -44,7 +44,7 @@ def enforce(
     if live is not None:
         settings = settings.model_copy(update={"enforce_dry_run": not live})
     configure_logging(settings)
-    from services.processes.enforcement.reconciler import EnforceOptions, run_enforcer
+    from services.processes.enforcement.run import EnforceOptions, run_enforcer
     from services.runtime.loop import run
 
     result = run(

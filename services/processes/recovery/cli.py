@@ -73,7 +73,7 @@ def recovery(
         raise typer.BadParameter("only with the inprocess executor", param_hint="--fail")
     devices = tuple(_device(item) for item in fail)
     configure_logging(settings)
-    from services.processes.recovery.service import (  # the Kafka client when running
+    from services.processes.recovery.run import (  # the Kafka client when running
         RecoveryOptions,
         run_recovery,
     )

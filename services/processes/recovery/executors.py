@@ -32,17 +32,19 @@ from services.adapters.kube.errors import KubeApiError
 from services.domain.events import DeviceSource
 from services.domain.governance.device_state import DeviceKey
 from services.processes.recovery.checks import CheckResult, Executor, RecoveryCheck
-from services.processes.recovery.kube import KubeObjects
-from services.processes.recovery.manifests import (
-    HOSTNAME_LABEL,
+from services.processes.recovery.dra_devices import (
     DraDevice,
     claim_device_class,
     device_in_claim,
     identify_dra_device,
+    split_dra_resource_id,
+)
+from services.processes.recovery.kube import KubeObjects
+from services.processes.recovery.manifests import (
+    HOSTNAME_LABEL,
     job_manifest,
     job_name,
     resource_claim_manifest,
-    split_dra_resource_id,
 )
 
 __all__ = [

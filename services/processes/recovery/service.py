@@ -1,10 +1,11 @@
-"""``devicestate recovery``: run the probes and canaries of staged recovery (issue 3, item 5).
+"""The lease flow of staged recovery (issue 3, item 5): :class:`RecoveryService`.
 
-Reads the decisions topic (group ``devicestate-recovery``). For each ``RecoveryStageStarted`` of
-stage ``probe`` or ``canary`` whose deadline has not passed:
+Fed the decisions in log order (:meth:`RecoveryService.handle`; the Kafka loop is
+:mod:`services.processes.recovery.run`). For each ``RecoveryStageStarted`` of stage ``probe`` or
+``canary`` (:mod:`services.processes.recovery.stages`) whose deadline has not passed:
 
-1. append ``RecoveryLeaseRequested(node, resourceID, holder)`` to the governance topic (key =
-   node, producer ``acks=all``, idempotent);
+1. append ``RecoveryLeaseRequested(node, resourceID, holder)`` through the
+   :class:`~services.processes.recovery.publisher.RecordSink`;
 2. wait for ``RecoveryLeaseGranted`` with this process's ``holder`` (a grant to another holder is
    not ours: another executor runs the check); ``RecoveryLeaseDenied`` for us, the stage ending
    (passed, failed, quarantine released) or its deadline passing: give up;
@@ -14,15 +15,16 @@ stage ``probe`` or ``canary`` whose deadline has not passed:
 Deadlines and lease expiries are the governor's event time, so they are compared with the
 governor's clock as the decisions show it: the latest decision time seen plus the wall-clock time
 since (:meth:`RecoveryService.governor_now`); a recorded stream replayed hours later still works.
-At start the service first reads up to the end of the topic without asking for leases (catching up:
-stages that ended meanwhile are dropped), then asks for the stages still open.
+While ``replaying`` (catching up at start) no lease is requested; :meth:`finish_replay` drops the
+stages that expired meanwhile and asks for the ones still open.
 
 At most one check per device is in flight (a newer stage of a busy device waits its turn) and at
 most ``max_concurrent`` devices hold a slot, from the lease request to the report (a granted lease
 never waits for a slot). ``holder`` is ``<hostname>/<pid>/<8 hex>``: unique per process, so a
 restarted executor never acts on its predecessor's grants; the governor's stage timeout fails what
-a crash left unfinished. Offsets are committed after each batch has been handled (requests
-published); ``requestedAt``/``reportedAt`` are wall-clock times (UTC).
+a crash left unfinished. ``requestedAt``/``reportedAt`` are wall-clock times (UTC). An executor
+that raises or overruns its budget is reported as a failed check; a report that cannot be
+published is logged (the governor's stage timeout fails the stage).
 """
 
 from __future__ import annotations
@@ -30,46 +32,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import socket
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Protocol
+from typing import Final
 
 import structlog
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
-from services.adapters.kafka.clients import (
-    TopicPartition,
-    is_retriable,
-    make_producer,
-    start_until_stopped,
-)
-from services.adapters.kafka.follow import Start, TopicFollower
-from services.adapters.kafka.headers import type_headers
-from services.domain.codec import parse_time
-from services.domain.events import DeviceSource
-from services.domain.governance.decisions import Decision, DecisionKind, decode_decision
+from services.domain.governance.decisions import Decision, DecisionKind
 from services.domain.governance.device_state import DeviceKey
-from services.domain.governance.input_codec import encode_input
 from services.domain.governance.inputs import RecoveryLeaseRequested, RecoveryReport, RecoveryStage
 from services.processes.recovery.checks import CheckResult, Executor, RecoveryCheck
 from services.processes.recovery.metrics import RecoveryMetrics
-from services.runtime.config import Settings
+from services.processes.recovery.publisher import RecordSink
+from services.processes.recovery.stages import (
+    EXECUTABLE_STAGES,
+    StageRequest,
+    opt_time,
+    stage_request,
+)
 
 log = structlog.get_logger(__name__)
 
-RECOVERY_GROUP: Final = "devicestate-recovery"
-EXECUTABLE_STAGES: Final = frozenset({RecoveryStage.PROBE, RecoveryStage.CANARY})
 DETAIL_MAX: Final = 1000
 """Longest report detail (characters)."""
 DEFAULT_CHECK_SECONDS: Final = 600.0
-PUBLISH_GIVE_UP_SECONDS: Final = 120.0
 
 
 def utcnow() -> datetime:
@@ -79,62 +70,6 @@ def utcnow() -> datetime:
 def default_holder() -> str:
     """``<hostname>/<pid>/<8 hex characters>``."""
     return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
-
-
-@dataclass(frozen=True, slots=True)
-class StageRequest:
-    """A ``RecoveryStageStarted`` decision this executor can run."""
-
-    node: str
-    resource_id: str
-    stage: RecoveryStage
-    quarantine_id: str
-    attempt: int
-    resource_name: str
-    source: DeviceSource
-    resource_claim: str | None
-    deadline: datetime | None
-
-    @property
-    def key(self) -> DeviceKey:
-        return (self.node, self.resource_id)
-
-
-def _opt_time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return parse_time(value)
-    except ValueError:
-        return None
-
-
-def stage_request(decision: Decision) -> StageRequest | None:
-    """The request in a ``RecoveryStageStarted`` decision, or ``None`` when it is another kind,
-    a stage with nothing to run (stability) or lacks what a check needs."""
-    if decision.kind is not DecisionKind.RECOVERY_STAGE_STARTED:
-        return None
-    details = decision.details
-    try:
-        stage = RecoveryStage(str(details.get("stage")))
-        source = DeviceSource(details.get("source") or DeviceSource.DEVICE_PLUGIN.value)
-    except ValueError:
-        return None
-    if stage not in EXECUTABLE_STAGES or not decision.node or not decision.resource_id:
-        return None
-    claim = details.get("resourceClaim")
-    attempt = details.get("attempt")
-    return StageRequest(
-        node=decision.node,
-        resource_id=decision.resource_id,
-        stage=stage,
-        quarantine_id=str(details.get("quarantineID") or ""),
-        attempt=attempt if type(attempt) is int else 0,
-        resource_name=str(details.get("resourceName") or ""),
-        source=source,
-        resource_claim=claim if isinstance(claim, str) and claim else None,
-        deadline=_opt_time(details.get("deadline")),
-    )
 
 
 @dataclass(slots=True)
@@ -149,42 +84,6 @@ class _Slot:
     @property
     def running(self) -> bool:
         return self.task is not None
-
-
-class GovernancePublisher:
-    """Appends recovery records to the governance topic (key = node, type in the type header;
-    idempotent, ``acks=all``), retrying retriable failures for up to ``PUBLISH_GIVE_UP_SECONDS``."""
-
-    def __init__(self, settings: Settings) -> None:
-        self._topic = settings.governance_topic
-        self._producer = make_producer(settings, client_id="devicestate-recovery")
-
-    async def start(self) -> None:
-        await self._producer.start()
-
-    async def stop(self) -> None:
-        await self._producer.stop()
-
-    async def publish(self, record: RecoveryLeaseRequested | RecoveryReport) -> None:
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception(is_retriable),
-            wait=wait_random_exponential(multiplier=0.2, max=10),
-            stop=stop_after_delay(PUBLISH_GIVE_UP_SECONDS),
-            reraise=True,
-        ):
-            with attempt:
-                await self._producer.send_and_wait(
-                    self._topic,
-                    encode_input(record),
-                    key=record.node.encode("utf-8"),
-                    headers=type_headers(record.type),
-                )
-
-
-class RecordSink(Protocol):
-    """Where :class:`RecoveryService` appends records (a :class:`GovernancePublisher`)."""
-
-    async def publish(self, record: RecoveryLeaseRequested | RecoveryReport) -> None: ...
 
 
 class RecoveryService:
@@ -307,7 +206,7 @@ class RecoveryService:
             return
         self._metrics.leases.labels("granted").inc()
         slot.fencing_token = max(slot.fencing_token, token)
-        slot.lease_expires_at = _opt_time(decision.details.get("expiresAt"))
+        slot.lease_expires_at = opt_time(decision.details.get("expiresAt"))
         if slot.running:
             return  # a renewed grant: the report carries the newer token
         stage = decision.details.get("stage")
@@ -471,157 +370,3 @@ class RecoveryService:
                 await task
         if pending:
             log.warning("recovery checks cancelled at shutdown", cancelled=len(pending))
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveryOptions:
-    """How ``devicestate recovery`` runs besides :class:`Settings`. ``holder`` ``None``: a fresh
-    :func:`default_holder`; ``fail``: devices the in-process executor fails."""
-
-    group_id: str = RECOVERY_GROUP
-    holder: str | None = None
-    max_concurrent: int = 4
-    metrics_port: int = 9110
-    fail: tuple[DeviceKey, ...] = ()
-    poll_timeout_ms: int = 500
-    shutdown_grace_seconds: float = 30.0
-    job_ttl_seconds: int = 600
-    job_poll_seconds: float = 2.0
-
-
-@asynccontextmanager
-async def open_executor(settings: Settings, options: RecoveryOptions) -> AsyncIterator[Executor]:
-    """The executor ``settings.recovery_executor`` names, with its resources."""
-    from services.processes.recovery.executors import InProcessExecutor, KubernetesJobExecutor
-
-    if settings.recovery_executor == "inprocess":
-        yield InProcessExecutor(fail=options.fail)
-        return
-    from services.adapters.kube.objects import kubernetes_objects
-
-    async with kubernetes_objects(settings) as objects:
-        yield KubernetesJobExecutor(
-            objects,
-            namespace=settings.recovery_namespace,
-            image=settings.recovery_canary_image,
-            dry_run=settings.recovery_dry_run,
-            ttl_seconds=options.job_ttl_seconds,
-            poll_seconds=options.job_poll_seconds,
-        )
-
-
-async def consume(
-    follower: TopicFollower[Decision], service: RecoveryService, stop: asyncio.Event
-) -> None:
-    """Feed decisions to ``service`` until ``stop``; commit after each handled batch (past the
-    undecodable ones too). While ``service.replaying``, read up to the end offsets the
-    assignment had when first seen, commit nothing, then :meth:`RecoveryService.finish_replay`."""
-    targets: dict[TopicPartition, int] | None = None
-    uncommitted: dict[TopicPartition, int] = {}
-    async for batches in follower.batches(stop):
-        for tp, records in batches.items():
-            for record in records:
-                if record.value is not None:
-                    await service.handle(record.value)
-            if records:
-                uncommitted[tp] = records[-1].offset + 1
-        if service.replaying:
-            assignment = follower.assignment()
-            if not assignment:
-                continue
-            if targets is None:
-                targets = await follower.end_offsets(list(assignment))
-            positions = {tp: await follower.position(tp) for tp in assignment}
-            if any(positions[tp] < targets.get(tp, 0) for tp in assignment):
-                continue
-            await service.finish_replay()
-        if uncommitted:
-            await follower.commit(uncommitted)
-            uncommitted = {}
-        service.expire()
-
-
-async def run_recovery(
-    settings: Settings,
-    options: RecoveryOptions | None = None,
-    *,
-    executor: Executor | None = None,
-    stop: asyncio.Event | None = None,
-    metrics: RecoveryMetrics | None = None,
-    on_started: Callable[[RecoveryService], None] | None = None,
-) -> None:
-    """Run the recovery service until ``stop`` is set (or SIGTERM/SIGINT when not given).
-    ``executor``: use this one instead of the one ``settings`` names."""
-    options = options or RecoveryOptions()
-    metrics = metrics or RecoveryMetrics()
-    loop = asyncio.get_running_loop()
-    handled: list[signal.Signals] = []
-    if stop is None:
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-            handled.append(sig)
-    try:
-        metrics.serve(options.metrics_port)
-    except OSError as exc:
-        log.warning("metrics server not started", port=options.metrics_port, error=str(exc))
-    holder = options.holder or default_holder()
-
-    def undecodable(offset: int, exc: Exception) -> None:
-        metrics.skipped.labels("undecodable").inc()
-        log.warning("undecodable decision skipped", offset=offset, error=str(exc))
-
-    follower = TopicFollower(
-        settings,
-        [settings.decisions_topic],
-        decode_decision,
-        client_id="devicestate-recovery",
-        group_id=options.group_id,
-        start=Start.EARLIEST,
-        poll_timeout_ms=options.poll_timeout_ms,
-        on_undecodable=undecodable,
-    )
-    publisher = GovernancePublisher(settings)
-    try:
-        async with contextlib.AsyncExitStack() as stack:
-            if executor is None:
-                executor = await stack.enter_async_context(open_executor(settings, options))
-            if not await start_until_stopped(publisher, stop, what="producer"):
-                return
-            if not await follower.start(stop):
-                return
-            service = RecoveryService(
-                executor,
-                publisher,
-                holder=holder,
-                max_concurrent=options.max_concurrent,
-                metrics=metrics,
-                replaying=True,
-            )
-            log.info(
-                "recovery service started",
-                holder=holder,
-                executor=type(executor).__name__,
-                dry_run=settings.recovery_dry_run,
-                decisions=settings.decisions_topic,
-                governance=settings.governance_topic,
-            )
-            if on_started is not None:
-                on_started(service)
-            consuming = asyncio.create_task(consume(follower, service, stop))
-            stopping = asyncio.create_task(stop.wait())
-            done, _ = await asyncio.wait({consuming, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            if consuming in done:
-                stopping.cancel()
-                consuming.result()
-            else:
-                consuming.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await consuming
-            await service.drain(options.shutdown_grace_seconds)
-            log.info("recovery service stopped", holder=holder)
-    finally:
-        for sig in handled:
-            loop.remove_signal_handler(sig)
-        await follower.close()
-        await publisher.stop()

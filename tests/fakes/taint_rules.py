@@ -1,7 +1,9 @@
 """An in-memory :class:`~services.processes.enforcement.kube.TaintRuleApi` with the API server's semantics
 that the reconciler relies on: dry runs change nothing, names are unique (409 AlreadyExists),
-replace checks ``resourceVersion`` and delete the ``uid`` precondition (409), a missing rule is 404,
-the label selector (``k=v`` and ``k`` terms) filters the list."""
+replace checks ``resourceVersion`` (and keeps the stored ``uid`` and ``timeAdded``; a replace
+that changes nothing keeps the ``resourceVersion``) and delete the ``uid`` precondition (409), a
+missing rule is 404, the label selector (``k=v`` and ``k`` terms) filters the list. Held to the
+real API server by ``tests/contracts/test_taint_rules.py``."""
 
 from __future__ import annotations
 
@@ -40,14 +42,20 @@ class FakeTaintRules:
 
     def put(self, body: dict[str, Any]) -> dict[str, Any]:
         """Store ``body`` as the server would (uid, resourceVersion, timeAdded)."""
+        obj = self._defaulted(body)
+        obj["metadata"]["resourceVersion"] = str(next(self._versions))
+        self.objects[obj["metadata"]["name"]] = obj
+        return copy.deepcopy(obj)
+
+    @staticmethod
+    def _defaulted(body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` with what the server sets on a create (uid, timeAdded), not stored."""
         obj = copy.deepcopy(body)
         metadata = obj.setdefault("metadata", {})
         metadata.setdefault("uid", str(uuid.uuid4()))
-        metadata["resourceVersion"] = str(next(self._versions))
         taint = obj.setdefault("spec", {}).setdefault("taint", {})
         taint.setdefault("timeAdded", "2026-11-29T12:00:00Z")
-        self.objects[metadata["name"]] = obj
-        return copy.deepcopy(obj)
+        return obj
 
     async def list_rules(self, label_selector: str) -> list[dict[str, Any]]:
         self.calls.append(("list", label_selector, False))
@@ -65,7 +73,7 @@ class FakeTaintRules:
         if name in self.objects:
             raise KubeApiError(409, f'devicetaintrules "{name}" already exists', "AlreadyExists")
         if dry_run:
-            return copy.deepcopy(body)
+            return self._defaulted(body)
         return self.put(body)
 
     async def replace_rule(self, name: str, body: dict[str, Any], dry_run: bool) -> dict[str, Any]:
@@ -77,9 +85,17 @@ class FakeTaintRules:
         version = body["metadata"].get("resourceVersion")
         if version and version != current["metadata"]["resourceVersion"]:
             raise KubeApiError(409, "the object has been modified", "Conflict")
-        if dry_run:
-            return copy.deepcopy(body)
-        return self.put(body)
+        # As the API server does: uid and timeAdded stay those stored, and an update that
+        # changes nothing is not written (the resourceVersion stays).
+        updated = copy.deepcopy(body)
+        metadata = updated.setdefault("metadata", {})
+        metadata["uid"] = current["metadata"]["uid"]
+        metadata["resourceVersion"] = current["metadata"]["resourceVersion"]
+        taint = updated.setdefault("spec", {}).setdefault("taint", {})
+        taint.setdefault("timeAdded", current["spec"]["taint"]["timeAdded"])
+        if dry_run or updated == current:
+            return updated
+        return self.put(updated)
 
     async def delete_rule(self, name: str, uid: str | None, dry_run: bool) -> bool:
         self.calls.append(("delete", name, dry_run))
@@ -92,18 +108,3 @@ class FakeTaintRules:
         if not dry_run:
             del self.objects[name]
         return True
-
-
-@dataclass
-class FakeSource:
-    """:class:`~services.processes.enforcement.source.QuarantineSource` over a list (``error``: raised)."""
-
-    rows: list[Any] = field(default_factory=list)
-    error: Exception | None = None
-    reads: int = 0
-
-    async def enforced(self) -> list[Any]:
-        self.reads += 1
-        if self.error is not None:
-            raise self.error
-        return [r for r in self.rows if r.status in ("active", "recovering")]

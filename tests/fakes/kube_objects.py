@@ -1,4 +1,5 @@
-"""An in-memory :class:`~services.processes.recovery.kube.KubeObjects` for executor tests."""
+"""An in-memory :class:`~services.processes.recovery.kube.KubeObjects` for executor tests, held to
+the real adapter on the test kube-apiserver by ``tests/contracts/test_kube_objects.py``."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from services.adapters.kube.errors import KubeApiError
 @dataclass
 class FakeKube:
     """Nodes, ResourceSlices, ResourceClaims and DeviceClasses to read; records what is created
-    (``created``: ``(kind, namespace, body, dry_run)``) and deleted. A live Job's status comes
-    from ``job_status(name, reads)`` (``reads``: how often it was read). ``fail_on``: a method
-    name -> the :class:`KubeApiError` it raises."""
+    (``created``: ``(kind, namespace, body, dry_run)``, every call) and deleted. Created Jobs
+    and ResourceClaims are kept (not a dry run's); a second one of a name is 409 AlreadyExists,
+    a dry run's too. Jobs are keyed by name only (the executor uses one namespace). A live Job's
+    status comes from ``job_status(name, reads)`` (``reads``: how often it was read).
+    ``fail_on``: a method name -> the :class:`KubeApiError` it raises."""
 
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     slices: list[dict[str, Any]] = field(default_factory=list)
@@ -68,9 +71,10 @@ class FakeKube:
         name = body["metadata"]["name"]
         stored = copy.deepcopy(body)
         stored["metadata"]["uid"] = f"uid-{name}"
+        # A dry run is refused for an existing name too, as the API server does.
+        if name in self.jobs:
+            raise KubeApiError(409, f'jobs.batch "{name}" already exists', "AlreadyExists")
         if not dry_run:
-            if name in self.jobs:
-                raise KubeApiError(409, f"jobs.batch {name!r} already exists")
             self.jobs[name] = stored
         return stored
 
@@ -79,7 +83,19 @@ class FakeKube:
     ) -> dict[str, Any]:
         self._maybe_fail("create_resource_claim")
         self.created.append(("ResourceClaim", namespace, copy.deepcopy(body), dry_run))
-        return copy.deepcopy(body)
+        name = body["metadata"]["name"]
+        stored = copy.deepcopy(body)
+        stored["metadata"].update(namespace=namespace, uid=f"uid-{namespace}-{name}")
+        if any(
+            c["metadata"]["name"] == name and c["metadata"].get("namespace") == namespace
+            for c in self.claims
+        ):
+            raise KubeApiError(
+                409, f'resourceclaims.resource.k8s.io "{name}" already exists', "AlreadyExists"
+            )
+        if not dry_run:
+            self.claims.append(stored)
+        return copy.deepcopy(stored)
 
     async def read_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         self._maybe_fail("read_job")

@@ -1,0 +1,232 @@
+"""Governance writes are commands: appending an operator command and answering with its outcome.
+
+``POST`` routes never change the projection: :func:`submit` appends an ``OperatorCommand`` (actor
+= the token's name, its role, the reason) to the governance topic and answers
+``202 {commandID, status: "pending"}`` once Kafka acknowledged it (``acks=all``); Kafka being
+unreachable raises :class:`~services.processes.api.commands.CommandLogUnavailable` (503 by the
+app's handler). The governor decides every command (``CommandAccepted`` or ``CommandRejected``)
+and records the outcome, which ``GET /v1/commands/{commandID}`` serves. With ``?wait=<seconds>``
+(:mod:`services.processes.api.command_wait`) the answer is the outcome: 201 for an accepted
+quarantine, 200 for another accepted command, 409 with the governor's reason for a rejection,
+202 if still undecided. An ``Idempotency-Key`` header becomes the commandID, so a client retry
+does not make a second command (the governor ignores a repeated commandID; a key already decided
+gets its outcome; a key decided for another action is 409).
+
+Also here: the route building blocks the governance routers share (the ``Idempotency-Key``
+dependency, the error and write response tables, the ``writes``/``reads`` router settings) and
+the rendering of a :class:`~services.adapters.projection.reads_governance.CommandOutcome` as a
+:class:`~services.processes.api.schemas_governance.CommandOut`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Callable
+from datetime import datetime
+from typing import Annotated, Any, Final
+from uuid import uuid4
+
+import structlog
+from fastapi import APIRouter, Depends, Header, HTTPException, Request
+from fastapi.responses import JSONResponse
+
+from services.adapters.projection.reads_governance import CommandOutcome, GovernanceReads
+from services.domain.governance.inputs import CommandAction, OperatorCommand
+from services.processes.api.auth import Principal, read_access
+from services.processes.api.command_wait import wait_for_outcome
+from services.processes.api.commands import CommandPublisher
+from services.processes.api.schemas import ErrorOut
+from services.processes.api.schemas_governance import CommandOut
+
+log = structlog.get_logger(__name__)
+
+RECENT_COMMANDS: Final = 10_000
+"""Command IDs this process published and remembers (``GET /v1/commands`` says pending)."""
+_IDEMPOTENCY_KEY: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+
+Clock = Callable[[], datetime]
+
+IdempotencyKeyHeader = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="Client-chosen commandID (1-128 of letters, digits, `._:-`; e.g. a UUID): a "
+        "retry with the same key does not make a second command.",
+    ),
+]
+
+
+async def _idempotency_key(idempotency_key: IdempotencyKeyHeader = None) -> str | None:
+    """The ``Idempotency-Key`` header, checked before anything reads the database (422)."""
+    if idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
+        raise HTTPException(
+            422,
+            "Idempotency-Key must be 1-128 characters of letters, digits and ._:- "
+            "(e.g. a UUID), starting with a letter or digit",
+        )
+    return idempotency_key
+
+
+IdempotencyKey = Annotated[str | None, Depends(_idempotency_key)]
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorOut, "description": "No token or an invalid one."},
+    403: {"model": ErrorOut, "description": "The token's role is too weak."},
+    422: {"model": ErrorOut, "description": "Invalid body or parameters."},
+    503: {"model": ErrorOut, "description": "Kafka (command log) or the database unavailable."},
+}
+WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    200: {"model": CommandOut, "description": "Accepted (with `wait`)."},
+    202: {"model": CommandOut, "description": "Appended to the log, not decided yet."},
+    409: {"model": CommandOut, "description": "Rejected by the governor (with `wait`)."},
+}
+
+
+def writes_router() -> APIRouter:
+    """A router of governance commands (``POST``; each route names the role it needs)."""
+    return APIRouter(prefix="/v1", tags=["governance: commands"])
+
+
+def reads_router() -> APIRouter:
+    """A router of governance reads (read access; the :data:`ERRORS` responses)."""
+    return APIRouter(
+        prefix="/v1", tags=["governance"], dependencies=[Depends(read_access)], responses=ERRORS
+    )
+
+
+def clock_now(request: Request) -> datetime:
+    """The app's wall clock (UTC) now."""
+    clock: Clock = request.app.state.clock
+    return clock()
+
+
+def recent_commands(request: Request) -> OrderedDict[str, None]:
+    """Command IDs this API process appended, oldest first (at most :data:`RECENT_COMMANDS`)."""
+    recent: OrderedDict[str, None] = request.app.state.recent_commands
+    return recent
+
+
+def command_response(model: CommandOut, status: int) -> JSONResponse:
+    """``model`` as JSON with ``status`` and ``Location: /v1/commands/<commandID>``."""
+    headers = {"Location": f"/v1/commands/{model.command_id}"}
+    return JSONResponse(
+        model.model_dump(mode="json", by_alias=True), status_code=status, headers=headers
+    )
+
+
+def outcome_out(outcome: CommandOutcome, quarantine_id: str | None) -> CommandOut:
+    """The ``CommandOut`` of a decided command (``status`` accepted or rejected)."""
+    verdict = "accepted" if outcome.accepted else "rejected"
+    detail = f"{outcome.action} {verdict}" + (f": {outcome.reason}" if outcome.reason else "")
+    return CommandOut(
+        command_id=outcome.command_id,
+        status=verdict,
+        action=outcome.action,
+        actor=outcome.actor,
+        accepted=outcome.accepted,
+        reason=outcome.reason,
+        quarantine_id=quarantine_id,
+        seq=outcome.seq,
+        detail=detail,
+    )
+
+
+async def quarantine_of(
+    reads: GovernanceReads, outcome: CommandOutcome, given: str | None
+) -> str | None:
+    """The quarantine an accepted command concerns: the one its ``CommandAccepted`` decision
+    names, else the one named in the URL, else the manual quarantine a quarantine command creates
+    (``manual/<commandID>``) if it exists."""
+    if not outcome.accepted:
+        return given
+    named = await reads.command_quarantine_id(outcome.command_id)
+    if named is not None or given is not None:
+        return named or given
+    if outcome.action != CommandAction.QUARANTINE.value:
+        return None
+    candidate = f"manual/{outcome.command_id}"
+    return candidate if await reads.quarantine(candidate) is not None else None
+
+
+def _decided_status(outcome: CommandOutcome) -> int:
+    if not outcome.accepted:
+        return 409
+    return 201 if outcome.action == CommandAction.QUARANTINE.value else 200
+
+
+async def submit(
+    request: Request,
+    principal: Principal,
+    action: CommandAction,
+    *,
+    reason: str,
+    wait: float,
+    idempotency_key: str | None,
+    node: str | None = None,
+    resource_id: str | None = None,
+    expires_at: datetime | None = None,
+    break_glass: bool = False,
+    quarantine_id: str | None = None,
+) -> JSONResponse:
+    """Append one command; answer 202 pending, or its outcome when known (see the module doc)."""
+    reads: GovernanceReads = request.app.state.reads
+    publisher: CommandPublisher = request.app.state.publisher
+    if idempotency_key is not None:
+        await _idempotency_key(idempotency_key)
+        command_id = idempotency_key
+        done = await reads.command(command_id)
+        if done is not None:
+            if done.action != action.value:
+                raise HTTPException(
+                    409,
+                    f"Idempotency-Key {command_id!r} was already used for a {done.action!r} "
+                    "command",
+                )
+            quarantine = await quarantine_of(reads, done, quarantine_id)
+            return command_response(outcome_out(done, quarantine), _decided_status(done))
+    else:
+        command_id = str(uuid4())
+    command = OperatorCommand(
+        command_id=command_id,
+        action=action,
+        actor=principal.name,
+        role=principal.role,
+        requested_at=clock_now(request),
+        reason=reason,
+        node=node,
+        resource_id=resource_id,
+        expires_at=expires_at,
+        break_glass=break_glass,
+        quarantine_id=quarantine_id,
+    )
+    await publisher.publish(command)  # CommandLogUnavailable -> 503 (app handler)
+    recent = recent_commands(request)
+    recent[command_id] = None
+    while len(recent) > RECENT_COMMANDS:
+        recent.popitem(last=False)
+    log.info(
+        "command appended",
+        command_id=command_id,
+        action=action.value,
+        actor=principal.name,
+        role=principal.role.value,
+        node=node,
+        resource_id=resource_id,
+    )
+    if wait > 0:
+        outcome = await wait_for_outcome(reads, command_id, wait)
+        if outcome is not None:
+            quarantine = await quarantine_of(reads, outcome, quarantine_id)
+            return command_response(outcome_out(outcome, quarantine), _decided_status(outcome))
+    pending = CommandOut(
+        command_id=command_id,
+        status="pending",
+        action=action.value,
+        actor=principal.name,
+        quarantine_id=quarantine_id,
+        detail=f"{action.value} appended to the governance log; not decided yet "
+        f"(GET /v1/commands/{command_id})",
+    )
+    return command_response(pending, 202)

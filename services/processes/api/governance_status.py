@@ -1,0 +1,87 @@
+"""The fleet governance status document of ``GET /v1/governance``.
+
+:func:`governance_status` turns the governor's recorded state
+(:class:`~services.adapters.projection.reads_governance.FleetStatus`: its snapshot, event-time
+watermark, breaker, automation switch and counts) into a
+:class:`~services.processes.api.schemas_governance.GovernanceOut` at a wall-clock time, deciding
+whether observations are stale: the watermark more than :func:`staleness_threshold` seconds
+behind the wall clock (or no watermark at all). Pure: no I/O, no errors raised.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Final
+
+from services.adapters.projection.reads_governance import FleetStatus
+from services.domain.codec import parse_time
+from services.domain.events import format_time
+from services.processes.api.schemas_governance import AutomationOut, BreakerOut, GovernanceOut
+from services.runtime.config import Settings
+
+STALE_SLACK_SECONDS: Final = 5.0
+"""Added to twice the watcher's tick interval before observations count as stale."""
+
+
+def staleness_threshold(settings: Settings) -> float:
+    """Seconds the watermark may lag the wall clock before observations count as stale: two of
+    the watcher's ticks plus a few seconds."""
+    return 2 * settings.tick_interval_seconds + STALE_SLACK_SECONDS
+
+
+def governance_status(fleet: FleetStatus, now: datetime, settings: Settings) -> GovernanceOut:
+    """The status document of ``GET /v1/governance`` at wall-clock time ``now``."""
+    threshold = staleness_threshold(settings)
+    snap = fleet.snapshot
+    age = None if fleet.watermark is None else (now - fleet.watermark).total_seconds()
+    stale = age is None or age > threshold
+    if not fleet.seen:
+        message = "the governor has not recorded any state yet"
+    elif fleet.watermark is None:
+        message = "no watermark yet: the governor has not received the watcher's ticks"
+    elif stale:
+        message = (
+            f"observations stale since {format_time(fleet.watermark)}: the watermark is "
+            f"{age:.0f} s behind the wall clock (threshold {threshold:.0f} s)"
+        )
+    else:
+        message = (
+            f"observations current (watermark {age:.0f} s behind the wall clock)"
+            if age is None or age >= 0
+            else f"observations current (watermark {-age:.0f} s ahead of the wall clock: a "
+            "recorded stream or clock skew)"
+        )
+    if fleet.breaker_open:
+        message += "; circuit breaker OPEN"
+    if fleet.automation_paused:
+        message += "; automation PAUSED"
+
+    def opt_time(value: Any) -> datetime | None:
+        return None if not isinstance(value, str) else parse_time(value)
+
+    watermarks = snap.get("watermarks") or {}
+    return GovernanceOut(
+        governor_seen=fleet.seen,
+        watermark=fleet.watermark,
+        watermarks={str(p): t for p, t in ((p, opt_time(v)) for p, v in watermarks.items()) if t},
+        watermark_age_seconds=age,
+        stale=stale,
+        stale_since=fleet.watermark if stale else None,
+        stale_threshold_seconds=threshold,
+        message=message,
+        breaker=BreakerOut(
+            open=fleet.breaker_open,
+            opened_at=opt_time(snap.get("breakerOpenedAt")) if fleet.breaker_open else None,
+            incident=snap.get("breakerIncident") if fleet.breaker_open else None,
+        ),
+        automation=AutomationOut(
+            paused=fleet.automation_paused,
+            paused_by=snap.get("pausedBy") if fleet.automation_paused else None,
+            reason=snap.get("pauseReason") if fleet.automation_paused else None,
+        ),
+        active_quarantines=fleet.active_quarantines,
+        deferred=len(snap.get("deferred") or ()),
+        nodes_heartbeat_lost=fleet.nodes_heartbeat_lost,
+        devices=sum(fleet.by_state.values()),
+        devices_by_state=fleet.by_state,
+    )

@@ -1,0 +1,32 @@
+"""Dead letters of the worker's agents (:mod:`streams.dedup`, :mod:`streams.governor`).
+
+A record that does not decode, or whose body is of another type than its ``devicestate-type``
+header says, is sent with its original key and bytes to ``settings.dead_letter_topic`` and the
+stream goes on. Headers: ``devicestate-reason`` (the decode error), ``devicestate-stage`` (the
+agent's stage: ``decode`` for the health agent, ``governor-decode`` for the governor),
+``devicestate-source`` (``<topic>/<partition>/<offset>`` of the original). Each is counted in
+``dead_lettered{stage}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.adapters.kafka.headers import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
+from streams.metrics import WorkerMetrics
+
+
+async def dead_letter(
+    topic: Any, metrics: WorkerMetrics, message: Any, *, stage: str, reason: str
+) -> Any:
+    """Send faust ``message`` to the dead-letter ``topic`` (a faust topic, raw serializers) and
+    await the broker's acknowledgement (its record metadata). A producer failure is raised: the
+    agent then withholds the batch's acks, so the batch is read again after a restart."""
+    metrics.dead_lettered.labels(stage).inc()
+    headers = [
+        (HEADER_REASON, reason.encode()),
+        (HEADER_STAGE, stage.encode()),
+        (HEADER_SOURCE, f"{message.topic}/{message.partition}/{message.offset}".encode()),
+    ]
+    fut = await topic.send(key=message.key, value=message.value, headers=headers, force=True)
+    return await fut

@@ -1,0 +1,66 @@
+"""Decoding one batch of the health topic for the health agent (:mod:`streams.dedup`).
+
+:func:`decode_into` decodes a faust event's record
+(:func:`~services.domain.records.decode_typed_record`, with the type its ``devicestate-type``
+header names; records written before the header are told apart by their bytes) and files it in
+a :class:`DecodedBatch`: device observations and releases go to the directory (``records``), node
+events (heartbeats, resource counts, watcher ticks) and DRA inventory records are only forwarded
+(``node_events``), and what the inventory folds goes to ``items``. A record that does not decode
+(or a tombstone) is handed to ``dead_letter``; nothing is raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.adapters.kafka.headers import record_type
+from services.domain.batch import InventoryRecord
+from services.domain.events import DeviceHealthObserved
+from services.domain.inventory.events import InventoryObserved
+from services.domain.log import LoggedEvent, LogPosition
+from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
+from services.domain.records import decode_typed_record
+from streams.forward import LoggedNodeEvent
+
+DeadLetter = Callable[[Any, LogPosition, str], Awaitable[Any]]
+"""``(faust message, its position, reason) -> awaitable`` sending it to the dead-letter topic."""
+
+
+@dataclass(slots=True)
+class DecodedBatch:
+    """One batch of faust events, decoded (:func:`decode_into`, in stream order)."""
+
+    events: Sequence[Any]  # faust EventT, in stream order
+    records: list[LoggedEvent] = field(default_factory=list)
+    sources: list[Any] = field(default_factory=list)  # faust event of each record
+    node_events: list[LoggedNodeEvent] = field(default_factory=list)
+    order: dict[LogPosition, int] = field(default_factory=dict)  # decoded records' batch index
+    # What the inventory folds, in batch order: observations, DRA objects, resource counts.
+    items: list[tuple[LogPosition, InventoryRecord]] = field(default_factory=list)
+    dead: list[Awaitable[Any]] = field(default_factory=list)
+    """Pending dead-letter sends, awaited before the batch is written."""
+
+
+def decode_into(batch: DecodedBatch, event: Any, dead_letter: DeadLetter) -> None:
+    """Decode faust ``event`` into ``batch`` (see the module doc)."""
+    message = event.message
+    position = LogPosition(message.topic, message.partition, message.offset)
+    payload = message.value
+    try:
+        if payload is None:
+            raise ValueError("record has no value (tombstone)")
+        decoded = decode_typed_record(payload, record_type(message.headers), inventory=True)
+    except Exception as exc:  # EventDecodeError, or anything a bad payload provokes
+        reason = str(exc) or type(exc).__name__
+        batch.dead.append(dead_letter(message, position, reason))
+        return
+    batch.order[position] = len(batch.order)
+    if isinstance(decoded, DeviceHealthObserved | InventoryObserved | NodeResourcesChanged):
+        batch.items.append((position, decoded))
+    if isinstance(decoded, NodeHeartbeat | NodeResourcesChanged | WatcherTick | InventoryObserved):
+        batch.node_events.append(LoggedNodeEvent(position, decoded))
+        return
+    batch.records.append(LoggedEvent(position, decoded))
+    batch.sources.append(event)

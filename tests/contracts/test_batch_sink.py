@@ -1,0 +1,259 @@
+"""The worker's batch sink (``streams.dedup.BatchSink``): :class:`~tests.fakes.batch_sink.FakeSink`
+and :class:`~services.adapters.projection.store.ProjectionStore` on a fresh schema pass the same
+tests.
+
+Each subclass reads back what the sink holds (devices and partition progress): the fake's
+:class:`~tests.fakes.batch_sink.FakeProjection`, the tables through ``DeviceReads``; and builds a
+second sink on the same state, as a restarted worker would. The inventory half of a batch
+(``LoggedBatch.inventory``) is the real store's only: the fake does not fold it (the worker's unit
+tests never send one), so it is not part of this contract.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from datetime import datetime
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from services.adapters.projection.reads_devices import DeviceReads
+from services.adapters.projection.store import BatchStats, ProjectionStore
+from services.domain.batch import LoggedBatch, Partition, PendingCommit
+from services.domain.directory import DeviceKey, DeviceRecord, fold
+from services.domain.events import Health
+from services.domain.log import LogPosition
+from streams.dedup import BatchSink
+from tests.conftest import T0, TOPIC, LogFactory, ObservationFactory, ReleaseFactory
+from tests.fakes.batch_sink import FakeProjection, FakeSink
+
+KEY = ("gpu-node-a", "GPU-0")
+P0: Partition = (TOPIC, 0)
+
+
+@dataclass(frozen=True)
+class Progress:
+    offset: int | None
+    highwater: int | None
+    last_event_at: datetime | None
+
+
+class Harness(ABC):
+    sink: BatchSink
+
+    @abstractmethod
+    async def devices(self) -> dict[DeviceKey, DeviceRecord]: ...
+
+    @abstractmethod
+    async def progress(self) -> dict[Partition, Progress]: ...
+
+    @abstractmethod
+    def restarted(self) -> BatchSink:
+        """A new sink on the same state (a worker restarted)."""
+
+
+class Hook:
+    """A commit hook that keeps what it saw (and raises ``error`` when given)."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.seen: list[PendingCommit] = []
+        self.error = error
+
+    async def __call__(self, pending: PendingCommit) -> None:
+        self.seen.append(pending)
+        if self.error is not None:
+            raise self.error
+
+
+class BatchSinkContract:
+    """What the worker relies on from the projection's writer. Subclasses provide ``harness``."""
+
+    async def test_a_batch_records_the_devices_and_the_partition_progress(
+        self, harness: Harness, observation: ObservationFactory, logged: LogFactory
+    ) -> None:
+        events = [
+            observation(1, at=5),
+            observation(2, Health.UNHEALTHY, at=7, resource_id="GPU-1"),
+            observation(3, Health.UNHEALTHY, at=6),
+        ]
+        stats = await harness.sink.apply_batch(
+            LoggedBatch(logged(events, start=10), highwaters={P0: 20, (TOPIC, 1): 4})
+        )
+        assert stats == BatchStats(applied=3, transitions=3, devices_written=2)
+        assert await harness.devices() == fold(list(events))
+        assert await harness.progress() == {
+            P0: Progress(12, 20, T0.replace(second=7)),
+            (TOPIC, 1): Progress(None, 4, None),
+        }
+
+    async def test_duplicates_and_older_versions_change_nothing(
+        self, harness: Harness, observation: ObservationFactory, logged: LogFactory
+    ) -> None:
+        await harness.sink.apply_batch(LoggedBatch(logged([observation(5, Health.UNHEALTHY)])))
+        before = await harness.devices()
+        stats = await harness.sink.apply_batch(
+            LoggedBatch(
+                logged(
+                    [observation(5, Health.HEALTHY, at=10), observation(3, Health.HEALTHY, at=20)],
+                    start=1,
+                )
+            )
+        )
+        assert stats == BatchStats(duplicates=1, stale=1)
+        assert await harness.devices() == before
+        # Their positions count as consumed all the same.
+        assert (await harness.progress())[P0].offset == 2
+
+    async def test_a_release_removes_the_allocation_and_keeps_the_health(
+        self,
+        harness: Harness,
+        observation: ObservationFactory,
+        release: ReleaseFactory,
+        logged: LogFactory,
+    ) -> None:
+        events = [observation(5, Health.UNHEALTHY), release(6, at=3)]
+        stats = await harness.sink.apply_batch(LoggedBatch(logged(events)))
+        assert (stats.applied, stats.released) == (1, 1)
+        device = (await harness.devices())[KEY]
+        assert device.allocations == () and device.health is Health.UNHEALTHY
+        assert await harness.devices() == fold(list(events))
+
+    async def test_positions_already_recorded_are_skipped_whole(
+        self, harness: Harness, observation: ObservationFactory, logged: LogFactory
+    ) -> None:
+        batch = LoggedBatch(logged([observation(1), observation(2, at=1)]))
+        await harness.sink.apply_batch(batch)
+        devices, progress = await harness.devices(), await harness.progress()
+        hook = Hook()
+        # The same positions with other events (a redelivery after a crash): nothing changes.
+        again = LoggedBatch(logged([observation(9, Health.UNHEALTHY), observation(10, at=9)]))
+        stats = await harness.sink.apply_batch(again, hook)
+        assert stats == BatchStats(redelivered=2)
+        assert (await harness.devices(), await harness.progress()) == (devices, progress)
+        assert [p.transitions for p in hook.seen] == [[]]
+
+    async def test_a_restarted_sink_resumes_after_the_last_committed_position(
+        self, harness: Harness, observation: ObservationFactory, logged: LogFactory
+    ) -> None:
+        await harness.sink.apply_batch(LoggedBatch(logged([observation(1), observation(2, at=1)])))
+        progress = await harness.progress()
+        restarted = harness.restarted()
+        stats = await restarted.apply_batch(
+            LoggedBatch(logged([observation(1), observation(2, at=1), observation(3, at=2)]))
+        )
+        assert (stats.redelivered, stats.duplicates, stats.applied) == (2, 0, 1)
+        assert progress[P0].offset == 1 and (await harness.progress())[P0].offset == 2
+
+    async def test_the_hook_sees_the_transitions_and_the_progress_before_the_batch(
+        self, harness: Harness, observation: ObservationFactory, logged: LogFactory
+    ) -> None:
+        await harness.sink.apply_batch(LoggedBatch(logged([observation(1, at=4)])))
+        hook = Hook()
+        events = [
+            observation(2, at=5),  # same health: not a transition
+            observation(3, Health.UNHEALTHY, at=6),
+            observation(1, Health.UNHEALTHY, at=7, resource_id="GPU-1"),
+        ]
+        await harness.sink.apply_batch(LoggedBatch(logged(events, start=1)), hook)
+        (pending,) = hook.seen
+        assert [
+            (t.position.offset, t.change.key, t.change.record.health) for t in pending.transitions
+        ] == [
+            (2, KEY, Health.UNHEALTHY),
+            (3, ("gpu-node-a", "GPU-1"), Health.UNHEALTHY),
+        ]
+        assert [t.event for t in pending.transitions] == [events[1], events[2]]
+        assert pending.applied_through == {P0: 0}
+        assert pending.last_event_at == {P0: T0.replace(second=4)}
+        assert pending.fresh(LogPosition(TOPIC, 0, 1)) and not pending.fresh(
+            LogPosition(TOPIC, 0, 0)
+        )
+
+    async def test_a_failing_hook_rolls_the_batch_back(
+        self, harness: Harness, observation: ObservationFactory, logged: LogFactory
+    ) -> None:
+        await harness.sink.apply_batch(LoggedBatch(logged([observation(1)])))
+        devices, progress = await harness.devices(), await harness.progress()
+        batch = LoggedBatch(
+            logged([observation(2, Health.UNHEALTHY, at=3)], start=1), highwaters={P0: 9}
+        )
+        with pytest.raises(ConnectionResetError):
+            await harness.sink.apply_batch(batch, Hook(ConnectionResetError("send failed")))
+        assert (await harness.devices(), await harness.progress()) == (devices, progress)
+        # Not recorded: the same batch applies in full when retried.
+        stats = await harness.sink.apply_batch(batch, Hook())
+        assert (stats.applied, stats.redelivered) == (1, 0)
+
+    async def test_an_empty_batch_does_nothing_and_calls_no_hook(self, harness: Harness) -> None:
+        hook = Hook()
+        assert await harness.sink.apply_batch(LoggedBatch([]), hook) == BatchStats()
+        assert hook.seen == [] and await harness.progress() == {}
+
+    async def test_consumed_and_timed_positions_advance_the_progress_without_records(
+        self, harness: Harness, observation: ObservationFactory, logged: LogFactory
+    ) -> None:
+        await harness.sink.apply_batch(LoggedBatch(logged([observation(1, at=2)])))
+        batch = LoggedBatch(
+            consumed_through={P0: 5},
+            event_times=[(LogPosition(TOPIC, 0, 7), T0.replace(second=30))],
+        )
+        await harness.sink.apply_batch(batch)
+        assert (await harness.progress())[P0] == Progress(7, None, T0.replace(second=30))
+        # Older ones move nothing back.
+        await harness.sink.apply_batch(
+            LoggedBatch(event_times=[(LogPosition(TOPIC, 0, 3), T0.replace(second=50))])
+        )
+        assert (await harness.progress())[P0] == Progress(7, None, T0.replace(second=30))
+
+
+class FakeHarness(Harness):
+    def __init__(self) -> None:
+        self.projection = FakeProjection()
+        self.sink = FakeSink(projection=self.projection)
+
+    async def devices(self) -> dict[DeviceKey, DeviceRecord]:
+        return dict(self.projection.devices)
+
+    async def progress(self) -> dict[Partition, Progress]:
+        p = self.projection
+        return {
+            part: Progress(p.offsets.get(part), p.highwaters.get(part), p.last_event_at.get(part))
+            for part in sorted(p.offsets.keys() | p.highwaters.keys())
+        }
+
+    def restarted(self) -> BatchSink:
+        return FakeSink(projection=self.projection)
+
+
+class StoreHarness(Harness):
+    def __init__(self, engine: AsyncEngine, schema: str) -> None:
+        self.engine, self.schema = engine, schema
+        self.sink = ProjectionStore(engine, schema)
+        self.reads = DeviceReads(engine, schema)
+
+    async def devices(self) -> dict[DeviceKey, DeviceRecord]:
+        page = await self.reads.list_devices(limit=10_000)
+        return {d.key: d for d in page.items}
+
+    async def progress(self) -> dict[Partition, Progress]:
+        return {
+            (p.topic, p.partition): Progress(p.offset, p.highwater, p.last_event_at)
+            for p in await self.reads.partition_progress()
+        }
+
+    def restarted(self) -> BatchSink:
+        return ProjectionStore(self.engine, self.schema)
+
+
+class TestFakeSink(BatchSinkContract):
+    @pytest.fixture
+    def harness(self) -> Harness:
+        return FakeHarness()
+
+
+@pytest.mark.integration
+class TestProjectionStore(BatchSinkContract):
+    @pytest.fixture
+    def harness(self, engine: AsyncEngine, fresh_schema: str) -> Harness:
+        return StoreHarness(engine, fresh_schema)

@@ -1,0 +1,119 @@
+"""An in-memory batch sink (the worker's ``streams.dedup.BatchSink``, real:
+``ProjectionStore.apply_batch``), held to the real one by ``tests/contracts/test_batch_sink.py``."""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from services.adapters.projection.store import BatchStats
+from services.domain.batch import CommitHook, LoggedBatch, Partition, PendingCommit, Transition
+from services.domain.directory import DeviceKey, DeviceRecord, Outcome, apply_event
+from services.domain.events import DeviceHealthObserved
+from services.domain.log import LoggedEvent
+
+
+@dataclass
+class FakeProjection:
+    """What the projection tables hold: the devices and, per partition, the recorded offset, the
+    highwater and the newest event time. Shared by the sinks built on it (a restart)."""
+
+    devices: dict[DeviceKey, DeviceRecord] = field(default_factory=dict)
+    offsets: dict[Partition, int] = field(default_factory=dict)
+    highwaters: dict[Partition, int] = field(default_factory=dict)
+    last_event_at: dict[Partition, datetime] = field(default_factory=dict)
+
+
+class FakeSink:
+    """Folds batches over a :class:`FakeProjection` as ``ProjectionStore.apply_batch`` does:
+    records at or before their partition's recorded offset are skipped whole, the rest go
+    through the pure directory fold, the recorded offsets and event times only move forward,
+    ``before_commit`` is awaited with the batch's transitions before anything is kept (an
+    exception from it leaves the projection as it was). Inventory is not folded.
+
+    For the worker's tests it also records every call (``logged``, ``hooks``; ``batches``: the
+    records of each committed batch), fails the first ``fail`` calls with ``error`` and keeps
+    what the dedup ``table`` held at each call (it must not be raised before the commit).
+    ``run_hooks=False``: keep ``before_commit`` without awaiting it (the worker's tests, whose
+    forwarder hook would send to a broker; ``test_forward_unit`` drives hooks itself)."""
+
+    def __init__(
+        self,
+        table: Any = None,
+        fail: int = 0,
+        error: Exception | None = None,
+        projection: FakeProjection | None = None,
+        run_hooks: bool = True,
+    ) -> None:
+        self.batches: list[list[LoggedEvent]] = []
+        self.table = table
+        self.fail = fail
+        self.error = error or ConnectionResetError("db restarted")
+        self.calls = 0
+        self.table_at_write: list[dict[str, Any]] = []
+        self.logged: list[LoggedBatch] = []
+        self.hooks: list[CommitHook | None] = []
+        self.projection = projection if projection is not None else FakeProjection()
+        self.run_hooks = run_hooks
+
+    async def apply_batch(
+        self, batch: LoggedBatch, before_commit: CommitHook | None = None
+    ) -> BatchStats:
+        self.calls += 1
+        self.logged.append(batch)
+        self.hooks.append(before_commit)
+        if self.table is not None:
+            self.table_at_write.append(dict(self.table.items()))
+        if self.calls <= self.fail:
+            raise self.error
+        if batch.empty:
+            return BatchStats()
+        stored = self.projection
+        before = dict(stored.offsets)
+
+        def fresh(position: Any) -> bool:
+            return bool(position.offset > before.get((position.topic, position.partition), -1))
+
+        records = [r for r in batch.records if fresh(r.position)]
+        devices = dict(stored.devices)
+        counts: Counter[Outcome] = Counter()
+        transitions: list[Transition] = []
+        written: set[DeviceKey] = set()
+        for logged in records:
+            for change in apply_event(devices, logged.event):
+                counts[change.outcome] += 1
+                if not change.changed:
+                    continue
+                devices[change.key] = change.record
+                written.add(change.key)
+                if change.transition and isinstance(logged.event, DeviceHealthObserved):
+                    transitions.append(Transition(logged.position, change, logged.event))
+        offsets, newest = dict(before), dict(stored.last_event_at)
+        times = [(r.position, r.event.observed_at) for r in records]
+        times += [(p, t) for p, t in batch.event_times if fresh(p)]
+        for part, offset in batch.consumed_through.items():
+            offsets[part] = max(offsets.get(part, -1), offset)
+        for position, observed_at in times:
+            part = (position.topic, position.partition)
+            offsets[part] = max(offsets.get(part, -1), position.offset)
+            if part not in newest or observed_at > newest[part]:
+                newest[part] = observed_at
+        if before_commit is not None and self.run_hooks:
+            # Before anything is kept: an exception leaves the projection as it was.
+            await before_commit(PendingCommit(transitions, before, copy.copy(stored.last_event_at)))
+        stored.devices, stored.offsets, stored.last_event_at = devices, offsets, newest
+        for part, highwater in batch.highwaters.items():
+            stored.highwaters[part] = max(stored.highwaters.get(part, highwater), highwater)
+        self.batches.append(list(batch.records))
+        return BatchStats(
+            applied=counts[Outcome.APPLIED],
+            duplicates=counts[Outcome.DUPLICATE],
+            stale=counts[Outcome.STALE],
+            released=counts[Outcome.RELEASED],
+            transitions=len(transitions),
+            devices_written=len(written),
+            redelivered=len(batch.records) - len(records),
+        )

@@ -1,0 +1,76 @@
+"""An in-memory governance sink (the governor's port, real: ``GovernanceStore``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from services.adapters.projection.governance_store import (
+    BatchRows,
+    GovernorSnapshot,
+    StaleGovernorState,
+)
+
+
+class FakeGovernanceSink:
+    """Keeps what the tables do: device and node snapshots (deleted ones removed), the fleet,
+    the recorded offset per topic (never moving back), quarantines upserted by id, decisions and
+    commands kept once per key; fails the first ``fail`` writes. Held to
+    ``GovernanceStore`` by ``tests/contracts/test_governance_sink.py``."""
+
+    def __init__(self, fail: int = 0, error: Exception | None = None) -> None:
+        self.devices: dict[tuple[str, str], dict[str, Any]] = {}
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.fleet: dict[str, Any] | None = None
+        self.offsets: dict[str, int] = {}
+        self.decisions: dict[tuple[int, int], dict[str, Any]] = {}
+        self.quarantines: dict[str, dict[str, Any]] = {}
+        self.commands: dict[str, dict[str, Any]] = {}
+        self._last_topic: str | None = None
+        self.writes: list[BatchRows] = []
+        self.loads = 0
+        self.fail = fail
+        self.error = error or ConnectionResetError("db restarted")
+        self.calls = 0
+
+    @property
+    def offset(self) -> int | None:
+        """The recorded offset of the topic written last (``None``: no write yet)."""
+        return None if self._last_topic is None else self.offsets.get(self._last_topic)
+
+    async def load(self, topic: str) -> GovernorSnapshot:
+        self.loads += 1
+        return GovernorSnapshot(
+            devices=[self.devices[k] for k in sorted(self.devices)],
+            nodes=[self.nodes[k] for k in sorted(self.nodes)],
+            fleet=self.fleet,
+            offset=self.offsets.get(topic),
+        )
+
+    async def write(self, rows: BatchRows) -> None:
+        self.calls += 1
+        if self.calls <= self.fail:
+            raise self.error
+        recorded = self.offsets.get(rows.topic)
+        if rows.expected_offset != recorded:
+            raise StaleGovernorState(f"recorded {recorded}, expected {rows.expected_offset}")
+        for key in rows.deleted_devices:
+            self.devices.pop(key, None)
+        for name in rows.deleted_nodes:
+            self.nodes.pop(name, None)
+        for row in orjson.loads(rows.devices or "[]"):
+            self.devices[(row["node"], row["resource_id"])] = row["snapshot"]
+        for row in orjson.loads(rows.nodes or "[]"):
+            self.nodes[row["node"]] = row["snapshot"]
+        self.fleet = orjson.loads(rows.fleet)[0]["snapshot"]
+        for row in orjson.loads(rows.quarantines or "[]"):
+            self.quarantines[row["quarantine_id"]] = row
+        for row in orjson.loads(rows.decisions or "[]"):
+            self.decisions.setdefault((row["seq"], row["idx"]), row["payload"])
+        for row in orjson.loads(rows.commands or "[]"):
+            self.commands.setdefault(row["command_id"], row)
+        # Like the table's GREATEST: the recorded offset never moves back.
+        self.offsets[rows.topic] = max(rows.offset, recorded if recorded is not None else -1)
+        self._last_topic = rows.topic
+        self.writes.append(rows)
