@@ -12,7 +12,7 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class GovernancePolicy:
-    """The configured policy; defaults equal the Settings defaults."""
+    """The configured policy; defaults equal the PolicySettings defaults."""
 
     unknown_tolerance_seconds: float = 300.0
     unknown_tolerance_max_seconds: float = 3600.0
