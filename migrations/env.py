@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 import services.adapters.projection.governance_tables  # (the imports register their tables on ``metadata``)
 import services.adapters.projection.inventory_tables  # noqa: F401
 from services.adapters.projection.tables import check_schema_name, metadata, quoted_schema
-from services.runtime.config import Settings
+from services.runtime.config import DatabaseSettings
 
 config = context.config
 x_args = context.get_x_argument(as_dictionary=True)
@@ -35,7 +35,7 @@ if config.config_file_name is not None:
 def target_schema() -> str:
     schema = config.attributes.get("schema") or x_args.get("schema")
     if not schema:
-        schema = Settings().database_schema
+        schema = DatabaseSettings().database_schema
     return check_schema_name(schema)
 
 
@@ -45,7 +45,7 @@ def database_url() -> str:
         or x_args.get("url")
         or config.get_main_option("sqlalchemy.url")
     )
-    return url or Settings().database_url
+    return url or DatabaseSettings().database_url
 
 
 def run_migrations_offline() -> None:

@@ -1,4 +1,4 @@
-"""The Faust app of the stream worker, built from :class:`~services.runtime.config.Settings`.
+"""The Faust app of the stream worker, built from :class:`~services.runtime.config.WorkerProcessSettings`.
 
 No module-level app: :func:`create_app` builds a fresh one per call (the worker, each test), with
 the dedup agent (:mod:`streams.dedup`, which forwards to the governance topic through
@@ -13,7 +13,7 @@ from typing import Any
 
 import faust
 
-from services.runtime.config import Settings
+from services.runtime.config import KafkaSettings, WorkerProcessSettings
 from streams.dedup import BatchSink, DeviceDedup
 from streams.forward import Forwarder, topic_sender
 from streams.governor import GovernanceSink, Governor, StepFn
@@ -43,7 +43,7 @@ def broker_urls(bootstrap_servers: str) -> list[str]:
     ]
 
 
-def faust_settings(settings: Settings) -> dict[str, Any]:
+def faust_settings(settings: WorkerProcessSettings) -> dict[str, Any]:
     """Faust configuration for the worker.
 
     - ``consumer_auto_offset_reset="earliest"``: a new group starts from the topic's beginning,
@@ -80,7 +80,7 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
 
 
 def build_worker_app(
-    settings: Settings,
+    settings: WorkerProcessSettings,
     *,
     sink: BatchSink | None = None,
     governance_sink: GovernanceSink | None = None,
@@ -133,7 +133,7 @@ def build_worker_app(
     return WorkerApp(app=app, dedup=dedup, metrics=metrics, governor=governor, forwarder=forwarder)
 
 
-def health_partitions(app: Any, settings: Settings) -> int:
+def health_partitions(app: Any, settings: KafkaSettings) -> int:
     """The health topic's partition count: the consumer's metadata when it knows the topic,
     ``settings.topic_partitions`` otherwise."""
     try:
@@ -143,6 +143,6 @@ def health_partitions(app: Any, settings: Settings) -> int:
     return count if isinstance(count, int) and count > 0 else settings.topic_partitions
 
 
-def create_app(settings: Settings, *, sink: BatchSink | None = None) -> Any:
+def create_app(settings: WorkerProcessSettings, *, sink: BatchSink | None = None) -> Any:
     """The worker's Faust app (``faust.App``) with the dedup agent registered."""
     return build_worker_app(settings, sink=sink).app

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from services.runtime.config import Settings
+from services.runtime.config import WorkerProcessSettings
 from services.runtime.loop import run, tune_gc
 
 
@@ -44,7 +44,7 @@ def worker(
         overrides["worker_batch_size"] = batch_size
     if metrics_port is not None:
         overrides["worker_metrics_port"] = metrics_port
-    settings = Settings(**overrides)  # type: ignore[arg-type]
+    settings = WorkerProcessSettings(**overrides)  # type: ignore[arg-type]
     configure_logging(settings)
     tune_gc()
     code = run(run_worker(settings, prepare_first=not skip_prepare))

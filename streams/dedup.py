@@ -50,7 +50,7 @@ from services.adapters.kafka.clients import is_broker_unavailable
 from services.adapters.projection.errors import is_transient
 from services.domain.batch import CommitHook, InventoryRecord, LoggedBatch
 from services.domain.log import LoggedEvent, LogPosition
-from services.runtime.config import Settings
+from services.runtime.config import WorkerProcessSettings
 from streams.batchwrite import SHUTDOWN_GRACE_SECONDS as SHUTDOWN_GRACE_SECONDS
 from streams.batchwrite import BatchNotWritten as BatchNotWritten
 from streams.batchwrite import BatchWriter
@@ -110,7 +110,7 @@ class DeviceDedup:
     def __init__(
         self,
         app: Any,
-        settings: Settings,
+        settings: WorkerProcessSettings,
         sink: BatchSink,
         metrics: WorkerMetrics,
         on_fatal: Callable[[BaseException], None] | None = None,

@@ -50,7 +50,7 @@ from services.domain.governance.input_codec import decode_input
 from services.domain.governance.inputs import GovernanceInput
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
-from services.runtime.config import Settings
+from services.runtime.config import WorkerProcessSettings
 from streams.batchwrite import BatchNotWritten, BatchWriter
 from streams.deadletter import dead_letter
 from streams.dedup import is_retriable
@@ -110,7 +110,7 @@ class Governor:
     def __init__(
         self,
         app: Any,
-        settings: Settings,
+        settings: WorkerProcessSettings,
         sink: GovernanceSink,
         metrics: WorkerMetrics,
         *,

@@ -20,7 +20,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from services.adapters.kafka.clients import is_connection_error
 from services.adapters.projection.errors import is_transient
-from services.runtime.config import Settings
+from services.runtime.config import WorkerProcessSettings
 from streams.app import WorkerApp, build_worker_app
 from streams.metrics import WorkerMetrics
 
@@ -70,7 +70,7 @@ def _startup_transient(exc: BaseException) -> bool:
     return is_transient(exc) or is_connection_error(exc)
 
 
-async def prepare(settings: Settings) -> None:
+async def prepare(settings: WorkerProcessSettings) -> None:
     """Bring the projection schema up to date and make sure the topics exist."""
     from services.adapters.kafka.topics import ensure_topics
     from services.adapters.projection.migrate import migrate
@@ -80,7 +80,7 @@ async def prepare(settings: Settings) -> None:
 
 
 async def run_worker(
-    settings: Settings, *, loglevel: str | None = None, prepare_first: bool = True
+    settings: WorkerProcessSettings, *, loglevel: str | None = None, prepare_first: bool = True
 ) -> int:
     """Run until SIGTERM/SIGINT (exit code 0) or a fatal error (1). ``prepare_first`` runs
     :func:`prepare` (migrations, topics) before starting."""

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from pydantic import ValidationError
+
 from devtools.config_docs import render
-from services.runtime.config import Settings
+from services.runtime.config import GROUPS, Settings, WatcherProcessSettings
 
 DOC = Path(__file__).parents[1] / "docs" / "configuration.md"
 
@@ -19,3 +22,19 @@ def test_configuration_reference_is_current() -> None:
 def test_every_setting_is_documented_with_a_description() -> None:
     for name, info in Settings.model_fields.items():
         assert info.description, f"setting {name} has no description"
+
+
+def test_every_setting_is_declared_in_exactly_one_group() -> None:
+    declared = [name for group in GROUPS for name in vars(group).get("__annotations__", {})]
+    assert sorted(declared) == sorted(Settings.model_fields)
+    assert all(issubclass(Settings, group) for group in GROUPS)
+
+
+def test_a_process_reads_only_the_variables_of_its_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEVICESTATE_TOPIC", "t.v1")
+    monkeypatch.setenv("DEVICESTATE_ALERT_RETRIES", "-1")  # invalid, but not the watcher's
+    watcher = WatcherProcessSettings()
+    assert watcher.topic == "t.v1"
+    assert not hasattr(watcher, "alert_retries")
+    with pytest.raises(ValidationError):
+        Settings()

@@ -113,9 +113,9 @@ def _row(d: dict[str, Any], wide: bool) -> list[str]:
 
 def default_api_url() -> str:
     """``http://DEVICESTATE_API_HOST:DEVICESTATE_API_PORT`` (where ``devicestate api`` listens)."""
-    from services.runtime.config import Settings
+    from services.runtime.config import ApiSettings
 
-    settings = Settings()
+    settings = ApiSettings()
     return f"http://{settings.api_host}:{settings.api_port}"
 
 

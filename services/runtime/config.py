@@ -1,26 +1,41 @@
 """Process settings, read from environment variables prefixed ``DEVICESTATE_``.
 
-One :class:`Settings` object is built in each entry point (CLI command) and passed down; no module
-reads the environment on its own. Every field maps to ``DEVICESTATE_<FIELD NAME IN UPPER CASE>``,
-e.g. ``kafka_bootstrap_servers`` <- ``DEVICESTATE_KAFKA_BOOTSTRAP_SERVERS``. The README's
-configuration reference lists them; ``docker-compose.yml`` uses the same names.
+Every field maps to ``DEVICESTATE_<FIELD NAME IN UPPER CASE>``, e.g. ``kafka_bootstrap_servers``
+<- ``DEVICESTATE_KAFKA_BOOTSTRAP_SERVERS``; ``docs/configuration.md`` lists them (generated from
+:data:`GROUPS`), ``docker-compose.yml`` uses the same names. No module reads the environment on
+its own.
+
+The fields are split into groups by what reads them together (:class:`KafkaSettings`,
+:class:`WatchSettings`, ...): a component takes the group(s) it reads, so mypy shows it reads
+nothing else. Each process's entry point builds one settings class of its own kind
+(:class:`WatcherProcessSettings`, ...: the groups that process reads) and passes it down.
+:class:`Settings` inherits every process class, hence every group: the dev tools, benchmarks and
+tests that run several processes build it once and pass it anywhere.
+
+Over 400 lines on purpose: the configuration reference is generated from this one module, every
+field with its default, bounds and description beside the others of its group.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
-class Settings(BaseSettings):
-    """All settings of the watcher, stream worker, API and replay. Defaults suit the local stack
-    started by ``devicestate-dev stack up`` (Kafka on 127.0.0.1:9092, PostgreSQL on 127.0.0.1:55432)."""
+class SettingsGroup(BaseSettings):
+    """Base of every group: the ``DEVICESTATE_`` prefix, and variables of other groups ignored
+    (one environment serves every process)."""
 
     model_config = SettingsConfigDict(env_prefix="DEVICESTATE_", extra="ignore")
 
-    # --- Kafka -------------------------------------------------------------------------------
+
+class KafkaSettings(SettingsGroup):
+    """Where Kafka is, and the device-health event stream on it: the watcher publishes to ``topic``
+    (dead letters to ``dead_letter_topic``), the worker consumes it as ``consumer_group``, replay
+    reads it back. The broker default is the local stack's (``devicestate-dev stack up``)."""
+
     kafka_bootstrap_servers: str = Field(
         "127.0.0.1:9092", description="Comma-separated host:port list of Kafka brokers."
     )
@@ -40,18 +55,33 @@ class Settings(BaseSettings):
         "devicestate-worker", description="Kafka consumer group (Faust app id) of the worker."
     )
 
-    # --- PostgreSQL ------------------------------------------------------------------------
+
+class DatabaseSettings(SettingsGroup):
+    """The projection database (PostgreSQL through asyncpg) the worker writes and the API,
+    enforcement and replay read. The default is the local stack's server."""
+
     database_url: str = Field(
         "postgresql+asyncpg://devicestate:devicestate@127.0.0.1:55432/devicestate",
         description="SQLAlchemy URL of the projection database (asyncpg driver).",
     )
     database_schema: str = Field("public", description="Schema holding the projection tables.")
 
-    # --- Watcher ---------------------------------------------------------------------------
+
+class KubeSettings(SettingsGroup):
+    """Which Kubernetes API server the watcher, recovery and enforcement talk to. Unset, a Pod
+    finds its own cluster and a developer's shell its ``~/.kube/config``."""
+
     kubeconfig: str | None = Field(
         None,
         description="Path to a kubeconfig; unset means in-cluster config, then ~/.kube/config.",
     )
+
+
+class WatchSettings(SettingsGroup):
+    """What the watcher watches and how its WATCH connections behave. Everything is watched by
+    default (the governance rules need Leases, Nodes and DRA objects); the read timeout is longer
+    than the server's so a half-open connection is noticed, not waited on forever."""
+
     label_selector: str | None = Field(None, description="Label selector for watched Pods.")
     field_selector: str | None = Field(None, description="Field selector for watched Pods.")
     watch_timeout_seconds: int = Field(
@@ -83,13 +113,25 @@ class Settings(BaseSettings):
         gt=0,
         description="At most one NodeHeartbeat per node per this many seconds (event time).",
     )
+
+
+class TickSettings(SettingsGroup):
+    """The watcher's tick, which moves event time forward when nothing else happens: the watcher
+    sends at this rate and the API judges the governor's watermark stale after two missed
+    ticks."""
+
     tick_interval_seconds: float = Field(
         15.0,
         gt=0,
         description="How often the watcher sends a WatcherTick to every partition (seconds).",
     )
 
-    # --- Stream worker ---------------------------------------------------------------------
+
+class WorkerSettings(SettingsGroup):
+    """The stream worker's batching, dedup-table store and metrics port. Batches are large and
+    short-lived (2000 events or half a second) so PostgreSQL sees few transactions without
+    adding visible delay; the dedup table is kept in RocksDB (``memory://`` is for tests)."""
+
     worker_batch_size: int = Field(
         2000, ge=1, description="Most events written to PostgreSQL in one transaction."
     )
@@ -105,14 +147,23 @@ class Settings(BaseSettings):
     )
     worker_metrics_port: int = Field(9108, description="Prometheus port of the worker (0: off).")
 
-    # --- API -------------------------------------------------------------------------------
+
+class ApiSettings(SettingsGroup):
+    """Where the directory API listens (the ``devicestate`` client commands use the same address
+    as their default). Loopback by default: a developer's API is not on the network."""
+
     api_host: str = Field("127.0.0.1", description="Address the directory API binds to.")
     api_port: int = Field(8080, description="Port of the directory API.")
     api_access_log: bool = Field(
         False, description="Log every request (costs ~0.1 ms of CPU per request)."
     )
 
-    # --- Governance (issue 3): topics ------------------------------------------------------
+
+class GovernanceTopicSettings(KafkaSettings):
+    """The governance log and the decision stream, on the brokers of :class:`KafkaSettings`.
+    Both topics have ONE partition so every governance record has one total order (replaying
+    the log reproduces every decision). Processes on the governance log take this group."""
+
     governance_topic: str = Field(
         "devicestate.governance.v1",
         description="Single-partition topic: the governor's log (health transitions forwarded by "
@@ -122,6 +173,14 @@ class Settings(BaseSettings):
         "devicestate.decisions.v1",
         description="Output topic: every governance decision, for alerting and other consumers.",
     )
+
+
+class PolicySettings(SettingsGroup):
+    """Governance timings and limits, copied field by field into
+    :class:`~services.domain.governance.policy.GovernancePolicy` (same names, same defaults). All
+    durations are event time; the defaults tolerate a short Unknown and stop automatic
+    restriction before it can take a large share of the fleet out."""
+
     # --- Governance: Unknown tolerance and heartbeats ---------------------------------------
     unknown_tolerance_seconds: float = Field(
         300.0, gt=0, description="First tolerance window for an Unknown device (seconds)."
@@ -178,9 +237,7 @@ class Settings(BaseSettings):
         description="Circuit breaker opens when more than this share of known devices turned "
         "Unknown/Unhealthy within the window...",
     )
-    breaker_min_devices: int = Field(
-        16, ge=1, description="...and at least this many devices did."
-    )
+    breaker_min_devices: int = Field(16, ge=1, description="...and at least this many devices did.")
     breaker_node_share: float = Field(
         0.2,
         gt=0,
@@ -204,6 +261,12 @@ class Settings(BaseSettings):
     recovery_lease_seconds: float = Field(
         300.0, gt=0, description="Recovery lease duration granted to an executor (seconds)."
     )
+
+
+class RecoverySettings(SettingsGroup):
+    """How ``devicestate recovery`` runs probes and canaries. Defaults never touch a cluster: the
+    in-process executor, and dry-run Jobs if the Kubernetes executor is chosen."""
+
     recovery_executor: Literal["inprocess", "kubernetes-job"] = Field(
         "inprocess",
         description="Probe/canary executor: inprocess (reports a configured result) or "
@@ -217,11 +280,16 @@ class Settings(BaseSettings):
         description="Image of the canary Job (runs nvidia-smi).",
     )
     recovery_namespace: str = Field("devicestate", description="Namespace of canary Jobs.")
-    # --- Governance: operator API auth and alerts --------------------------------------------
+
+
+class ApiAuthSettings(SettingsGroup):
+    """Who may call the directory API. No token is configured by default, so only anonymous
+    reads work until an operator adds digests; writes always need a token."""
+
     api_tokens: str = Field(
         "",
-        description="Bearer tokens as JSON: [{\"name\": ..., \"role\": \"viewer|operator|admin\", "
-        "\"sha256\": <hex digest of the token>}]. Plain tokens are never configured.",
+        description='Bearer tokens as JSON: [{"name": ..., "role": "viewer|operator|admin", '
+        '"sha256": <hex digest of the token>}]. Plain tokens are never configured.',
     )
     api_tokens_file: str | None = Field(
         None, description="File holding the same JSON as api_tokens (e.g. a mounted Secret)."
@@ -229,6 +297,12 @@ class Settings(BaseSettings):
     api_anonymous_read: bool = Field(
         True, description="Allow GET requests without a token (writes always need one)."
     )
+
+
+class AlertSettings(SettingsGroup):
+    """Where and how ``devicestate alerts`` posts governance decisions (Alertmanager's API). Off
+    until a URL is set: nothing leaves the cluster by default."""
+
     alert_webhook_url: str | None = Field(
         None,
         description="Alertmanager base URL (alerts POSTed to <url>/api/v2/alerts); unset: off.",
@@ -236,7 +310,11 @@ class Settings(BaseSettings):
     alert_retries: int = Field(5, ge=0, description="Retries of a failed webhook POST.")
     alert_timeout_seconds: float = Field(5.0, gt=0, description="Webhook request timeout.")
 
-    # --- Enforcement adapters (issue 4): off by default, dry-run first ------------------------
+
+class EnforcementSettings(SettingsGroup):
+    """The DeviceTaintRule reconciler of ``devicestate enforce``: off by default, and dry-run once
+    on, so turning it on shows what it would do before it does anything."""
+
     enforce_device_taint_rules: bool = Field(
         False,
         description="Reconcile one DeviceTaintRule per quarantined DRA device (removed on release).",
@@ -248,6 +326,13 @@ class Settings(BaseSettings):
         False,
         description="DeviceTaintRules use effect NoExecute instead of NoSchedule (evicts Pods).",
     )
+
+
+class ApiFeatureSettings(SettingsGroup):
+    """Optional parts of the directory API: the scheduler-extender endpoint (off: the route does
+    not exist until a deployment asks for it) and the request size of the capacity view's
+    fragmented count (0: the most common claim request)."""
+
     scheduler_extender: bool = Field(
         False,
         description="Serve the scheduler-extender filter endpoint (POST /scheduler/filter).",
@@ -258,8 +343,101 @@ class Settings(BaseSettings):
         description="Request size for the fragmented count (0: the most common claim request).",
     )
 
-    # --- Logging ---------------------------------------------------------------------------
+
+class LoggingSettings(SettingsGroup):
+    """Log threshold and format of every process. Console lines by default (a developer reads
+    them); ``json`` for log shippers."""
+
     log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING, ERROR.")
     log_format: Literal["json", "console"] = Field(
         "console", description="Structured log output: json (one object a line) or console."
     )
+
+
+# --- One settings class per process: the groups it reads ----------------------------------------
+# Bases follow GROUPS' order (GovernanceTopicSettings first: it carries KafkaSettings), so every
+# class below and Settings have one consistent method resolution order.
+
+
+class WatcherProcessSettings(
+    GovernanceTopicSettings, KubeSettings, WatchSettings, TickSettings, LoggingSettings
+):
+    """``devicestate watch``: the Kubernetes API it watches, the topics it creates and publishes to."""
+
+
+class WorkerProcessSettings(
+    GovernanceTopicSettings, DatabaseSettings, WorkerSettings, PolicySettings, LoggingSettings
+):
+    """``devicestate worker``: the event topic and governance log it folds, the projection it
+    writes, the governor's policy."""
+
+
+class ApiProcessSettings(
+    GovernanceTopicSettings,
+    DatabaseSettings,
+    TickSettings,
+    ApiSettings,
+    ApiAuthSettings,
+    ApiFeatureSettings,
+    LoggingSettings,
+):
+    """``devicestate api``: the projection it serves, the governance topic operator commands go
+    to, the tick it judges staleness by, where it listens and who may call it."""
+
+
+class AlertsProcessSettings(GovernanceTopicSettings, AlertSettings, LoggingSettings):
+    """``devicestate alerts``: the decisions it follows and the webhook it posts them to."""
+
+
+class RecoveryProcessSettings(
+    GovernanceTopicSettings, KubeSettings, RecoverySettings, LoggingSettings
+):
+    """``devicestate recovery``: the decisions it follows, the governance topic it reports to, the
+    executor and the cluster its Jobs run in."""
+
+
+class EnforcementProcessSettings(
+    GovernanceTopicSettings, DatabaseSettings, KubeSettings, EnforcementSettings, LoggingSettings
+):
+    """``devicestate enforce``: the quarantines it reads, the decisions that wake it, the cluster
+    its DeviceTaintRules go to."""
+
+
+class ReplayProcessSettings(
+    GovernanceTopicSettings, DatabaseSettings, PolicySettings, LoggingSettings
+):
+    """``devicestate replay``: the topics it reads back, the projection it rebuilds, the policy
+    the governance fold runs with."""
+
+
+class Settings(
+    WatcherProcessSettings,
+    WorkerProcessSettings,
+    ApiProcessSettings,
+    AlertsProcessSettings,
+    RecoveryProcessSettings,
+    EnforcementProcessSettings,
+    ReplayProcessSettings,
+):
+    """Every setting of every process (every group). Defaults suit the local stack started by
+    ``devicestate-dev stack up`` (Kafka on 127.0.0.1:9092, PostgreSQL on 127.0.0.1:55432)."""
+
+
+GROUPS: Final[tuple[type[SettingsGroup], ...]] = (
+    KafkaSettings,
+    DatabaseSettings,
+    KubeSettings,
+    WatchSettings,
+    TickSettings,
+    WorkerSettings,
+    ApiSettings,
+    GovernanceTopicSettings,
+    PolicySettings,
+    RecoverySettings,
+    ApiAuthSettings,
+    AlertSettings,
+    EnforcementSettings,
+    ApiFeatureSettings,
+    LoggingSettings,
+)
+"""Every group, in the order of the configuration reference (``docs/configuration.md``)."""

@@ -11,10 +11,10 @@ import sys
 
 import structlog
 
-from services.runtime.config import Settings
+from services.runtime.config import LoggingSettings
 
 
-def configure_logging(settings: Settings) -> None:
+def configure_logging(settings: LoggingSettings) -> None:
     """Route structlog and the standard library's logging to stderr.
 
     ``settings.log_format`` picks one JSON object per line (``json``, for log shippers) or

@@ -1,7 +1,7 @@
 """Kafka adapter: the only package that imports aiokafka.
 
 - :mod:`.clients`: the client factory (``make_producer``, ``make_consumer``, ``make_admin`` from
-  :class:`~services.runtime.config.Settings` or a bootstrap string), the shared start-up retry
+  :class:`~services.runtime.config.KafkaSettings` or a bootstrap string), the shared start-up retry
   and the error classification (``is_retriable``, ``is_broker_unavailable``);
 - :mod:`.follow`: :class:`~.follow.TopicFollower`, the "follow a topic" loop of the alert
   sender, the recovery executor and the enforcer;

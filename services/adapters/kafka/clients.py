@@ -1,8 +1,8 @@
 """The one place aiokafka clients are built: producers, consumers and admin clients.
 
-Every client connects to ``Settings.kafka_bootstrap_servers`` (a comma-separated ``host:port``
-list); functions that take a bootstrap string rather than :class:`Settings` (the replay, the dev
-tools) pass that string instead. Settings holds no security options (plaintext listeners), so the
+Every client connects to ``KafkaSettings.kafka_bootstrap_servers`` (a comma-separated
+``host:port`` list); functions that take a bootstrap string rather than :class:`KafkaSettings`
+(the replay, the dev tools) pass that string instead. The settings hold no security options (plaintext listeners), so the
 factory sets none either; the options each caller needs (timeouts, batch sizes, isolation) are
 passed through unchanged as aiokafka's keyword arguments.
 
@@ -28,7 +28,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError, KafkaTimeoutError
 
-from services.runtime.config import Settings
+from services.runtime.config import KafkaSettings
 
 log = structlog.get_logger(__name__)
 
@@ -51,8 +51,9 @@ __all__ = [
 Producer: TypeAlias = AIOKafkaProducer
 """The producer type :func:`make_producer` returns (for annotations outside the adapter)."""
 
-KafkaTarget: TypeAlias = Settings | str
-"""Where a client connects: the process's :class:`Settings`, or a bootstrap servers string."""
+KafkaTarget: TypeAlias = KafkaSettings | str
+"""Where a client connects: the process's :class:`KafkaSettings` (or any settings class holding
+that group), or a bootstrap servers string."""
 
 START_FIRST_DELAY_SECONDS: Final = 0.5
 START_MAX_DELAY_SECONDS: Final = 15.0
@@ -65,7 +66,7 @@ _UNAVAILABLE_NAMES: Final = frozenset(
 
 def bootstrap_servers(target: KafkaTarget) -> str:
     """The bootstrap servers string of ``target``."""
-    return target.kafka_bootstrap_servers if isinstance(target, Settings) else target
+    return target.kafka_bootstrap_servers if isinstance(target, KafkaSettings) else target
 
 
 def make_producer(

@@ -43,7 +43,7 @@ from services.adapters.kafka.headers import HEADER_STAGE as HEADER_STAGE
 from services.adapters.kafka.headers import HEADER_TYPE
 from services.domain.node_events import WatcherTick
 from services.domain.records import TopicRecord, encode_record
-from services.runtime.config import Settings
+from services.runtime.config import KafkaSettings
 
 log = structlog.get_logger(__name__)
 
@@ -68,7 +68,7 @@ class EventPublisher:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: KafkaSettings,
         *,
         client_id: str = "devicestate-watcher",
         linger_ms: int = 20,

@@ -21,7 +21,7 @@ import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from services.adapters.kafka.clients import make_admin
-from services.runtime.config import Settings
+from services.runtime.config import GovernanceTopicSettings
 
 log = structlog.get_logger(__name__)
 
@@ -51,7 +51,7 @@ def _replication_factor(broker_count: int) -> int:
     return max(1, min(MAX_REPLICATION_FACTOR, broker_count))
 
 
-def wanted_topics(settings: Settings) -> dict[str, int]:
+def wanted_topics(settings: GovernanceTopicSettings) -> dict[str, int]:
     """Every topic the services need, with its partition count when created."""
     return {
         settings.topic: settings.topic_partitions,
@@ -61,7 +61,9 @@ def wanted_topics(settings: Settings) -> dict[str, int]:
     }
 
 
-def _topic_configs(name: str, settings: Settings, replication: int) -> dict[str, str]:
+def _topic_configs(
+    name: str, settings: GovernanceTopicSettings, replication: int
+) -> dict[str, str]:
     kept_forever = name in (settings.topic, settings.governance_topic)
     configs = dict(EVENT_TOPIC_CONFIG) if kept_forever else {}
     if replication >= MAX_REPLICATION_FACTOR:
@@ -71,7 +73,7 @@ def _topic_configs(name: str, settings: Settings, replication: int) -> dict[str,
 
 
 async def ensure_topics(
-    settings: Settings, *, request_timeout_ms: int = 15000
+    settings: GovernanceTopicSettings, *, request_timeout_ms: int = 15000
 ) -> dict[str, TopicState]:
     """Make sure the topics of :func:`wanted_topics` exist (``settings.topic`` and
     ``settings.dead_letter_topic`` with ``settings.topic_partitions`` partitions, the governance
@@ -128,7 +130,7 @@ async def ensure_topics(
 
 
 async def _check_partitions(
-    admin: AIOKafkaAdminClient, settings: Settings, counts: dict[str, int]
+    admin: AIOKafkaAdminClient, settings: GovernanceTopicSettings, counts: dict[str, int]
 ) -> None:
     for described in await admin.describe_topics(list(counts)):
         name = described.get("topic")

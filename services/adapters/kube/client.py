@@ -9,14 +9,14 @@ from typing import TypeAlias
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-from services.runtime.config import Settings
+from services.runtime.config import KubeSettings
 
 ApiClient: TypeAlias = k8s_client.ApiClient
 """The client the adapter classes are built on (the processes hold it, never look inside)."""
 
 
 @asynccontextmanager
-async def kubernetes_api_client(settings: Settings) -> AsyncIterator[ApiClient]:
+async def kubernetes_api_client(settings: KubeSettings) -> AsyncIterator[ApiClient]:
     """A kubernetes-asyncio ``ApiClient`` configured from ``settings.kubeconfig``, else the
     in-cluster service account, else ``~/.kube/config``; closed on exit. Raises
     ``kubernetes_asyncio.config.ConfigException`` when none is usable."""

@@ -22,7 +22,7 @@ from services.adapters.kube.errors import (
     as_watch_error,
     raise_for_watch_status,
 )
-from services.runtime.config import Settings
+from services.runtime.config import WatchSettings
 
 CONNECT_TIMEOUT_SECONDS: Final = 10.0
 LIST_PAGE_SIZE: Final = 500
@@ -82,7 +82,7 @@ class RawListWatch:
     def __init__(
         self,
         call: ListCall,
-        settings: Settings,
+        settings: WatchSettings,
         *,
         page_size: int = LIST_PAGE_SIZE,
         params: dict[str, Any] | None = None,

@@ -14,7 +14,7 @@ from kubernetes_asyncio import client as k8s_client
 
 from services.adapters.kube.client import ApiClient, kubernetes_api_client
 from services.adapters.kube.requests import request_json
-from services.runtime.config import Settings
+from services.runtime.config import KubeSettings
 
 
 class KubernetesObjects:
@@ -90,7 +90,7 @@ class KubernetesObjects:
 
 
 @asynccontextmanager
-async def kubernetes_objects(settings: Settings) -> AsyncIterator[KubernetesObjects]:
+async def kubernetes_objects(settings: KubeSettings) -> AsyncIterator[KubernetesObjects]:
     """:class:`KubernetesObjects` on :func:`~services.adapters.kube.client.kubernetes_api_client`
     (``settings.kubeconfig``, else in-cluster, else ``~/.kube/config``)."""
     async with kubernetes_api_client(settings) as api_client:

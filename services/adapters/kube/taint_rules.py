@@ -21,7 +21,7 @@ from kubernetes_asyncio import client as k8s_client
 from services.adapters.kube.client import ApiClient, kubernetes_api_client
 from services.adapters.kube.errors import KubeApiError
 from services.adapters.kube.requests import request_json
-from services.runtime.config import Settings
+from services.runtime.config import KubeSettings
 
 LIST_PAGE: Final = 500
 
@@ -80,7 +80,7 @@ class KubernetesTaintRules:
 
 
 @asynccontextmanager
-async def kubernetes_taint_rules(settings: Settings) -> AsyncIterator[KubernetesTaintRules]:
+async def kubernetes_taint_rules(settings: KubeSettings) -> AsyncIterator[KubernetesTaintRules]:
     """:class:`KubernetesTaintRules` on :func:`~services.adapters.kube.client.kubernetes_api_client`
     (``settings.kubeconfig``, else in-cluster, else ``~/.kube/config``)."""
     async with kubernetes_api_client(settings) as api_client:

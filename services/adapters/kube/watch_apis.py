@@ -19,7 +19,7 @@ from kubernetes_asyncio import client as k8s_client
 from services.adapters.kube.client import ApiClient
 from services.adapters.kube.list_watch import LIST_PAGE_SIZE, ListCall, ObjectList, RawListWatch
 from services.domain.inventory.events import InventoryKind
-from services.runtime.config import Settings
+from services.runtime.config import WatchSettings
 
 LEASE: Final = "Lease"
 NODE: Final = "Node"
@@ -33,7 +33,7 @@ class KubernetesPodApi:
     ``settings.label_selector``/``field_selector``."""
 
     def __init__(
-        self, api_client: ApiClient, settings: Settings, *, page_size: int = LIST_PAGE_SIZE
+        self, api_client: ApiClient, settings: WatchSettings, *, page_size: int = LIST_PAGE_SIZE
     ) -> None:
         selectors = {}
         if settings.label_selector:
@@ -63,7 +63,7 @@ class KubernetesObjectApi:
         self,
         object_kind: str,
         call: ListCall,
-        settings: Settings,
+        settings: WatchSettings,
         *,
         page_size: int = LIST_PAGE_SIZE,
         params: dict[str, Any] | None = None,
@@ -86,7 +86,7 @@ class KubernetesObjectApi:
 
 
 def lease_api(
-    api_client: ApiClient, settings: Settings, *, page_size: int = LIST_PAGE_SIZE
+    api_client: ApiClient, settings: WatchSettings, *, page_size: int = LIST_PAGE_SIZE
 ) -> KubernetesObjectApi:
     """Leases in ``settings.lease_namespace`` (``CoordinationV1Api.list_namespaced_lease``)."""
     coordination = k8s_client.CoordinationV1Api(api_client)
@@ -100,7 +100,7 @@ def lease_api(
 
 
 def node_api(
-    api_client: ApiClient, settings: Settings, *, page_size: int = LIST_PAGE_SIZE
+    api_client: ApiClient, settings: WatchSettings, *, page_size: int = LIST_PAGE_SIZE
 ) -> KubernetesObjectApi:
     """All Nodes (``CoreV1Api.list_node``)."""
     return KubernetesObjectApi(
@@ -109,7 +109,7 @@ def node_api(
 
 
 def resource_slice_api(
-    api_client: ApiClient, settings: Settings, *, page_size: int = LIST_PAGE_SIZE
+    api_client: ApiClient, settings: WatchSettings, *, page_size: int = LIST_PAGE_SIZE
 ) -> KubernetesObjectApi:
     """All ResourceSlices (``ResourceV1Api.list_resource_slice``, cluster-scoped)."""
     return KubernetesObjectApi(
@@ -121,7 +121,7 @@ def resource_slice_api(
 
 
 def resource_claim_api(
-    api_client: ApiClient, settings: Settings, *, page_size: int = LIST_PAGE_SIZE
+    api_client: ApiClient, settings: WatchSettings, *, page_size: int = LIST_PAGE_SIZE
 ) -> KubernetesObjectApi:
     """ResourceClaims in all namespaces (``ResourceV1Api.list_resource_claim_for_all_namespaces``)."""
     return KubernetesObjectApi(
@@ -133,7 +133,7 @@ def resource_claim_api(
 
 
 def device_class_api(
-    api_client: ApiClient, settings: Settings, *, page_size: int = LIST_PAGE_SIZE
+    api_client: ApiClient, settings: WatchSettings, *, page_size: int = LIST_PAGE_SIZE
 ) -> KubernetesObjectApi:
     """All DeviceClasses (``ResourceV1Api.list_device_class``, cluster-scoped)."""
     return KubernetesObjectApi(

@@ -1,6 +1,6 @@
 """Governance timings and limits (issue 3). All durations are seconds of *event time*.
 
-Field names equal the :class:`services.runtime.config.Settings` fields they come from
+Field names equal the :class:`services.runtime.config.PolicySettings` fields they come from
 (``DEVICESTATE_<NAME>``), so :meth:`GovernancePolicy.from_settings` is a plain copy.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class GovernancePolicy:
-    """The configured policy; defaults equal the Settings defaults."""
+    """The configured policy; defaults equal the PolicySettings defaults."""
 
     unknown_tolerance_seconds: float = 300.0
     unknown_tolerance_max_seconds: float = 3600.0
@@ -41,7 +41,8 @@ class GovernancePolicy:
 
     @classmethod
     def from_settings(cls, settings: Any) -> GovernancePolicy:
-        """Copy the same-named fields of ``settings`` (a :class:`services.runtime.config.Settings`)."""
+        """Copy the same-named fields of ``settings`` (a
+        :class:`services.runtime.config.PolicySettings`, or any settings class holding it)."""
         return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
 
     def tolerance_for(self, episodes: int) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from services.runtime.config import Settings
+from services.runtime.config import AlertsProcessSettings
 from services.runtime.logs import configure_logging
 
 
@@ -38,7 +38,7 @@ def alerts(
     errors and 5xx (DEVICESTATE_ALERT_RETRIES times, then reads again), skips alerts refused
     with a 4xx, commits offsets only after delivery. Runs until SIGTERM or Ctrl-C.
     """
-    settings = Settings()
+    settings = AlertsProcessSettings()
     if not settings.alert_webhook_url:
         typer.echo(
             "devicestate alerts: no Alertmanager configured. Set DEVICESTATE_ALERT_WEBHOOK_URL "

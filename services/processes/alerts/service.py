@@ -33,7 +33,7 @@ from services.domain.governance.decisions import Decision, decode_decision
 from services.processes.alerts.mapping import ActiveAlerts, Alert
 from services.processes.alerts.metrics import AlertMetrics
 from services.processes.alerts.sender import AlertmanagerClient, PostOutcome
-from services.runtime.config import Settings
+from services.runtime.config import AlertsProcessSettings
 
 log = structlog.get_logger(__name__)
 
@@ -43,7 +43,7 @@ SHUTDOWN_GRACE_SECONDS: Final = 15.0
 
 @dataclass(frozen=True, slots=True)
 class AlertOptions:
-    """How ``devicestate alerts`` runs besides :class:`Settings`.
+    """How ``devicestate alerts`` runs besides :class:`AlertsProcessSettings`.
 
     ``resend_interval_seconds``: how often firing alerts are posted again (below Alertmanager's
     ``resolve_timeout``); ``generator_base_url``: the directory API's URL for ``generatorURL``
@@ -220,7 +220,7 @@ class AlertService:
 
 
 async def run_alerts(
-    settings: Settings,
+    settings: AlertsProcessSettings,
     options: AlertOptions | None = None,
     *,
     stop: asyncio.Event | None = None,

@@ -45,7 +45,7 @@ from services.processes.api.hardening import (
     validation_failed,
 )
 from services.processes.api.routes_ops import GovernanceGaugeCache
-from services.runtime.config import Settings
+from services.runtime.config import ApiProcessSettings
 
 DESCRIPTION = """\
 Current health of every allocated device (KEP-4680 `allocatedResourcesStatus`), as the
@@ -115,7 +115,7 @@ async def command_log_unavailable(request: Request, exc: Exception) -> JSONRespo
     )
 
 
-def create_app(settings: Settings, *, clock: Callable[[], datetime] = now_utc) -> FastAPI:
+def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = now_utc) -> FastAPI:
     """The FastAPI app serving the projection in ``settings.database_schema`` of
     ``settings.database_url``. The engine and the command producer are created on startup and
     closed on shutdown. ``clock`` (wall clock, UTC) serves staleness and expiry computations.

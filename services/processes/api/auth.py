@@ -34,7 +34,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from services.domain.governance.inputs import ROLE_RANK, Role
-from services.runtime.config import Settings
+from services.runtime.config import ApiAuthSettings
 
 _HEX_DIGEST: Final = re.compile(r"^[0-9a-fA-F]{64}$")
 _ENTRY_KEYS: Final = frozenset({"name", "role", "sha256"})
@@ -102,7 +102,7 @@ def _parse(text: str, origin: str) -> list[TokenEntry]:
     return entries
 
 
-def load_tokens(settings: Settings) -> tuple[TokenEntry, ...]:
+def load_tokens(settings: ApiAuthSettings) -> tuple[TokenEntry, ...]:
     """The tokens of ``settings.api_tokens`` and of the file ``settings.api_tokens_file`` (both
     may be used; their entries add up). Raises :class:`TokenConfigError` with a clear message for
     an unreadable file, invalid JSON, a bad entry, or a name or digest configured twice."""
@@ -138,7 +138,7 @@ class Authenticator:
         self.anonymous_read = anonymous_read
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Authenticator:
+    def from_settings(cls, settings: ApiAuthSettings) -> Authenticator:
         """Raises :class:`TokenConfigError` for an invalid configuration."""
         return cls(load_tokens(settings), settings.api_anonymous_read)
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from services.runtime.config import Settings
+from services.runtime.config import ApiProcessSettings
 
 GRACEFUL_SHUTDOWN_SECONDS = 10
 """How long requests in flight may finish after SIGTERM/SIGINT before connections are closed."""
@@ -37,7 +37,7 @@ def api(
     from services.processes.api.auth import TokenConfigError
     from services.runtime.logs import configure_logging
 
-    settings = Settings()
+    settings = ApiProcessSettings()
     overrides = {k: v for k, v in {"api_host": host, "api_port": port}.items() if v is not None}
     if overrides:
         settings = settings.model_copy(update=overrides)

@@ -21,7 +21,7 @@ from services.adapters.kafka.clients import KafkaError, Producer, make_producer
 from services.adapters.kafka.headers import type_headers
 from services.domain.governance.input_codec import encode_input
 from services.domain.governance.inputs import OperatorCommand
-from services.runtime.config import Settings
+from services.runtime.config import GovernanceTopicSettings
 
 log = structlog.get_logger(__name__)
 
@@ -44,7 +44,7 @@ class CommandPublisher:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: GovernanceTopicSettings,
         *,
         connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS,
         send_timeout_seconds: float = SEND_TIMEOUT_SECONDS,

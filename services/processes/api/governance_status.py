@@ -17,19 +17,19 @@ from services.adapters.projection.reads_governance import FleetStatus
 from services.domain.codec import parse_time
 from services.domain.events import format_time
 from services.processes.api.schemas_governance import AutomationOut, BreakerOut, GovernanceOut
-from services.runtime.config import Settings
+from services.runtime.config import TickSettings
 
 STALE_SLACK_SECONDS: Final = 5.0
 """Added to twice the watcher's tick interval before observations count as stale."""
 
 
-def staleness_threshold(settings: Settings) -> float:
+def staleness_threshold(settings: TickSettings) -> float:
     """Seconds the watermark may lag the wall clock before observations count as stale: two of
     the watcher's ticks plus a few seconds."""
     return 2 * settings.tick_interval_seconds + STALE_SLACK_SECONDS
 
 
-def governance_status(fleet: FleetStatus, now: datetime, settings: Settings) -> GovernanceOut:
+def governance_status(fleet: FleetStatus, now: datetime, settings: TickSettings) -> GovernanceOut:
     """The status document of ``GET /v1/governance`` at wall-clock time ``now``."""
     threshold = staleness_threshold(settings)
     snap = fleet.snapshot

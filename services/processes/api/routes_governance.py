@@ -38,7 +38,7 @@ from services.processes.api.schemas_governance import (
     TimelineItemOut,
     TimelineOut,
 )
-from services.runtime.config import Settings
+from services.runtime.config import TickSettings
 
 read_routes = reads_router()
 
@@ -121,7 +121,7 @@ async def governance(request: Request, reads: Reads) -> GovernanceOut:
     """Fleet governance status: the governor's event-time watermark and whether observations are
     stale (watermark more than 2 x the watcher tick + 5 s behind the wall clock), the circuit
     breaker, the automation switch, active quarantines and devices by governance state."""
-    settings: Settings = request.app.state.settings
+    settings: TickSettings = request.app.state.settings
     return governance_status(await reads.fleet_status(), clock_now(request), settings)
 
 

@@ -56,7 +56,7 @@ from services.processes.api.schemas_inventory import (
     PluginResourceOut,
     PluginResourcesOut,
 )
-from services.runtime.config import Settings
+from services.runtime.config import ApiFeatureSettings
 
 log = structlog.get_logger(__name__)
 
@@ -181,8 +181,8 @@ async def list_conflicts(
     return ConflictsOut(items=[ConflictOut.of(c) for c in rows])
 
 
-def _settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
+def _settings(request: Request) -> ApiFeatureSettings:
+    settings: ApiFeatureSettings = request.app.state.settings
     return settings
 
 

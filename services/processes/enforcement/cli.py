@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from services.runtime.config import Settings
+from services.runtime.config import EnforcementProcessSettings
 from services.runtime.logs import configure_logging
 
 
@@ -40,7 +40,7 @@ def enforce(
     DEVICESTATE_ENFORCE_DEVICE_TAINT_RULES=true; dry-run unless --live or
     DEVICESTATE_ENFORCE_DRY_RUN=false. Runs until SIGTERM or Ctrl-C.
     """
-    settings = Settings()
+    settings = EnforcementProcessSettings()
     if live is not None:
         settings = settings.model_copy(update={"enforce_dry_run": not live})
     configure_logging(settings)

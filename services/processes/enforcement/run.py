@@ -27,14 +27,14 @@ from services.processes.enforcement.metrics import EnforcementMetrics
 from services.processes.enforcement.reconciler import Reconciler, ReconcileResult
 from services.processes.enforcement.source import QuarantineSource
 from services.processes.enforcement.triggers import Expectations, follow_decisions, kafka_decisions
-from services.runtime.config import Settings
+from services.runtime.config import EnforcementProcessSettings, GovernanceTopicSettings
 
 log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class EnforceOptions:
-    """How ``devicestate enforce`` runs besides :class:`Settings`."""
+    """How ``devicestate enforce`` runs besides :class:`EnforcementProcessSettings`."""
 
     interval_seconds: float = 30.0
     metrics_port: int = 9111
@@ -59,7 +59,7 @@ async def _wait(stop: asyncio.Event, wake: asyncio.Event, seconds: float) -> Non
 
 
 async def run_enforcer(
-    settings: Settings,
+    settings: EnforcementProcessSettings,
     options: EnforceOptions | None = None,
     *,
     rules: TaintRuleApi | None = None,
@@ -138,7 +138,7 @@ async def run_enforcer(
 
 
 async def _loop(
-    settings: Settings,
+    settings: GovernanceTopicSettings,
     options: EnforceOptions,
     reconciler: Reconciler,
     decisions: AsyncIterator[Decision] | None,

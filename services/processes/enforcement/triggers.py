@@ -20,7 +20,7 @@ import structlog
 
 from services.domain.governance.decisions import Decision, DecisionKind, decode_decision
 from services.processes.enforcement.metrics import EnforcementMetrics
-from services.runtime.config import Settings
+from services.runtime.config import GovernanceTopicSettings
 
 log = structlog.get_logger(__name__)
 
@@ -58,7 +58,9 @@ class Expectations:
         return bool(self._pending)
 
 
-async def kafka_decisions(settings: Settings, stop: asyncio.Event) -> AsyncIterator[Decision]:
+async def kafka_decisions(
+    settings: GovernanceTopicSettings, stop: asyncio.Event
+) -> AsyncIterator[Decision]:
     """Decisions appended to ``settings.decisions_topic`` from now on (no consumer group, nothing
     committed); waits and retries while Kafka is unreachable."""
     from services.adapters.kafka.follow import Start, TopicFollower

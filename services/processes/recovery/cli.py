@@ -7,7 +7,7 @@ from typing import Literal
 
 import typer
 
-from services.runtime.config import Settings
+from services.runtime.config import RecoveryProcessSettings
 from services.runtime.logs import configure_logging
 
 
@@ -59,7 +59,7 @@ def recovery(
     this process, and reports the result with the lease's fencing token. At most one check per
     device at a time. Runs until SIGTERM or Ctrl-C.
     """
-    settings = Settings()
+    settings = RecoveryProcessSettings()
     overrides: dict[str, object] = {}
     if executor is not None:
         if executor not in ("inprocess", "kubernetes-job"):

@@ -17,7 +17,7 @@ from services.adapters.kafka.clients import is_retriable, make_producer
 from services.adapters.kafka.headers import type_headers
 from services.domain.governance.input_codec import encode_input
 from services.domain.governance.inputs import RecoveryLeaseRequested, RecoveryReport
-from services.runtime.config import Settings
+from services.runtime.config import GovernanceTopicSettings
 
 PUBLISH_GIVE_UP_SECONDS: Final = 120.0
 
@@ -26,7 +26,7 @@ class GovernancePublisher:
     """Appends recovery records to the governance topic (key = node, type in the type header;
     idempotent, ``acks=all``), retrying retriable failures for up to ``PUBLISH_GIVE_UP_SECONDS``."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: GovernanceTopicSettings) -> None:
         self._topic = settings.governance_topic
         self._producer = make_producer(settings, client_id="devicestate-recovery")
 

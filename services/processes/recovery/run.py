@@ -33,7 +33,7 @@ from services.processes.recovery.checks import Executor
 from services.processes.recovery.metrics import RecoveryMetrics
 from services.processes.recovery.publisher import GovernancePublisher
 from services.processes.recovery.service import RecoveryService, default_holder
-from services.runtime.config import Settings
+from services.runtime.config import RecoveryProcessSettings
 
 log = structlog.get_logger(__name__)
 
@@ -42,7 +42,7 @@ RECOVERY_GROUP: Final = "devicestate-recovery"
 
 @dataclass(frozen=True, slots=True)
 class RecoveryOptions:
-    """How ``devicestate recovery`` runs besides :class:`Settings`. ``holder`` ``None``: a fresh
+    """How ``devicestate recovery`` runs besides :class:`RecoveryProcessSettings`. ``holder`` ``None``: a fresh
     :func:`default_holder`; ``fail``: devices the in-process executor fails."""
 
     group_id: str = RECOVERY_GROUP
@@ -57,7 +57,9 @@ class RecoveryOptions:
 
 
 @asynccontextmanager
-async def open_executor(settings: Settings, options: RecoveryOptions) -> AsyncIterator[Executor]:
+async def open_executor(
+    settings: RecoveryProcessSettings, options: RecoveryOptions
+) -> AsyncIterator[Executor]:
     """The executor ``settings.recovery_executor`` names, with its resources."""
     from services.processes.recovery.executors import InProcessExecutor, KubernetesJobExecutor
 
@@ -109,7 +111,7 @@ async def consume(
 
 
 async def run_recovery(
-    settings: Settings,
+    settings: RecoveryProcessSettings,
     options: RecoveryOptions | None = None,
     *,
     executor: Executor | None = None,

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from services.runtime.config import Settings
+from services.runtime.config import ReplayProcessSettings
 from services.runtime.loop import run, tune_gc
 
 EXIT_DIFFERENT = 1
@@ -93,7 +93,7 @@ def replay(
     """
     from services.runtime.logs import configure_logging
 
-    settings = Settings()
+    settings = ReplayProcessSettings()
     configure_logging(settings)
     if governance and in_place:
         _usage("--governance rebuilds into a fresh schema: it does not take --in-place")
@@ -136,7 +136,7 @@ def _usage(message: str) -> None:
 
 
 async def _run(
-    settings: Settings,
+    settings: ReplayProcessSettings,
     *,
     schema: str | None,
     in_place: bool,

@@ -32,7 +32,7 @@ from services.domain.governance.input_codec import decode_input
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.processes.replay.run import REPLAY_CLIENT_ID, ReplayError, topic_partitions
-from services.runtime.config import Settings
+from services.runtime.config import ReplayProcessSettings
 
 StepFn = Callable[[GovernorState, Any, int, GovernancePolicy], list[Decision]]
 
@@ -92,7 +92,7 @@ async def read_governance_log(
 
 
 async def replay_governance(
-    settings: Settings,
+    settings: ReplayProcessSettings,
     *,
     engine: Engine,
     database_url: str,
@@ -121,7 +121,7 @@ async def replay_governance(
 
 
 async def _fold(
-    settings: Settings,
+    settings: ReplayProcessSettings,
     engine: Engine,
     schema: str,
     batch_size: int,

@@ -55,7 +55,7 @@ from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeResourcesChanged
 from services.domain.records import decode_typed_record
-from services.runtime.config import Settings
+from services.runtime.config import KafkaSettings
 
 REPLAY_CLIENT_ID: Final = "devicestate-replay"
 _COLLECT_EVERY: Final = 1_000_000
@@ -194,7 +194,7 @@ async def topic_partitions(bootstrap_servers: str, topic: str) -> list[int]:
 
 
 async def replay(
-    settings: Settings,
+    settings: KafkaSettings,
     *,
     engine: Engine,
     database_url: str,
@@ -236,7 +236,7 @@ async def replay(
 
 
 async def _rebuild(
-    settings: Settings,
+    settings: KafkaSettings,
     engine: Engine,
     schema: str,
     batch_size: int,

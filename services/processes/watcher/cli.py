@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from services.runtime.config import Settings
+from services.runtime.config import WatcherProcessSettings
 from services.runtime.logs import configure_logging
 
 
@@ -58,7 +58,7 @@ def watch(
         )
         if value is not None
     }
-    settings = Settings().model_copy(update=overrides)
+    settings = WatcherProcessSettings().model_copy(update=overrides)
     configure_logging(settings)
     from services.processes.watcher.run import (
         run_watch,  # the Kafka and Kubernetes clients only when running

@@ -34,11 +34,11 @@ from services.processes.watcher.node_source import PLURALS, ObjectSource
 from services.processes.watcher.pod_source import KubeSource
 from services.processes.watcher.session import POD_STREAM, WatchSession
 from services.processes.watcher.watch_loop import ListWatchSource
-from services.runtime.config import Settings
+from services.runtime.config import WatcherProcessSettings, WatchSettings
 
 log = structlog.get_logger(__name__)
 
-DRA_APIS: Final[tuple[Callable[[ApiClient, Settings], KubernetesObjectApi], ...]] = (
+DRA_APIS: Final[tuple[Callable[[ApiClient, WatchSettings], KubernetesObjectApi], ...]] = (
     device_class_api,
     resource_slice_api,
     resource_claim_api,
@@ -62,7 +62,10 @@ async def tick_every(session: WatchSession, interval_seconds: float, stop: async
 
 
 def _live_tasks(
-    session: WatchSession, settings: Settings, api_client: ApiClient, stop: asyncio.Event
+    session: WatchSession,
+    settings: WatcherProcessSettings,
+    api_client: ApiClient,
+    stop: asyncio.Event,
 ) -> dict[str, Coroutine[Any, Any, None]]:
     metrics = session.metrics
 
@@ -104,7 +107,7 @@ async def _until(stop: asyncio.Event) -> None:
     await stop.wait()
 
 
-async def run_live(session: WatchSession, settings: Settings) -> None:
+async def run_live(session: WatchSession, settings: WatcherProcessSettings) -> None:
     """Run the loops and the ticker for ``session`` (kubeconfig from ``settings``) until SIGTERM
     or SIGINT (returns) or until one loop fails (raises what ended it, e.g. ``ApiRejected``);
     every loop is stopped either way."""

@@ -35,7 +35,11 @@ from services.processes.watcher.metrics import WatcherMetrics
 from services.processes.watcher.processor import NodeProcessor
 from services.processes.watcher.session import WatchSession
 from services.processes.watcher.summary import WatchSummary
-from services.runtime.config import Settings
+from services.runtime.config import (
+    GovernanceTopicSettings,
+    WatcherProcessSettings,
+    WatchSettings,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -43,7 +47,7 @@ SHUTDOWN_FLUSH_SECONDS: Final = 20.0
 """Longest wait (seconds) for Kafka acknowledgements when live mode stops."""
 
 
-async def _wait_for_topics(settings: Settings) -> None:
+async def _wait_for_topics(settings: GovernanceTopicSettings) -> None:
     def before_sleep(state: object) -> None:
         log.info("waiting for kafka", bootstrap_servers=settings.kafka_bootstrap_servers)
 
@@ -58,7 +62,7 @@ async def _wait_for_topics(settings: Settings) -> None:
             await ensure_topics(settings)
 
 
-def _file_kinds(settings: Settings) -> frozenset[str]:
+def _file_kinds(settings: WatchSettings) -> frozenset[str]:
     kinds = set()
     if settings.watch_leases:
         kinds.add("Lease")
@@ -69,14 +73,16 @@ def _file_kinds(settings: Settings) -> frozenset[str]:
     return frozenset(kinds)
 
 
-async def run_file(session: WatchSession, path: Path, settings: Settings) -> None:
+async def run_file(session: WatchSession, path: Path, settings: WatchSettings) -> None:
     """Hand every line of the recorded stream at ``path`` to ``session``, in order (Leases,
     Nodes and DRA objects read as such when ``settings`` watches them)."""
     for line, item in read_watch_file(path, kinds=_file_kinds(settings)):
         await session.handle(item, source_of(path, line))
 
 
-async def run_watch(settings: Settings, from_file: Path | None = None) -> WatchSummary:
+async def run_watch(
+    settings: WatcherProcessSettings, from_file: Path | None = None
+) -> WatchSummary:
     """Run the watcher and return its :class:`WatchSummary`.
 
     ``from_file``: a recorded JSONL watch stream, read to its end (``_CLOCK`` directives set
