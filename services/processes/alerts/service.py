@@ -20,7 +20,6 @@ interrupted post is simply not committed).
 from __future__ import annotations
 
 import asyncio
-import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -34,6 +33,7 @@ from services.processes.alerts.mapping import ActiveAlerts, Alert
 from services.processes.alerts.metrics import AlertMetrics
 from services.processes.alerts.sender import AlertmanagerClient, PostOutcome
 from services.runtime.config import AlertsProcessSettings
+from services.runtime.loop import serve_metrics, stop_on_signals
 
 log = structlog.get_logger(__name__)
 
@@ -234,17 +234,8 @@ async def run_alerts(
         raise ValueError("alert_webhook_url (DEVICESTATE_ALERT_WEBHOOK_URL) is not set")
     options = options or AlertOptions()
     metrics = metrics or AlertMetrics()
-    loop = asyncio.get_running_loop()
-    handled_signals: list[signal.Signals] = []
-    if stop is None:
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-            handled_signals.append(sig)
-    try:
-        metrics.serve(options.metrics_port)
-    except OSError as exc:
-        log.warning("metrics server not started", port=options.metrics_port, error=str(exc))
+    stop, remove_signal_handlers = stop_on_signals(stop)
+    serve_metrics(metrics.serve, options.metrics_port)
 
     consumption = _Consumption(ActiveAlerts(options.generator_base_url))
     listener = _RebuildOnAssign(consumption)
@@ -299,7 +290,6 @@ async def run_alerts(
                 log.warning("stopped during a post; its decisions will be read again")
             log.info("alert sender stopped")
     finally:
-        for sig in handled_signals:
-            loop.remove_signal_handler(sig)
+        remove_signal_handlers()
         await follower.close()
         await client.close()

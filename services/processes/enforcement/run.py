@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -28,6 +27,7 @@ from services.processes.enforcement.reconciler import Reconciler, ReconcileResul
 from services.processes.enforcement.source import QuarantineSource
 from services.processes.enforcement.triggers import Expectations, follow_decisions, kafka_decisions
 from services.runtime.config import EnforcementProcessSettings, GovernanceTopicSettings
+from services.runtime.loop import serve_metrics, stop_on_signals
 
 log = structlog.get_logger(__name__)
 
@@ -74,20 +74,11 @@ async def run_enforcer(
     Kubernetes client, the PostgreSQL reader and the Kafka follower that ``settings`` name."""
     options = options or EnforceOptions()
     metrics = metrics or EnforcementMetrics()
-    loop = asyncio.get_running_loop()
-    handled: list[signal.Signals] = []
-    if stop is None:
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-            handled.append(sig)
+    stop, remove_signal_handlers = stop_on_signals(stop)
     metrics.enabled.set(1 if settings.enforce_device_taint_rules else 0)
     metrics.dry_run.set(1 if settings.enforce_dry_run else 0)
     if not options.once:
-        try:
-            metrics.serve(options.metrics_port)
-        except OSError as exc:
-            log.warning("metrics server not started", port=options.metrics_port, error=str(exc))
+        serve_metrics(metrics.serve, options.metrics_port)
     try:
         if not settings.enforce_device_taint_rules:
             log.warning(
@@ -133,8 +124,7 @@ async def run_enforcer(
                 return result
             return await _loop(settings, options, reconciler, decisions, stop, metrics, on_result)
     finally:
-        for sig in handled:
-            loop.remove_signal_handler(sig)
+        remove_signal_handlers()
 
 
 async def _loop(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from services.processes.recovery.metrics import RecoveryMetrics
 from services.processes.recovery.publisher import GovernancePublisher
 from services.processes.recovery.service import RecoveryService, default_holder
 from services.runtime.config import RecoveryProcessSettings
+from services.runtime.loop import serve_metrics, stop_on_signals
 
 log = structlog.get_logger(__name__)
 
@@ -123,17 +123,8 @@ async def run_recovery(
     ``executor``: use this one instead of the one ``settings`` names."""
     options = options or RecoveryOptions()
     metrics = metrics or RecoveryMetrics()
-    loop = asyncio.get_running_loop()
-    handled: list[signal.Signals] = []
-    if stop is None:
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-            handled.append(sig)
-    try:
-        metrics.serve(options.metrics_port)
-    except OSError as exc:
-        log.warning("metrics server not started", port=options.metrics_port, error=str(exc))
+    stop, remove_signal_handlers = stop_on_signals(stop)
+    serve_metrics(metrics.serve, options.metrics_port)
     holder = options.holder or default_holder()
 
     def undecodable(offset: int, exc: Exception) -> None:
@@ -190,7 +181,6 @@ async def run_recovery(
             await service.drain(options.shutdown_grace_seconds)
             log.info("recovery service stopped", holder=holder)
     finally:
-        for sig in handled:
-            loop.remove_signal_handler(sig)
+        remove_signal_handlers()
         await follower.close()
         await publisher.stop()
