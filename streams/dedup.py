@@ -51,8 +51,6 @@ from services.adapters.projection.errors import is_transient
 from services.domain.batch import CommitHook, InventoryRecord, LoggedBatch
 from services.domain.log import LoggedEvent, LogPosition
 from services.runtime.config import WorkerProcessSettings
-from streams.batchwrite import SHUTDOWN_GRACE_SECONDS as SHUTDOWN_GRACE_SECONDS
-from streams.batchwrite import BatchNotWritten as BatchNotWritten
 from streams.batchwrite import BatchWriter
 from streams.deadletter import dead_letter
 from streams.dedup_decode import DecodedBatch, decode_into
@@ -148,7 +146,7 @@ class DeviceDedup:
 
     def begin_shutdown(self) -> None:
         """The worker is stopping: a batch still retrying a transient error gets
-        :data:`SHUTDOWN_GRACE_SECONDS` more, then is abandoned unacknowledged (faust waits for
+        :data:`~streams.batchwrite.SHUTDOWN_GRACE_SECONDS` more, then is abandoned unacknowledged (faust waits for
         in-flight batches before it stops, so an endless retry would block the shutdown)."""
         self.writer.begin_shutdown()
 
@@ -271,7 +269,7 @@ class DeviceDedup:
     ) -> tuple[BatchResult | None, bool]:
         """Commit the batch (:meth:`BatchWriter.write <streams.batchwrite.BatchWriter.write>`:
         retried, shielded). Returns the store's result (``None``: not committed) and whether the
-        agent was cancelled meanwhile. Raises :class:`BatchNotWritten` for a non-transient error.
+        agent was cancelled meanwhile. Raises :class:`~streams.batchwrite.BatchNotWritten` for a non-transient error.
         ``inventory_items`` (the batch's observations, DRA objects and resource counts in batch
         order) make the store maintain the inventory with the directory.
         """

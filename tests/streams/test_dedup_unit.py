@@ -18,8 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import exc as sa_exc
 
-from services.adapters.kafka.headers import type_headers
-from services.adapters.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
+from services.adapters.kafka.headers import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE, type_headers
 from services.adapters.projection.errors import ProjectionConflictError, is_transient
 from services.domain.directory import fold
 from services.domain.event_codec import encode_event

@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from services.adapters.kafka.headers import type_headers
-from services.adapters.kafka.producer import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
+from services.adapters.kafka.headers import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE, type_headers
 from services.domain.events import DeviceSource, Health
 from services.domain.governance.decisions import decode_decision
 from services.domain.governance.input_codec import encode_input

@@ -35,12 +35,8 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from services.adapters.kafka.clients import Producer, make_producer
-from services.adapters.kafka.clients import is_retriable as is_retriable
-from services.adapters.kafka.headers import HEADER_REASON as HEADER_REASON
-from services.adapters.kafka.headers import HEADER_SOURCE as HEADER_SOURCE
-from services.adapters.kafka.headers import HEADER_STAGE as HEADER_STAGE
-from services.adapters.kafka.headers import HEADER_TYPE
+from services.adapters.kafka.clients import Producer, is_retriable, make_producer
+from services.adapters.kafka.headers import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE, HEADER_TYPE
 from services.domain.node_events import WatcherTick
 from services.domain.records import TopicRecord, encode_record
 from services.runtime.config import KafkaSettings

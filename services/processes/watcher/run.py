@@ -25,7 +25,8 @@ from typing import Final
 import structlog
 from tenacity import AsyncRetrying, retry_if_exception, stop_never, wait_random_exponential
 
-from services.adapters.kafka.producer import EventPublisher, is_retriable
+from services.adapters.kafka.clients import is_retriable
+from services.adapters.kafka.producer import EventPublisher
 from services.adapters.kafka.topics import ensure_topics
 from services.domain.watch.inventory_tracker import INVENTORY_KINDS
 from services.domain.watch.node_tracker import NodeTracker
