@@ -43,8 +43,9 @@ IdempotencyKey = Annotated[
     str | None,
     typer.Option(
         "--idempotency-key",
-        help="Command ID to use (letters, digits, ._:-). Retrying with the same key never makes "
-        "a second command.",
+        help="Idempotency key (letters, digits, ._:-), scoped to your token: the commandID is "
+        "<token name>~<key>. Retrying the same command with the same key never makes a second "
+        "command; another command with it is refused (409).",
         show_default=False,
     ),
 ]

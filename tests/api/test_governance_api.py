@@ -280,28 +280,32 @@ async def test_wait_gives_202_when_undecided_in_time(gov_api: httpx.AsyncClient)
     assert 0.5 <= loop.time() - started < 10
 
 
-async def test_idempotency_key_becomes_the_command_id_and_returns_a_known_outcome(
+async def test_idempotency_key_scoped_to_the_principal_is_the_command_id_and_returns_a_known_outcome(
     gov_api: httpx.AsyncClient, governor: Governor, kafka_bootstrap: str, governance_topic: str
 ) -> None:
     key = "retry-3f1c9a"
+    command_id = f"olga~{key}"
     first = await gov_api.post(
         "/v1/quarantines",
         json=QUARANTINE,
         headers={**bearer("operator"), "Idempotency-Key": key},
     )
     assert first.status_code == 202
-    assert first.json()["commandID"] == key
+    assert first.json()["commandID"] == command_id
     [(_, command)] = await read_commands(kafka_bootstrap, governance_topic, 1)
-    assert command.command_id == key
-    await governor.decide(key, "quarantine", True)
-    await governor.quarantine(f"manual/{key}", "gpu-node-a", "GPU-0", kind="manual")
+    assert command.command_id == command_id
+    await governor.decide(command_id, "quarantine", True)
+    await governor.quarantine(f"manual/{command_id}", "gpu-node-a", "GPU-0", kind="manual")
     retry = await gov_api.post(
         "/v1/quarantines",
         json=QUARANTINE,
         headers={**bearer("operator"), "Idempotency-Key": key},
     )
     assert retry.status_code == 201
-    assert (retry.json()["commandID"], retry.json()["quarantineID"]) == (key, f"manual/{key}")
+    assert (retry.json()["commandID"], retry.json()["quarantineID"]) == (
+        command_id,
+        f"manual/{command_id}",
+    )
     misuse = await gov_api.post(
         "/v1/automation/pause",
         json={"reason": "x"},

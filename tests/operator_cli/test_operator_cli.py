@@ -155,19 +155,22 @@ async def test_quarantine_create_appends_a_command(
 async def test_wait_reports_accepted_rejected_and_pending(
     cli: typer.Typer, api_url: str, governor: Governor
 ) -> None:
-    await governor.decide("key-accepted", "quarantine", True)
-    await governor.quarantine("manual/key-accepted", "gpu-node-a", "GPU-0", kind="manual")
-    await governor.decide("key-rejected", "quarantine", False, "already quarantined (q@1)")
+    # An Idempotency-Key is scoped to the token's principal (ada, the admin): ``ada~<key>``.
+    await governor.decide("ada~key-accepted", "quarantine", True, actor="ada")
+    await governor.quarantine("manual/ada~key-accepted", "gpu-node-a", "GPU-0", kind="manual")
+    await governor.decide(
+        "ada~key-rejected", "quarantine", False, "already quarantined (q@1)", actor="ada"
+    )
     base = ["quarantine", "create", "gpu-node-a", "GPU-0", "-r", "xid", "--api-url", api_url]
 
     accepted = run(cli, *base, "--wait", "5", "--idempotency-key", "key-accepted", role="admin")
     assert accepted.exit_code == 0, accepted.output
     assert accepted.stdout.strip() == (
-        "accepted: quarantine manual/key-accepted (quarantine, command key-accepted)"
+        "accepted: quarantine manual/ada~key-accepted (quarantine, command ada~key-accepted)"
     )
     rejected = run(cli, *base, "--wait", "5", "--idempotency-key", "key-rejected", role="admin")
     assert rejected.exit_code == 1
-    assert "rejected: already quarantined (q@1) (quarantine, command key-rejected)" in (
+    assert "rejected: already quarantined (q@1) (quarantine, command ada~key-rejected)" in (
         rejected.output
     )
     as_json = run(cli, *base, "--idempotency-key", "key-rejected", "-o", "json", role="admin")
@@ -177,7 +180,7 @@ async def test_wait_reports_accepted_rejected_and_pending(
     assert pending.exit_code == 3, pending.output
     assert "not decided within 0.3 s" in pending.stdout
 
-    shown = run(cli, "command", "key-rejected", "--api-url", api_url)
+    shown = run(cli, "command", "ada~key-rejected", "--api-url", api_url)
     assert shown.exit_code == 0
     assert orjson.loads(shown.stdout)["reason"] == "already quarantined (q@1)"
     unknown = run(cli, "command", "nope", "--api-url", api_url)

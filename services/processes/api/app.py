@@ -44,6 +44,7 @@ from services.processes.api.hardening import (
     NulGuardMiddleware,
     validation_failed,
 )
+from services.processes.api.idempotency import KeyRegistry
 from services.processes.api.routes_ops import GovernanceGaugeCache
 from services.runtime.config import ApiProcessSettings
 
@@ -74,7 +75,10 @@ invalid token, 403 for too weak a role. `/healthz`, `/readyz`, `/metrics` stay o
 log and answer `202 {commandID, status: "pending"}` (503 when Kafka is unreachable); the governor
 decides it. `?wait=<s>` (at most 30) waits for the decision: 201/200 accepted, 409 rejected with
 the governor's reason. `GET /v1/commands/{commandID}` reads an outcome later. An
-`Idempotency-Key` header becomes the commandID, so retries do not duplicate a command.
+`Idempotency-Key` header is scoped to the token's principal (commandID `<token name>~<key>`):
+a retry of the same request (method, path, JSON body) makes no second command and gets the first
+one's commandID and outcome, concurrent retries included; the same key with another request is
+409 with a `detail` naming the conflict. Another principal's use of a key is independent.
 Body strings may not contain U+0000, other control characters (reasons: tab, LF and CR allowed)
 or lone surrogates; `reason` is at most 1024 characters, `node` 253 bytes, `resourceID` 1024
 bytes; `expiresAt` at most 366 days ahead, like `ttlSeconds`. `NaN`/`Infinity` are refused.
@@ -160,6 +164,7 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
     app.state.clock = clock
     app.state.authenticator = authenticator
     app.state.recent_commands = OrderedDict()
+    app.state.idempotency_keys = KeyRegistry()
     app.state.governance_gauges = GovernanceGaugeCache()
     app.state.inventory_gauges = routes_inventory.InventoryGaugeCache()
     app.state.extender_stats = routes_extender.ExtenderStats()

@@ -8,9 +8,12 @@ app's handler). The governor decides every command (``CommandAccepted`` or ``Com
 and records the outcome, which ``GET /v1/commands/{commandID}`` serves. With ``?wait=<seconds>``
 (:mod:`services.processes.api.command_wait`) the answer is the outcome: 201 for an accepted
 quarantine, 200 for another accepted command, 409 with the governor's reason for a rejection,
-202 if still undecided. An ``Idempotency-Key`` header becomes the commandID, so a client retry
-does not make a second command (the governor ignores a repeated commandID; a key already decided
-gets its outcome; a key decided for another action is 409).
+202 if still undecided. An ``Idempotency-Key`` header is scoped to the principal: the commandID
+is ``<token name>~<key>`` (:mod:`services.processes.api.idempotency`), so a client retry does
+not make a second command (the governor ignores a repeated commandID). A repeat of the first
+request (same method, path and JSON body) gets that request's command: its outcome when decided,
+else 202 with its commandID; concurrent repeats wait for the first one's append and share its
+command. Another request with the key is 409 naming the conflict.
 
 Also here: the route building blocks the governance routers share (the ``Idempotency-Key``
 dependency, the error and write response tables, the ``writes``/``reads`` router settings) and
@@ -35,7 +38,15 @@ from services.adapters.projection.reads_governance import CommandOutcome, Govern
 from services.domain.governance.inputs import CommandAction, OperatorCommand
 from services.processes.api.auth import Principal, read_access
 from services.processes.api.command_wait import wait_for_outcome
-from services.processes.api.commands import CommandPublisher
+from services.processes.api.commands import CommandLogUnavailable, CommandPublisher
+from services.processes.api.idempotency import (
+    KeyConflict,
+    KeyRegistry,
+    KeyUse,
+    conflict_message,
+    fingerprint,
+    scoped_command_id,
+)
 from services.processes.api.schemas import ErrorOut
 from services.processes.api.schemas_governance import CommandOut
 
@@ -51,8 +62,11 @@ IdempotencyKeyHeader = Annotated[
     str | None,
     Header(
         alias="Idempotency-Key",
-        description="Client-chosen commandID (1-128 of letters, digits, `._:-`; e.g. a UUID): a "
-        "retry with the same key does not make a second command.",
+        description="Client-chosen key of the request (1-128 of letters, digits, `._:-`; e.g. a "
+        "UUID), scoped to the token's principal: the commandID is `<token name>~<key>`. A retry "
+        "with the same key and the same request (method, path, JSON body) makes no second "
+        "command and gets the first one's commandID and outcome (concurrent retries too); the "
+        "same key with another request is 409. Another principal's key is independent.",
     ),
 ]
 
@@ -80,7 +94,12 @@ WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
     **ERRORS,
     200: {"model": CommandOut, "description": "Accepted (with `wait`)."},
     202: {"model": CommandOut, "description": "Appended to the log, not decided yet."},
-    409: {"model": CommandOut, "description": "Rejected by the governor (with `wait`)."},
+    409: {
+        "model": CommandOut | ErrorOut,
+        "description": "Rejected by the governor (with `wait`; a `CommandOut`), or an "
+        "`Idempotency-Key` this principal already used for another request (an `ErrorOut` whose "
+        "`detail` names the key and that request).",
+    },
 }
 
 
@@ -170,24 +189,25 @@ async def submit(
     break_glass: bool = False,
     quarantine_id: str | None = None,
 ) -> JSONResponse:
-    """Append one command; answer 202 pending, or its outcome when known (see the module doc)."""
+    """Append one command; answer 202 pending, or its outcome when known (see the module doc).
+    With an ``Idempotency-Key`` (:mod:`services.processes.api.idempotency`): 409 for a key this
+    principal used for another request, the first request's command for a repeat."""
     reads: GovernanceReads = request.app.state.reads
-    publisher: CommandPublisher = request.app.state.publisher
-    if idempotency_key is not None:
-        await _idempotency_key(idempotency_key)
-        command_id = idempotency_key
-        done = await reads.command(command_id)
-        if done is not None:
-            if done.action != action.value:
-                raise HTTPException(
-                    409,
-                    f"Idempotency-Key {command_id!r} was already used for a {done.action!r} "
-                    "command",
-                )
-            quarantine = await quarantine_of(reads, done, quarantine_id)
-            return command_response(outcome_out(done, quarantine), _decided_status(done))
-    else:
+    if idempotency_key is None:
+        use = None
         command_id = str(uuid4())
+    else:
+        await _idempotency_key(idempotency_key)
+        command_id = scoped_command_id(principal.name, idempotency_key)
+        use = KeyUse(
+            command_id,
+            fingerprint(request.method, request.url.path, await request.body()),
+            action.value,
+            f"{request.method} {request.url.path}",
+        )
+        replay = await _replay(request, principal, action, use, wait, quarantine_id)
+        if replay is not None:
+            return replay
     command = OperatorCommand(
         command_id=command_id,
         action=action,
@@ -201,11 +221,7 @@ async def submit(
         break_glass=break_glass,
         quarantine_id=quarantine_id,
     )
-    await publisher.publish(command)  # CommandLogUnavailable -> 503 (app handler)
-    recent = recent_commands(request)
-    recent[command_id] = None
-    while len(recent) > RECENT_COMMANDS:
-        recent.popitem(last=False)
+    await _append(request, command, use)
     log.info(
         "command appended",
         command_id=command_id,
@@ -215,11 +231,95 @@ async def submit(
         node=node,
         resource_id=resource_id,
     )
-    if wait > 0:
+    return await _answer(reads, command_id, action, principal, wait, quarantine_id, look=False)
+
+
+async def _replay(
+    request: Request,
+    principal: Principal,
+    action: CommandAction,
+    use: KeyUse,
+    wait: float,
+    quarantine_id: str | None,
+) -> JSONResponse | None:
+    """The answer to a key already used (its first command, or 409), or None when ``use`` is
+    the first (claimed: the caller appends, then calls :func:`_append`)."""
+    registry: KeyRegistry = request.app.state.idempotency_keys
+    reads: GovernanceReads = request.app.state.reads
+    try:
+        first = registry.claim(use)
+    except KeyConflict as exc:
+        _log_conflict(principal, use, str(exc))
+        raise HTTPException(409, str(exc)) from None
+    if first is not None:
+        await first.appended.wait()
+        if first.failure is not None:
+            status, message = first.failure
+            if status == 503:
+                raise CommandLogUnavailable(message)
+            raise HTTPException(status, message)
+        log.info("idempotent repeat", command_id=use.command_id, actor=principal.name)
+        return await _answer(
+            reads, use.command_id, action, principal, wait, quarantine_id, look=True
+        )
+    try:
+        done = await reads.command(use.command_id)
+    except BaseException:
+        registry.failed(use, "the command outcomes could not be read")
+        raise
+    if done is None:
+        return None  # new here; the caller appends
+    if done.action != action.value:
+        message = conflict_message(use.command_id, done.action, None)
+        registry.failed(use, message, 409)
+        _log_conflict(principal, use, message)
+        raise HTTPException(409, message)
+    registry.appended(use)
+    log.info("idempotent repeat", command_id=use.command_id, actor=principal.name, decided=True)
+    quarantine = await quarantine_of(reads, done, quarantine_id)
+    return command_response(outcome_out(done, quarantine), _decided_status(done))
+
+
+async def _append(request: Request, command: OperatorCommand, use: KeyUse | None) -> None:
+    """Publish ``command`` and remember it as recent; tell the waiters of ``use`` how it went."""
+    publisher: CommandPublisher = request.app.state.publisher
+    registry: KeyRegistry = request.app.state.idempotency_keys
+    try:
+        await publisher.publish(command)  # CommandLogUnavailable -> 503 (app handler)
+    except CommandLogUnavailable as exc:
+        if use is not None:
+            registry.failed(use, str(exc))
+        raise
+    except BaseException:
+        if use is not None:
+            registry.failed(use, "the command was not appended")
+        raise
+    recent = recent_commands(request)
+    recent[command.command_id] = None
+    while len(recent) > RECENT_COMMANDS:
+        recent.popitem(last=False)
+    if use is not None:
+        registry.appended(use)
+
+
+async def _answer(
+    reads: GovernanceReads,
+    command_id: str,
+    action: CommandAction,
+    principal: Principal,
+    wait: float,
+    quarantine_id: str | None,
+    *,
+    look: bool,
+) -> JSONResponse:
+    """The outcome of an appended command if decided (waiting up to ``wait`` s; with ``look``
+    reading it once even when ``wait`` is 0, as a repeated key does), else 202 pending."""
+    outcome = None
+    if wait > 0 or look:
         outcome = await wait_for_outcome(reads, command_id, wait)
-        if outcome is not None:
-            quarantine = await quarantine_of(reads, outcome, quarantine_id)
-            return command_response(outcome_out(outcome, quarantine), _decided_status(outcome))
+    if outcome is not None:
+        quarantine = await quarantine_of(reads, outcome, quarantine_id)
+        return command_response(outcome_out(outcome, quarantine), _decided_status(outcome))
     pending = CommandOut(
         command_id=command_id,
         status="pending",
@@ -230,3 +330,14 @@ async def submit(
         f"(GET /v1/commands/{command_id})",
     )
     return command_response(pending, 202)
+
+
+def _log_conflict(principal: Principal, use: KeyUse, message: str) -> None:
+    log.warning(
+        "idempotency key conflict",
+        command_id=use.command_id,
+        actor=principal.name,
+        role=principal.role.value,
+        request=use.request_line,
+        detail=message,
+    )
