@@ -33,7 +33,7 @@ from services.domain.watch.node_tracker import NodeTracker
 from services.processes.watcher.file_source import read_watch_file, source_of
 from services.processes.watcher.live import run_live
 from services.processes.watcher.metrics import WatcherMetrics
-from services.processes.watcher.processor import NodeProcessor
+from services.processes.watcher.processor import NodeProcessor, WatchProcessor
 from services.processes.watcher.session import WatchSession
 from services.processes.watcher.summary import WatchSummary
 from services.runtime.config import (
@@ -102,14 +102,23 @@ async def run_watch(
         )
     summary = WatchSummary(source=f"file:{from_file}" if from_file else "kubernetes")
     await _wait_for_topics(settings)
-    publisher = EventPublisher(settings, on_retry=metrics.publish_retries.inc)
+
+    def refused(stage: str) -> None:
+        # A record too large for the topic, dead-lettered by the producer itself (issue 11).
+        summary.dead_lettered += 1
+        metrics.dead_lettered.labels(stage).inc()
+
+    publisher = EventPublisher(
+        settings, on_retry=metrics.publish_retries.inc, on_dead_letter=refused
+    )
     await publisher.start()
     nodes = NodeProcessor(
         NodeTracker(
             timedelta(seconds=settings.heartbeat_interval_seconds), settings.lease_namespace
         )
     )
-    session = WatchSession(publisher, metrics, summary, nodes=nodes)
+    processor = WatchProcessor(max_message_bytes=settings.max_message_bytes)
+    session = WatchSession(publisher, metrics, summary, processor=processor, nodes=nodes)
     try:
         if from_file is not None:
             await run_file(session, from_file, settings)
