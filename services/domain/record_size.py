@@ -10,7 +10,7 @@ grow without bound with one Pod, and both are made to fit here, where the watche
   (:func:`services.domain.directory.apply_release`), so the first part releases them all and the
   others find nothing left.
 - ``DeviceHealthObserved`` lists the containers of the Pod that report the device (10,000
-  containers sharing one GPU make one event of ~1.4 MB with 120-character names). It cannot be
+  containers sharing one GPU make one event of ~1.5 MB with 120-character names). It cannot be
   split into parts per container: the directory keys the observation by ``(node, resourceID,
   statusVersion)`` and replaces a Pod's allocation with the latest one, so a second part with
   the same statusVersion is a duplicate and would be dropped

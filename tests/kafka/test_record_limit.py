@@ -50,7 +50,7 @@ async def test_a_record_the_broker_refuses_is_dead_lettered_and_the_stream_goes_
 
 
 async def _refused_and_published(small_topics: Settings) -> None:
-    refused: list[str] = []
+    refused: list[tuple[str, str]] = []
     large = replace(
         observation("gpu-node-a", 1),
         containers=tuple(ContainerRef(f"container-{i:05d}") for i in range(4000)),
@@ -59,11 +59,13 @@ async def _refused_and_published(small_topics: Settings) -> None:
     assert size > 65_536
     # The producer's limit (1 MiB) is the settings' default, larger than the topics'.
     producer_settings = small_topics.model_copy(update={"max_message_bytes": 1_048_576})
-    async with EventPublisher(producer_settings, on_dead_letter=refused.append) as publisher:
+    async with EventPublisher(
+        producer_settings, on_dead_letter=lambda *a: refused.append(a)
+    ) as publisher:
         await publisher.publish(large)
         await publisher.publish(observation("gpu-node-a", 2))
         await publisher.flush()
-    assert refused == [STAGE_PUBLISH]
+    assert refused == [(STAGE_PUBLISH, "DeviceHealthObserved")]
 
     [after] = await read_all(small_topics, small_topics.topic, 1)
     assert after.value is not None and decode_event(after.value).status_version == 2

@@ -139,6 +139,8 @@ async def test_no_record_stops_the_watcher(pair: tuple[Settings, Settings], tmp_
     assert summary.dead_lettered == 2
     assert summary.problems["containers-truncated"] == 1
     assert summary.problems["missing-node-name"] == 1
+    assert summary.problems["record-too-large"] == 1
+    assert summary.events_published == {"DeviceHealthObserved": 6, "PodDevicesReleased": 1}
     published = decoded(await read_all(big, big.topic, 7 + summary.ticks_sent))
     by_pod: dict[str, list[TopicRecord]] = {}
     for value in published:

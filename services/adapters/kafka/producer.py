@@ -89,8 +89,8 @@ class EventPublisher:
     ``linger_ms`` (milliseconds) batches records sent close together; ``max_in_flight`` bounds the
     records awaiting acknowledgement; ``max_retry_wait_seconds`` caps the backoff between retries;
     ``on_retry`` is called once per retry (e.g. a Prometheus counter's ``inc``);
-    ``on_dead_letter`` with the stage of each record the publisher dead-letters itself (one too
-    large for the topic). Records are at most ``settings.max_message_bytes`` bytes.
+    ``on_dead_letter`` with the stage and the record's type of each record the publisher
+    dead-letters itself (one too large for the topic). Records are at most ``settings.max_message_bytes`` bytes.
     """
 
     def __init__(
@@ -104,7 +104,7 @@ class EventPublisher:
         max_in_flight: int = 2000,
         max_retry_wait_seconds: float = 30.0,
         on_retry: Callable[[], None] | None = None,
-        on_dead_letter: Callable[[str], None] | None = None,
+        on_dead_letter: Callable[[str, str], None] | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
@@ -259,7 +259,7 @@ class EventPublisher:
         log.warning("record too large, dead-lettered", reason=reason, source=source)
         await self._send(self._dead_letter_record(record.value, reason, STAGE_PUBLISH, source))
         if self._on_dead_letter is not None:
-            self._on_dead_letter(STAGE_PUBLISH)
+            self._on_dead_letter(STAGE_PUBLISH, record_type)
 
     async def _send(self, record: _Record) -> None:
         while len(self._pending) >= self._max_in_flight:

@@ -18,6 +18,7 @@ what is left unacknowledged is re-emitted by the next start's LISTs).
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Final
@@ -43,6 +44,9 @@ from services.runtime.config import (
 )
 
 log = structlog.get_logger(__name__)
+
+RECORD_TOO_LARGE: Final = "record-too-large"
+"""Problem code of a record the producer dead-lettered as too large for the topic."""
 
 SHUTDOWN_FLUSH_SECONDS: Final = 20.0
 """Longest wait (seconds) for Kafka acknowledgements when live mode stops."""
@@ -103,8 +107,14 @@ async def run_watch(
     summary = WatchSummary(source=f"file:{from_file}" if from_file else "kubernetes")
     await _wait_for_topics(settings)
 
-    def refused(stage: str) -> None:
-        # A record too large for the topic, dead-lettered by the producer itself (issue 11).
+    def refused(stage: str, record_type: str) -> None:
+        # A record too large for the topic, dead-lettered by the producer itself (issue 11): it
+        # was counted as published when handed over; the summary takes it back (the Prometheus
+        # counter cannot), and counts it as a problem and a dead letter.
+        summary.events_published[record_type] -= 1
+        summary.events_published += Counter()  # drops a count that fell to 0
+        summary.problems[RECORD_TOO_LARGE] += 1
+        metrics.problems.labels(RECORD_TOO_LARGE).inc()
         summary.dead_lettered += 1
         metrics.dead_lettered.labels(stage).inc()
 
