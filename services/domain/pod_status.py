@@ -35,6 +35,7 @@ class ProblemCode(StrEnum):
     STATUS_FOR_UNKNOWN_CONTAINER = "status-for-unknown-container"
     DUPLICATE_RESOURCE_ID = "duplicate-resource-id"
     CONFLICTING_MESSAGE = "conflicting-message"
+    CONTAINERS_TRUNCATED = "containers-truncated"  # too many to fit one record (record_size)
     # rejected: the watcher dead-letters the Pod
     CONFLICTING_HEALTH = "conflicting-health"
     MISSING_NODE_NAME = "missing-node-name"

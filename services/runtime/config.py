@@ -54,6 +54,16 @@ class KafkaSettings(SettingsGroup):
     consumer_group: str = Field(
         "devicestate-worker", description="Kafka consumer group (Faust app id) of the worker."
     )
+    max_message_bytes: int = Field(
+        1_048_576,
+        ge=65_536,
+        le=16_777_216,
+        description="Largest record (bytes, key, headers and framing included) on the topics: "
+        "the topics' max.message.bytes when the service creates them and the watcher producer's "
+        "max_request_size. A larger device event is split (a release per chunk of resourceIDs) "
+        "or shortened (a containers list cut, flagged containers-truncated); any other record "
+        "over it is dead-lettered with its size, its body cut to fit.",
+    )
 
 
 class DatabaseSettings(SettingsGroup):

@@ -10,6 +10,8 @@
 - :data:`HEADER_REASON`, :data:`HEADER_STAGE`, :data:`HEADER_SOURCE`: why, where and from which
   ``topic/partition/offset`` a dead letter was written (the dead letter keeps the original
   record's bytes as its value, without a type header).
+- :data:`HEADER_ORIGINAL_SIZE` (``devicestate-original-size``): on a dead letter whose original
+  was larger than a record may be, the original's size; the value holds its first bytes.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ HEADER_TYPE: Final = "devicestate-type"
 HEADER_REASON: Final = "devicestate-reason"
 HEADER_STAGE: Final = "devicestate-stage"
 HEADER_SOURCE: Final = "devicestate-source"
+HEADER_ORIGINAL_SIZE: Final = "devicestate-original-size"
+"""On a dead letter whose value was cut to fit the topic: the original's size in bytes (decimal)."""
 
 Headers: TypeAlias = list[tuple[str, bytes]]
 """Headers as aiokafka and faust send them: ``(name, value)`` pairs."""

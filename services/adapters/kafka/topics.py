@@ -6,6 +6,12 @@
   offset 0);
 - the decisions topic (``settings.decisions_topic``): ONE partition, in the governor's order.
 
+Every topic is created with ``max.message.bytes`` = ``settings.max_message_bytes`` (1 MiB by
+default), set on purpose rather than left to the broker's default (1 MiB + 12 bytes): it is the
+figure the watcher's producer uses as its ``max_request_size`` and fits its events to
+(:mod:`services.domain.record_size`), so a record the producer lets through fits the topic, and
+one it refuses is dead-lettered instead of stopping the watcher.
+
 Idempotent: an existing topic is left as it is. Its partition count is never changed, even when it
 differs from the wanted count: adding partitions would move node keys to other partitions and
 break the per-node order of the log (a warning is logged instead). A governance topic with more
@@ -66,6 +72,8 @@ def _topic_configs(
 ) -> dict[str, str]:
     kept_forever = name in (settings.topic, settings.governance_topic)
     configs = dict(EVENT_TOPIC_CONFIG) if kept_forever else {}
+    # Equal to the producer's max_request_size (producer.py): the two limits are one setting.
+    configs["max.message.bytes"] = str(settings.max_message_bytes)
     if replication >= MAX_REPLICATION_FACTOR:
         # With acks=all, a write survives the loss of one broker only if two copies confirm it.
         configs["min.insync.replicas"] = "2"

@@ -25,6 +25,7 @@ from services.domain.inventory.events import InventoryKind, InventoryObserved
 from services.domain.limits import field_violations
 from services.domain.pod_reader import read_pod
 from services.domain.pod_status import DEAD_LETTER_CODES, PodReading, Problem, ProblemCode
+from services.domain.record_size import event_budget, fit_events
 from services.domain.watch.inventory_tracker import InventoryOutcome, InventoryTracker
 from services.domain.watch.node_objects import NodeProblem
 from services.domain.watch.node_tracker import NodeFact, NodeOutcome, NodeTracker
@@ -101,11 +102,29 @@ def _refuse_unstorable(outcome: Outcome, reading: PodReading, original: bytes, s
     outcome.dead_letters.append(DeadLetter(original, reason, STAGE_POD_STATUS, source))
 
 
-class WatchProcessor:
-    """Pod events in, actions out. Holds the tracker (the only state)."""
+DEFAULT_MAX_MESSAGE_BYTES: Final = 1_048_576
+"""``KafkaSettings.max_message_bytes``'s default: the record size a processor fits events to."""
 
-    def __init__(self, tracker: PodTracker | None = None) -> None:
+
+class WatchProcessor:
+    """Pod events in, actions out. Holds the tracker (the only state). Every event is made to
+    fit a record of ``max_message_bytes`` bytes (:func:`~services.domain.record_size.fit_events`:
+    a large release split, a large observation's containers cut and flagged, counted as a
+    ``containers-truncated`` problem)."""
+
+    def __init__(
+        self,
+        tracker: PodTracker | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
         self.tracker = tracker if tracker is not None else PodTracker()
+        self._budget = event_budget(max_message_bytes)
+
+    def _fit(self, outcome: Outcome) -> Outcome:
+        fitted = fit_events(outcome.events, self._budget)
+        outcome.events = fitted.events
+        outcome.problems.extend(fitted.problems)
+        return outcome
 
     def pod_event(
         self,
@@ -126,7 +145,7 @@ class WatchProcessor:
             letter = _dead_letter(reading, original, source)
             if letter is not None:
                 outcome.dead_letters.append(letter)
-        return outcome
+        return self._fit(outcome)
 
     def relisted(
         self,
@@ -162,7 +181,7 @@ class WatchProcessor:
             outcome.events.extend(pod_outcome.events)
             outcome.problems.extend(pod_outcome.problems)
             outcome.dead_letters.extend(pod_outcome.dead_letters)
-        return outcome
+        return self._fit(outcome)
 
 
 @dataclass(slots=True)

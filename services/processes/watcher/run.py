@@ -18,6 +18,7 @@ what is left unacknowledged is re-emitted by the next start's LISTs).
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Final
@@ -33,7 +34,7 @@ from services.domain.watch.node_tracker import NodeTracker
 from services.processes.watcher.file_source import read_watch_file, source_of
 from services.processes.watcher.live import run_live
 from services.processes.watcher.metrics import WatcherMetrics
-from services.processes.watcher.processor import NodeProcessor
+from services.processes.watcher.processor import NodeProcessor, WatchProcessor
 from services.processes.watcher.session import WatchSession
 from services.processes.watcher.summary import WatchSummary
 from services.runtime.config import (
@@ -43,6 +44,9 @@ from services.runtime.config import (
 )
 
 log = structlog.get_logger(__name__)
+
+RECORD_TOO_LARGE: Final = "record-too-large"
+"""Problem code of a record the producer dead-lettered as too large for the topic."""
 
 SHUTDOWN_FLUSH_SECONDS: Final = 20.0
 """Longest wait (seconds) for Kafka acknowledgements when live mode stops."""
@@ -102,14 +106,29 @@ async def run_watch(
         )
     summary = WatchSummary(source=f"file:{from_file}" if from_file else "kubernetes")
     await _wait_for_topics(settings)
-    publisher = EventPublisher(settings, on_retry=metrics.publish_retries.inc)
+
+    def refused(stage: str, record_type: str) -> None:
+        # A record too large for the topic, dead-lettered by the producer itself (issue 11): it
+        # was counted as published when handed over; the summary takes it back (the Prometheus
+        # counter cannot), and counts it as a problem and a dead letter.
+        summary.events_published[record_type] -= 1
+        summary.events_published += Counter()  # drops a count that fell to 0
+        summary.problems[RECORD_TOO_LARGE] += 1
+        metrics.problems.labels(RECORD_TOO_LARGE).inc()
+        summary.dead_lettered += 1
+        metrics.dead_lettered.labels(stage).inc()
+
+    publisher = EventPublisher(
+        settings, on_retry=metrics.publish_retries.inc, on_dead_letter=refused
+    )
     await publisher.start()
     nodes = NodeProcessor(
         NodeTracker(
             timedelta(seconds=settings.heartbeat_interval_seconds), settings.lease_namespace
         )
     )
-    session = WatchSession(publisher, metrics, summary, nodes=nodes)
+    processor = WatchProcessor(max_message_bytes=settings.max_message_bytes)
+    session = WatchSession(publisher, metrics, summary, processor=processor, nodes=nodes)
     try:
         if from_file is not None:
             await run_file(session, from_file, settings)

@@ -121,9 +121,11 @@ class WatchSession:
         self.metrics.ticks_sent.inc(sent)
 
     async def _publish(self, event: TopicRecord) -> None:
-        await self.publisher.publish(event)
+        # Counted before it is handed over: a publisher that dead-letters it as too large takes
+        # the summary's count back (run.py) while publish() is running.
         self.summary.events_published[event.type] += 1
         self.metrics.events_published.labels(event.type).inc()
+        await self.publisher.publish(event)
 
     async def _dead_letter(self, original: bytes, reason: str, stage: str, source: str) -> None:
         await self.publisher.dead_letter(original, reason, stage, source)
