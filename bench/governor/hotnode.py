@@ -5,7 +5,7 @@ The state holds ``--hot-devices`` devices on one node and ``--fleet-nodes`` node
 ``--fleet-devices`` devices each, all Healthy. Then ``--transitions`` health transitions
 alternate between the hot node and the fleet, each device going Unhealthy (a quarantine) and,
 half of them, Healthy again. Reported: microseconds per ``step`` on the hot node and on the fleet
-(best of ``--repeat`` passes). The module imports only the domain (``step`` and its inputs), so it
+(best of ``--repeat`` passes), after the worker's GC tuning unless ``--no-tune-gc``. The module imports only the domain (``step`` and its inputs), so it
 can be run against another revision's code for an A/B: ``PYTHONPATH=<other tree> python
 bench/governor/hotnode.py``.
 """
@@ -13,6 +13,7 @@ bench/governor/hotnode.py``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -42,16 +43,19 @@ def _transition(node: str, rid: str, health: Health, version: int, t: float) -> 
 
 
 def one_pass(
-    hot: int, fleet_nodes: int, fleet_devices: int, transitions: int
+    hot: int, fleet_nodes: int, fleet_devices: int, transitions: int, ceiling: int | None = None
 ) -> tuple[float, float]:
     """Build the state, then time ``transitions`` steps; returns (hot us/step, fleet us/step)."""
     # No rate limit or breaker in the way: every Unhealthy device is quarantined at once.
+    # ``ceiling`` None keeps the policy's default (and runs on trees that predate the setting).
     policy = GovernancePolicy(
         restrict_node_burst=10**9,
         restrict_fleet_burst=10**9,
         breaker_min_devices=10**9,
         breaker_min_nodes=10**9,
     )
+    if ceiling is not None:
+        policy = dataclasses.replace(policy, max_devices_per_node=ceiling)
     state = GovernorState()
     seq = 0
     for i in range(hot):
@@ -90,10 +94,32 @@ def main() -> None:
     parser.add_argument("--fleet-devices", type=int, default=8, help="devices per normal node")
     parser.add_argument("--transitions", type=int, default=2000, help="timed transitions")
     parser.add_argument("--repeat", type=int, default=3, help="passes (best one counts)")
+    parser.add_argument(
+        "--max-devices-per-node",
+        type=int,
+        default=None,
+        help="the governor's device ceiling (default: the policy's, 4096)",
+    )
+    parser.add_argument(
+        "--tune-gc",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="apply the worker's GC tuning (services.runtime.loop.tune_gc) first, as it does",
+    )
     args = parser.parse_args()
+    if args.tune_gc:
+        from services.runtime.loop import tune_gc
+
+        tune_gc()
     best = min(
         (
-            one_pass(args.hot_devices, args.fleet_nodes, args.fleet_devices, args.transitions)
+            one_pass(
+                args.hot_devices,
+                args.fleet_nodes,
+                args.fleet_devices,
+                args.transitions,
+                args.max_devices_per_node,
+            )
             for _ in range(args.repeat)
         ),
         key=lambda r: r[0],
