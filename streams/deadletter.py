@@ -3,7 +3,8 @@
 A record that does not decode, or whose body is of another type than its ``devicestate-type``
 header says, is sent with its original key and bytes to ``settings.dead_letter_topic`` and the
 stream goes on. Headers: ``devicestate-reason`` (the decode error), ``devicestate-stage`` (the
-agent's stage: ``decode`` for the health agent, ``governor-decode`` for the governor),
+agent's stage: ``decode`` for the health agent, ``governor-decode`` for the governor,
+``governor-device-ceiling`` for a transition of a node over ``max_devices_per_node``),
 ``devicestate-source`` (``<topic>/<partition>/<offset>`` of the original). Each is counted in
 ``dead_lettered{stage}``.
 """

@@ -48,6 +48,7 @@ from services.adapters.projection.governance_store import (
 from services.domain.governance.decisions import Decision, encode_decision
 from services.domain.governance.input_codec import decode_input
 from services.domain.governance.inputs import GovernanceInput
+from services.domain.governance.machine import refusal
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.runtime.config import WorkerProcessSettings
@@ -61,6 +62,10 @@ log = structlog.get_logger(__name__)
 
 DEAD_LETTER_STAGE: Final = "governor-decode"
 """``devicestate-stage`` header of the governor's dead letters."""
+CEILING_STAGE: Final = "governor-device-ceiling"
+"""``devicestate-stage`` of a transition refused by ``max_devices_per_node``
+(:func:`~services.domain.governance.machine.refusal`); it is still folded, so the node's one
+data-quality decision is made as in a replay."""
 
 StepFn = Callable[[GovernorState, GovernanceInput, int, GovernancePolicy], list[Decision]]
 """``step(state, record, seq, policy) -> decisions`` (:mod:`services.domain.governance.machine`)."""
@@ -269,6 +274,9 @@ class Governor:
                 reason = str(exc) or type(exc).__name__
                 result.dead.append(self._dead_letter(message, reason))
                 continue
+            refused = refusal(state, record, policy)
+            if refused is not None:  # over the node's device ceiling: the record is not governed
+                result.dead.append(self._dead_letter(message, refused, CEILING_STAGE))
             decisions = step(state, record, offset, policy)
             self.gauges.track_unknown(state, decisions, result.unknown_seconds)
             result.decisions.extend(decisions)
@@ -299,11 +307,11 @@ class Governor:
         ]
         await asyncio.gather(*futures)
 
-    async def _dead_letter(self, message: Any, reason: str) -> Any:
+    async def _dead_letter(self, message: Any, reason: str, stage: str = DEAD_LETTER_STAGE) -> Any:
         source = f"{message.topic}/{message.partition}/{message.offset}"
-        log.warning("governance record dead-lettered", source=source, reason=reason)
+        log.warning("governance record dead-lettered", source=source, reason=reason, stage=stage)
         return await dead_letter(
-            self.dead_letter_topic, self.metrics, message, stage=DEAD_LETTER_STAGE, reason=reason
+            self.dead_letter_topic, self.metrics, message, stage=stage, reason=reason
         )
 
     def _highwater(self, events: Sequence[Any]) -> int | None:

@@ -256,6 +256,14 @@ class PolicySettings(SettingsGroup):
         "device turn Unknown/Unhealthy (or lost its heartbeat) within the window...",
     )
     breaker_min_nodes: int = Field(3, ge=1, description="...and at least this many nodes did.")
+    max_devices_per_node: int = Field(
+        4096,
+        ge=1,
+        description="Ceiling of governed devices per node: a new device of a node that already has "
+        "this many is not governed; its record is dead-lettered with the reason and the node gets "
+        "one DataQualityFlagged decision. Far above any real node; it bounds what one hot node "
+        "costs the fleet's governance.",
+    )
     # --- Governance: staged recovery ---------------------------------------------------------
     recovery_probe: bool = Field(True, description="Run the probe stage of recovery.")
     recovery_canary: bool = Field(True, description="Run the canary stage of recovery.")

@@ -269,3 +269,37 @@ def test_recovery_and_false_quarantine_metrics(tmp_path: Any, stage_result: str)
     assert metrics.recovery_stages.labels("probe", stage_result)._value.get() == 1
     assert metrics.false_quarantines._value.get() == 1
     assert metrics.decisions.labels("QuarantineReleased")._value.get() == 2
+
+
+async def test_a_new_device_over_the_node_ceiling_is_dead_lettered_with_the_reason(
+    tmp_path: Any,
+) -> None:
+    sink = FakeGovernanceSink()
+    governor, sent, dead = make_governor(tmp_path, sink, max_devices_per_node=2)
+    batch = events(
+        [
+            watermark(0),
+            transition("GPU-0", Health.HEALTHY, 1, 1),
+            transition("GPU-1", Health.HEALTHY, 2, 2),
+            transition("GPU-2", Health.UNHEALTHY, 3, 3),  # a third device: over the ceiling
+            transition("GPU-3", Health.UNHEALTHY, 4, 4),
+            transition("GPU-0", Health.UNHEALTHY, 5, 5),  # a governed one: quarantined
+        ]
+    )
+    await governor.handle_batch(batch)
+    assert [letter["value"] for letter in dead.sent] == [
+        batch[3].message.value,
+        batch[4].message.value,
+    ]
+    headers = dict(dead.sent[0]["headers"])
+    assert headers[HEADER_STAGE] == b"governor-device-ceiling"
+    assert headers[HEADER_REASON] == (
+        b"device ceiling: node gpu-node-a already has 2 governed devices "
+        b"(max_devices_per_node=2); GPU-2 is not governed"
+    )
+    assert headers[HEADER_SOURCE] == f"{TOPIC}/0/3".encode()
+    assert governor.metrics.dead_lettered.labels("governor-device-ceiling")._value.get() == 2
+    kinds = [decode_decision(v).kind.value for b in sent.batches for _, v, _ in b]
+    assert kinds.count("DataQualityFlagged") == 1  # one per node, not one per refused record
+    assert sink.offset == 5 and len(sink.quarantines) == 1  # the stream went on
+    assert set(sink.devices) == {("gpu-node-a", "GPU-0"), ("gpu-node-a", "GPU-1")}

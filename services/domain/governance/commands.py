@@ -172,6 +172,7 @@ def command_quarantine(ctx: context.Ctx, c: OperatorCommand, device: DeviceGov) 
     if device.key in ctx.state.fleet.deferred:
         ctx.state.fleet.deferred.remove(device.key)
     device.pending = None
+    ctx.state.refresh(device)
     device.pending_reason = None
     transitions.quarantine(
         ctx,

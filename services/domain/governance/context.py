@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from services.domain.events import format_time
+from services.domain.governance import node_index
 from services.domain.governance.decisions import AlertAction, Decision, DecisionKind, Severity
 from services.domain.governance.device_state import DeviceGov
 from services.domain.governance.policy import GovernancePolicy
@@ -18,8 +19,8 @@ COMMANDS_REMEMBERED: Final = 10_000
 """How many recent command IDs are kept to drop repeated commands (client retries)."""
 
 REASON_UNHEALTHY: Final = "pod-status-unhealthy"
-REASON_UNKNOWN: Final = "pod-status-unknown"
-REASON_UNRECOGNISED: Final = "unrecognised-health"
+REASON_UNKNOWN: Final = node_index.REASON_UNKNOWN
+REASON_UNRECOGNISED: Final = node_index.REASON_UNRECOGNISED
 REASON_HEARTBEAT: Final = "node-heartbeat-lost"
 REASON_PLUGIN: Final = "device-plugin-lost"
 NODE_LEVEL_REASONS: Final = frozenset({REASON_HEARTBEAT, REASON_PLUGIN})

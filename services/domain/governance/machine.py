@@ -21,6 +21,7 @@ Rules (the design is in ``docs/governance.md``):
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Final
 
 from services.domain.directory import version_rank
 from services.domain.events import Health
@@ -38,6 +39,9 @@ from services.domain.governance.inputs import (
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
+
+CEILING_CONFLICT: Final = "device-ceiling"
+"""``conflict`` of the data-quality decision of a node at ``max_devices_per_node``."""
 
 # --- entry point ------------------------------------------------------------------------------
 
@@ -75,8 +79,29 @@ def step(
 # --- observations -----------------------------------------------------------------------------
 
 
+def refusal(state: GovernorState, record: GovernanceInput, policy: GovernancePolicy) -> str | None:
+    """Why the governor will not govern ``record``, or ``None``: a :class:`HealthTransition` of a
+    device new to a node that already has ``policy.max_devices_per_node`` governed devices (issue
+    11: one hot node must not cost the fleet's governance). O(1). The worker's governor agent
+    dead-letters such a record with this reason; :func:`step` refuses it the same way (and flags
+    the node once), so a replay decides alike."""
+    if not isinstance(record, HealthTransition) or record.device_key in state.devices:
+        return None
+    count = state.device_count(record.node)
+    if count < policy.max_devices_per_node:
+        return None
+    return (
+        f"device ceiling: node {record.node} already has {count} governed devices "
+        f"(max_devices_per_node={policy.max_devices_per_node}); {record.device_key[1]} is not governed"
+    )
+
+
 def on_transition(ctx: context.Ctx, t: HealthTransition) -> None:
     state = ctx.state
+    refused = refusal(state, t, ctx.policy)
+    if refused is not None:
+        flag_ceiling(ctx, t, refused)
+        return
     device = state.devices.get(t.device_key)
     if device is not None:
         if device.status_version is not None and version_rank(t.status_version) <= version_rank(
@@ -105,6 +130,7 @@ def on_transition(ctx: context.Ctx, t: HealthTransition) -> None:
         previous = device.observed_health
     was_bad = previous is not None and rules.effective(state, device)[0] is not Health.HEALTHY
     device.observed_health = t.health
+    state.refresh(device)
     device.observed_at = t.observed_at
     device.status_version = t.status_version
     device.raw_health = t.raw_health
@@ -128,6 +154,31 @@ def on_transition(ctx: context.Ctx, t: HealthTransition) -> None:
 
 
 # --- data quality -------------------------------------------------------------------------------
+
+
+def flag_ceiling(ctx: context.Ctx, t: HealthTransition, reason: str) -> None:
+    """One data-quality decision per node that reached the device ceiling (the first refusal);
+    later refusals only go to the dead-letter topic. Devices are never removed from the governor,
+    so the node stays at its ceiling and the flag is never resolved."""
+    node = ctx.state.nodes.get(t.node)
+    if node is not None and node.ceiling_incident is not None:
+        return
+    node = context.node_of(ctx, t.node)
+    node.ceiling_incident = f"data-quality/{CEILING_CONFLICT}/{t.node}"
+    ctx.emit(
+        DecisionKind.DATA_QUALITY,
+        t.observed_at,
+        node=t.node,
+        incident=node.ceiling_incident,
+        alert=AlertAction.FIRING,
+        severity=Severity.WARNING,
+        summary=f"{CEILING_CONFLICT} on {t.node}: {reason}",
+        conflict=CEILING_CONFLICT,
+        subject=t.node,
+        detail=reason,
+        active=True,
+        ceiling=ctx.policy.max_devices_per_node,
+    )
 
 
 def on_conflict(ctx: context.Ctx, c: InventoryConflict) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from services.domain.events import DeviceSource, Health, format_time
+from services.domain.events import DeviceSource, format_time
 from services.domain.governance import context, limits, rules
 from services.domain.governance.decisions import AlertAction, DecisionKind, Severity
 from services.domain.governance.state import (
@@ -116,21 +116,22 @@ def on_resources(ctx: context.Ctx, r: NodeResourcesChanged) -> None:
             lostSeconds=(r.observed_at - since).total_seconds(),
         )
         changed.add(name)
+    if not changed:
+        return  # nothing to re-evaluate: no scan of the node per resource record (issue 11)
     for device in ctx.state.devices_on(r.node):
         if device.resource_name in changed and device.source is DeviceSource.DEVICE_PLUGIN:
             rules.evaluate(ctx, device, r.observed_at)
 
 
 def check_escalation(ctx: context.Ctx, name: str, at: datetime) -> None:
-    devices = ctx.state.devices_on(name)
-    if not devices:
+    # O(1): counts kept by the state's node index, not a scan of the node (issue 11).
+    count = ctx.state.device_count(name)
+    if not count:
         return
-    bad = sum(1 for d in devices if d.observed_health is Health.UNHEALTHY)
+    bad = ctx.state.index.unhealthy_count(name)
     node = context.node_of(ctx, name)
     policy = ctx.policy
-    over = bad >= policy.node_escalation_min_devices and bad >= policy.node_escalation_share * len(
-        devices
-    )
+    over = bad >= policy.node_escalation_min_devices and bad >= policy.node_escalation_share * count
     if over and node.escalation_incident is None:
         node.escalation_incident = f"escalation/{name}/{format_time(at)}"
         ctx.emit(
@@ -140,10 +141,10 @@ def check_escalation(ctx: context.Ctx, name: str, at: datetime) -> None:
             incident=node.escalation_incident,
             alert=AlertAction.FIRING,
             severity=Severity.CRITICAL,
-            summary=f"node {name}: {bad} of {len(devices)} devices Unhealthy; node-level action "
+            summary=f"node {name}: {bad} of {count} devices Unhealthy; node-level action "
             "recommended (devicestate edits no Node or Pod)",
             unhealthy=bad,
-            devices=len(devices),
+            devices=count,
         )
     elif not over and node.escalation_incident is not None:
         ctx.emit(
@@ -153,9 +154,9 @@ def check_escalation(ctx: context.Ctx, name: str, at: datetime) -> None:
             incident=node.escalation_incident,
             alert=AlertAction.RESOLVED,
             severity=Severity.INFO,
-            summary=f"node {name}: {bad} of {len(devices)} devices Unhealthy; recommendation over",
+            summary=f"node {name}: {bad} of {count} devices Unhealthy; recommendation over",
             unhealthy=bad,
-            devices=len(devices),
+            devices=count,
         )
         node.escalation_incident = None
 

@@ -32,6 +32,7 @@ class GovernancePolicy:
     breaker_min_devices: int = 16
     breaker_node_share: float = 0.2
     breaker_min_nodes: int = 3
+    max_devices_per_node: int = 4096
     recovery_probe: bool = True
     recovery_canary: bool = True
     recovery_stage_timeout_seconds: float = 600.0

@@ -53,6 +53,7 @@ def evaluate(ctx: context.Ctx, device: DeviceGov, at: datetime) -> None:
     health, reason = effective(ctx.state, device)
     if device.effective_reason != reason:
         device.effective_reason = reason
+        ctx.state.refresh(device)
         ctx.touch(device)
         transitions.sync_unknown_incident(ctx, device.node, at)
     if device.state in (GovState.QUARANTINED, GovState.RECOVERING):
@@ -103,6 +104,7 @@ def want(
         if device.state is GovState.DEFERRED and device.pending is action:
             return
         device.pending = action
+        ctx.state.refresh(device)
         device.pending_reason = reason
         if device.key not in fleet.deferred:
             fleet.deferred.append(device.key)
@@ -127,6 +129,7 @@ def want(
     if device.key in fleet.deferred:
         fleet.deferred.remove(device.key)
     device.pending = None
+    ctx.state.refresh(device)
     device.pending_reason = None
     if action is PendingAction.QUARANTINE:
         transitions.quarantine(

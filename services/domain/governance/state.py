@@ -27,6 +27,7 @@ from services.domain.governance.device_state import (
     optional_time,
     optional_time_text,
 )
+from services.domain.governance.node_index import NodeIndex
 
 
 @dataclass(slots=True)
@@ -43,9 +44,11 @@ class NodeGov:
     plugin_incidents: dict[str, str] = field(default_factory=dict)
     escalation_incident: str | None = None
     unknown_incident: str | None = None
+    ceiling_incident: str | None = None
+    """Set once the node reached ``max_devices_per_node`` (its one data-quality decision)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        obj = {
             "node": self.node,
             "unknownIncident": self.unknown_incident,
             "lastRenewedAt": optional_time_text(self.last_renewed_at),
@@ -57,6 +60,9 @@ class NodeGov:
             "pluginIncidents": dict(sorted(self.plugin_incidents.items())),
             "escalationIncident": self.escalation_incident,
         }
+        if self.ceiling_incident is not None:  # absent otherwise: older snapshots stay identical
+            obj["ceilingIncident"] = self.ceiling_incident
+        return obj
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> NodeGov:
@@ -71,6 +77,7 @@ class NodeGov:
             plugin_incidents=dict(obj.get("pluginIncidents") or {}),
             escalation_incident=obj.get("escalationIncident"),
             unknown_incident=obj.get("unknownIncident"),
+            ceiling_incident=obj.get("ceilingIncident"),
         )
 
 
@@ -185,11 +192,25 @@ class GovernorState:
     """Index node -> device keys (derived; rebuilt on restore)."""
     node_names: set[str] = field(default_factory=set)
     """Nodes known through devices or node facts (derived; rebuilt on restore)."""
+    index: NodeIndex = field(default_factory=NodeIndex)
+    """Per-node Unhealthy and Unknown-family members (derived; rebuilt on restore), kept in
+    step by :meth:`refresh` after every change of a device's health, state, reason or pending
+    action, so per-transition node checks cost O(1) instead of a scan of the node."""
 
     def add_device(self, device: DeviceGov) -> None:
         self.devices[device.key] = device
         self.by_node.setdefault(device.node, set()).add(device.key)
         self.node_names.add(device.node)
+        self.index.refresh(device)
+
+    def refresh(self, device: DeviceGov) -> None:
+        """Re-file ``device`` in the per-node index after a change of its ``observed_health``,
+        ``state``, ``effective_reason`` or ``pending`` (O(1)); every such assignment calls it."""
+        self.index.refresh(device)
+
+    def device_count(self, node: str) -> int:
+        """Devices the governor holds for ``node`` (O(1))."""
+        return len(self.by_node.get(node, ()))
 
     def add_node(self, node: NodeGov) -> None:
         self.nodes[node.node] = node

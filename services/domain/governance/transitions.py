@@ -16,7 +16,6 @@ from services.domain.governance.decisions import AlertAction, DecisionKind, Seve
 from services.domain.governance.device_state import (
     DeviceGov,
     GovState,
-    PendingAction,
     QuarantineKind,
     QuarantineRecord,
     QuarantineStatus,
@@ -34,6 +33,7 @@ def set_state(
         return
     old = device.state
     device.state = new
+    ctx.state.refresh(device)
     device.state_since = at
     ctx.touch(device)
     leaving_unknown = (
@@ -84,27 +84,18 @@ def start_tolerance(ctx: context.Ctx, device: DeviceGov, at: datetime, reason: s
     set_state(ctx, device, GovState.UNKNOWN_TOLERATED, at, reason)
 
 
-def unknown_family(device: DeviceGov) -> bool:
-    """Device counts toward its node's Unknown incident: Unknown for a device-level reason."""
-    if device.effective_reason not in (context.REASON_UNKNOWN, context.REASON_UNRECOGNISED):
-        return False
-    return device.state in (GovState.UNKNOWN_TOLERATED, GovState.RESTRICTED) or (
-        device.state is GovState.DEFERRED and device.pending is PendingAction.RESTRICT
-    )
-
-
 def sync_unknown_incident(ctx: context.Ctx, name: str, at: datetime) -> None:
     """One alert per node, not one per device: the node's Unknown incident is open while any of
     its devices reads Unknown for a device-level reason (Pod status). Heartbeat and plugin loss
     have their own node incidents, so devices Unknown for those reasons do not count."""
     node = ctx.state.nodes.get(name)
     open_now = node is not None and node.unknown_incident is not None
-    wanted = any(unknown_family(d) for d in ctx.state.devices_on(name))
+    wanted = ctx.state.index.any_unknown(name)
     if wanted == open_now:
         return
     node = context.node_of(ctx, name)
     if wanted:
-        members = [d for d in ctx.state.devices_on(name) if unknown_family(d)]
+        members = [ctx.state.devices[k] for k in ctx.state.index.unknown_members(name)]
         node.unknown_incident = f"node-unknown/{name}/{format_time(at)}"
         ctx.emit(
             DecisionKind.INCIDENT_OPENED,
@@ -145,6 +136,7 @@ def back_to_available(ctx: context.Ctx, device: DeviceGov, at: datetime) -> None
     if (device.node, device.resource_id) in ctx.state.fleet.deferred:
         ctx.state.fleet.deferred.remove((device.node, device.resource_id))
     device.pending = None
+    ctx.state.refresh(device)
     device.pending_reason = None
     device.deadline = None
     set_state(ctx, device, GovState.AVAILABLE, at, "healthy")
