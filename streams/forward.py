@@ -19,8 +19,8 @@ event time in the batch is later than the newest one recorded for it before the 
 worker never forwards an older watermark, nor the same one twice). Records at or before a
 partition's recorded offset (a redelivered batch) are skipped like the store skips them.
 
-Each record names its type in its body; unlike the watcher's events it gets no
-``devicestate-type`` header (:func:`topic_sender` says why), so the governor decodes it by its body.
+Each record carries its type in the ``devicestate-type`` header
+(:mod:`services.adapters.kafka.headers`), so the governor decodes it without looking into the body.
 The sends are awaited (acks=all) before the hook returns, so everything is on the governance
 topic before the commit: a crash between the two re-forwards on the next attempt (at least once;
 the governor deduplicates by statusVersion), never loses anything.
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from services.adapters.kafka.headers import type_headers
 from services.domain.batch import PendingCommit, Transition
 from services.domain.directory import DeviceRecord
 from services.domain.governance.input_codec import encode_input
@@ -192,15 +193,13 @@ class RecordSender(Protocol):
 
 def topic_sender(topic: Any) -> RecordSender:
     """A :class:`RecordSender` on a faust topic (raw serializers): queue every record on the
-    app's producer (``acks=all``), then await all deliveries.
-
-    The type is not written as a header here: with headers on faust's ``send``, the worker was
-    seen to stall for good on a batch's deliveries after a restart
-    (``tests/streams/test_worker_integration.py``, kill and restart, 2 runs in 8; 0 in 6
-    without). The governor decodes a forwarded record by its body, which names its type."""
+    app's producer (``acks=all``) with its type header, then await all deliveries."""
 
     async def send(records: Sequence[OutgoingRecord]) -> None:
-        futures = [await topic.send(key=k, value=v, force=True) for k, v, _type in records]
+        futures = [
+            await topic.send(key=k, value=v, headers=type_headers(t), force=True)
+            for k, v, t in records
+        ]
         if futures:
             await asyncio.gather(*futures)
 
