@@ -13,10 +13,11 @@ from typing import Any
 
 import faust
 
+from services.domain.governance.intake import StepFn
 from services.runtime.config import KafkaSettings, WorkerProcessSettings
 from streams.dedup import BatchSink, DeviceDedup
 from streams.forward import Forwarder, topic_sender
-from streams.governor import GovernanceSink, Governor, StepFn
+from streams.governor import GovernanceSink, Governor
 from streams.metrics import WorkerMetrics
 
 

@@ -23,11 +23,35 @@ async def dead_letter(
     """Send faust ``message`` to the dead-letter ``topic`` (a faust topic, raw serializers) and
     await the broker's acknowledgement (its record metadata). A producer failure is raised: the
     agent then withholds the batch's acks, so the batch is read again after a restart."""
+    source = f"{message.topic}/{message.partition}/{message.offset}"
+    return await dead_letter_record(
+        topic,
+        metrics,
+        key=message.key,
+        value=message.value,
+        source=source,
+        stage=stage,
+        reason=reason,
+    )
+
+
+async def dead_letter_record(
+    topic: Any,
+    metrics: WorkerMetrics,
+    *,
+    key: bytes | None,
+    value: bytes | None,
+    source: str,
+    stage: str,
+    reason: str,
+) -> Any:
+    """:func:`dead_letter` of a record given by its parts (``source``:
+    ``<topic>/<partition>/<offset>`` of the original)."""
     metrics.dead_lettered.labels(stage).inc()
     headers = [
         (HEADER_REASON, reason.encode()),
         (HEADER_STAGE, stage.encode()),
-        (HEADER_SOURCE, f"{message.topic}/{message.partition}/{message.offset}".encode()),
+        (HEADER_SOURCE, source.encode()),
     ]
-    fut = await topic.send(key=message.key, value=message.value, headers=headers, force=True)
+    fut = await topic.send(key=key, value=value, headers=headers, force=True)
     return await fut

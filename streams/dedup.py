@@ -165,29 +165,34 @@ class DeviceDedup:
             self._withhold_acks(events)
             return
         started = time.perf_counter()
-        batch = DecodedBatch(events)
+        batch = DecodedBatch(events, skew_seconds=self.settings.max_clock_skew_seconds)
         self.metrics.consumed.inc(len(events))
         self.metrics.batch_size.observe(len(events))
         self.events_seen += len(events)
         for event in events:
             decode_into(batch, event, self._dead_letter)
+        self._record_clock(batch)
 
         known = known_ranks(self.table, stream, batch.records, batch.sources)
         selection = select_new(batch.records, known)
         hook = None
+        times = batch.times
+        # Event times of the records the store does not see as applied observations (dropped
+        # early, node events), bounded by the broker's clock like the rest.
         event_times: list[tuple[LogPosition, datetime]] = []
         if batch.node_events or len(selection.records) < len(batch.records):
             kept = set(selection.kept)
             event_times.extend(
-                (r.position, r.event.observed_at)
+                (r.position, times[r.position])
                 for i, r in enumerate(batch.records)
                 if i not in kept
             )
-            event_times.extend((n.position, n.event.observed_at) for n in batch.node_events)
+            event_times.extend((n.position, times[n.position]) for n in batch.node_events)
+        if batch.clamped:  # kept observations count at their bounded time, not their observedAt
+            dropped = {position for position, _ in event_times}
+            event_times.extend((p, times[p]) for p in batch.clamped if p not in dropped)
         if self.forwarder is not None:
-            times = [(r.position, r.event.observed_at) for r in selection.records]
-            times.extend(event_times)
-            view = BatchView(batch.order, batch.node_events, times)
+            view = BatchView(batch.order, batch.node_events, dict(times), set(batch.clamped))
             hook = self.forwarder.before_commit(view)
         if selection.duplicates:
             self.metrics.table_duplicates.labels("duplicate").inc(selection.duplicates)
@@ -228,6 +233,23 @@ class DeviceDedup:
         self._record(result, events, highwaters, started)
         if cancelled:
             raise asyncio.CancelledError
+
+    def _record_clock(self, batch: DecodedBatch) -> None:
+        """Count clamped event times and track how far ``observedAt`` runs ahead of the broker."""
+        for position in batch.clamped:
+            self.metrics.clock_clamped.labels(position.topic, str(position.partition)).inc()
+        for (topic, partition), ahead in batch.skews.items():
+            self.metrics.clock_skew.labels(topic, str(partition)).set(ahead)
+        if batch.clamped:
+            first = batch.clamped[0]
+            log.warning(
+                "event time clamped to the broker's clock",
+                records=len(batch.clamped),
+                topic=first.topic,
+                partition=first.partition,
+                offset=first.offset,
+                max_skew_seconds=self.settings.max_clock_skew_seconds,
+            )
 
     async def _dead_letter(self, message: Any, position: LogPosition, reason: str) -> Any:
         log.warning(

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from services.adapters.kafka.headers import record_type
 from services.domain.batch import InventoryRecord
+from services.domain.event_time import append_time, bounded
 from services.domain.events import DeviceHealthObserved
 from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LoggedEvent, LogPosition
@@ -41,6 +43,14 @@ class DecodedBatch:
     items: list[tuple[LogPosition, InventoryRecord]] = field(default_factory=list)
     dead: list[Awaitable[Any]] = field(default_factory=list)
     """Pending dead-letter sends, awaited before the batch is written."""
+    skew_seconds: float = 30.0
+    """How far ``observedAt`` may run ahead of the Kafka timestamp (:mod:`services.domain.event_time`)."""
+    times: dict[LogPosition, datetime] = field(default_factory=dict)
+    """Each decoded record's event time, bounded by its Kafka timestamp."""
+    clamped: list[LogPosition] = field(default_factory=list)
+    """Records whose event time was clamped to the bound."""
+    skews: dict[tuple[str, int], float] = field(default_factory=dict)
+    """Per partition, the most ``observedAt`` ran ahead of the Kafka timestamp (seconds)."""
 
 
 def decode_into(batch: DecodedBatch, event: Any, dead_letter: DeadLetter) -> None:
@@ -57,6 +67,16 @@ def decode_into(batch: DecodedBatch, event: Any, dead_letter: DeadLetter) -> Non
         batch.dead.append(dead_letter(message, position, reason))
         return
     batch.order[position] = len(batch.order)
+    appended = append_time(getattr(message, "timestamp", None))
+    at, clamped = bounded(decoded.observed_at, appended, batch.skew_seconds)
+    batch.times[position] = at
+    if clamped:
+        batch.clamped.append(position)
+    if appended is not None:
+        part = (position.topic, position.partition)
+        ahead = (decoded.observed_at - appended).total_seconds()
+        if part not in batch.skews or ahead > batch.skews[part]:
+            batch.skews[part] = ahead
     if isinstance(decoded, DeviceHealthObserved | InventoryObserved | NodeResourcesChanged):
         batch.items.append((position, decoded))
     if isinstance(decoded, NodeHeartbeat | NodeResourcesChanged | WatcherTick | InventoryObserved):

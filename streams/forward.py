@@ -31,25 +31,33 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
 from services.adapters.kafka.headers import type_headers
 from services.domain.batch import PendingCommit, Transition
 from services.domain.directory import DeviceRecord
+from services.domain.event_time import effective_times
 from services.domain.governance.input_codec import encode_input
 from services.domain.governance.inputs import (
     GovernanceInput,
     HealthTransition,
     InventoryConflict,
+    MergeKey,
+    PartitionWatermark,
     WatermarkAdvanced,
 )
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.fold import ConflictChange, forwards
 from services.domain.inventory.identity import Identity
 from services.domain.log import LogPosition
-from services.domain.node_events import NodeEvent, NodeHeartbeat, NodeResourcesChanged
+from services.domain.node_events import (
+    NodeEvent,
+    NodeHeartbeat,
+    NodeResourcesChanged,
+    WatcherTick,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +74,14 @@ class BatchView:
     """What the forwarder needs of one batch of the health topic, in stream order.
 
     ``order`` gives each decoded record's index in the batch (by position); ``node_events`` are the
-    batch's node events; ``event_times`` the position and event time of every decoded record
-    (device events, kept or dropped early, and node events)."""
+    batch's node events; ``times`` the event time of every decoded record (device events, kept or
+    dropped early, and node events), bounded by its Kafka timestamp
+    (:func:`services.domain.event_time.bounded`); ``clamped`` the records whose time was clamped."""
 
     order: dict[LogPosition, int]
     node_events: list[LoggedNodeEvent]
-    event_times: list[tuple[LogPosition, datetime]]
+    times: dict[LogPosition, datetime]
+    clamped: set[LogPosition] = field(default_factory=set)
 
 
 def pods_of(record: DeviceRecord) -> tuple[str, ...]:
@@ -117,44 +127,62 @@ def inventory_conflict(change: ConflictChange) -> InventoryConflict:
     )
 
 
-def governance_records(
-    batch: BatchView, commit: PendingCommit, partitions: int
-) -> list[GovernanceInput]:
-    """What one batch forwards: transitions, node facts and inventory conflicts in batch order
-    (a conflict after the record that caused it), then the watermarks (partition order).
-    ``partitions`` is the health topic's partition count."""
+Keyed = tuple[GovernanceInput, MergeKey | None]
+"""A record to forward, with its place in the governor's event-time order (``None``: a progress
+mark, which has none)."""
+
+
+def governance_records(batch: BatchView, commit: PendingCommit, partitions: int) -> list[Keyed]:
+    """What one batch forwards: transitions, node facts, ticks and inventory conflicts in batch
+    order (a conflict after the record that caused it), each with its :class:`MergeKey`, then the
+    partitions' progress marks (partition order). ``partitions`` is the health topic's partition
+    count. Records at or before their partition's recorded offset (a redelivery) are skipped."""
     inventory = commit.inventory
     resolved = {} if inventory is None else inventory.resolved
-    ordered: list[tuple[int, GovernanceInput]] = [
-        (batch.order[t.position], health_transition(t, resolved.get(t.position)))
-        for t in commit.transitions
-    ]
+    at = effective_times(
+        ((p, t) for p, t in batch.times.items() if commit.fresh(p)), commit.last_event_at
+    )
+    ordered: list[tuple[int, LogPosition, GovernanceInput]] = []
+    for t in commit.transitions:
+        transition = health_transition(t, resolved.get(t.position))
+        if t.position in batch.clamped:
+            transition = replace(transition, observed_at=batch.times[t.position])
+        ordered.append((batch.order[t.position], t.position, transition))
     for node_event in batch.node_events:
         event = node_event.event
-        if isinstance(event, NodeHeartbeat | NodeResourcesChanged) and commit.fresh(
-            node_event.position
+        position = node_event.position
+        if isinstance(event, NodeHeartbeat | NodeResourcesChanged | WatcherTick) and commit.fresh(
+            position
         ):
-            ordered.append((batch.order[node_event.position], event))
+            if position in batch.clamped:
+                event = replace(event, observed_at=batch.times[position])
+            ordered.append((batch.order[position], position, event))
     if inventory is not None:
         ordered.extend(
-            (batch.order[change.position], inventory_conflict(change))
+            (batch.order[change.position], change.position, inventory_conflict(change))
             for change in inventory.changes
         )
     ordered.sort(key=lambda item: item[0])  # stable: a conflict stays after its record
-    out: list[GovernanceInput] = [record for _, record in ordered]
-    out.extend(watermarks(batch.event_times, commit, partitions))
+    out: list[Keyed] = []
+    index: dict[LogPosition, int] = {}
+    for _, position, forwarded in ordered:
+        n = index.get(position, 0)
+        index[position] = n + 1
+        key = MergeKey(
+            at[position], position.partition, position.offset, n, position in batch.clamped
+        )
+        out.append((forwarded, key))
+    out.extend((mark, None) for mark in progress_marks(at, commit, partitions))
     return out
 
 
-def watermarks(
-    event_times: Sequence[tuple[LogPosition, datetime]], commit: PendingCommit, partitions: int
-) -> list[WatermarkAdvanced]:
-    """One watermark per partition with fresh records whose newest event time is later than the
-    recorded one, in partition order."""
+def progress_marks(
+    at: dict[LogPosition, datetime], commit: PendingCommit, partitions: int
+) -> list[PartitionWatermark]:
+    """One :class:`PartitionWatermark` per partition whose newest effective time in the batch is
+    later than the recorded one, in partition order."""
     newest: dict[tuple[str, int], datetime] = {}
-    for position, observed_at in event_times:
-        if not commit.fresh(position):
-            continue
+    for position, observed_at in at.items():
         part = (position.topic, position.partition)
         if part not in newest or observed_at > newest[part]:
             newest[part] = observed_at
@@ -163,7 +191,7 @@ def watermarks(
         previous = commit.last_event_at.get(part)
         if previous is None or newest[part] > previous:
             out.append(
-                WatermarkAdvanced(
+                PartitionWatermark(
                     partition=part[1],
                     partitions=max(partitions, part[1] + 1),
                     event_time=newest[part],
@@ -174,7 +202,7 @@ def watermarks(
 
 def record_key(record: GovernanceInput) -> bytes:
     """Kafka key of a forwarded record (the topic has one partition: for readers only)."""
-    if isinstance(record, WatermarkAdvanced):
+    if isinstance(record, WatermarkAdvanced | PartitionWatermark):
         return f"~watermark/{record.partition}".encode()
     node = getattr(record, "node", None)
     return str(node or "").encode()
@@ -228,10 +256,12 @@ class Forwarder:
         async def hook(commit: PendingCommit) -> None:
             records = governance_records(batch, commit, self.partitions())
             if records:
-                await self.send([(record_key(r), encode_input(r), r.type) for r in records])
+                await self.send(
+                    [(record_key(r), encode_input(r, key), r.type) for r, key in records]
+                )
                 self.forwarded += len(records)
                 if self.on_sent is not None:
-                    for kind, count in Counter(r.type for r in records).items():
+                    for kind, count in Counter(r.type for r, _ in records).items():
                         self.on_sent(kind, count)
 
         return hook

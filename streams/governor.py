@@ -46,15 +46,16 @@ from services.adapters.projection.governance_store import (
     batch_rows,
 )
 from services.domain.governance.decisions import Decision, encode_decision
-from services.domain.governance.input_codec import decode_input
-from services.domain.governance.inputs import GovernanceInput
+from services.domain.governance.input_codec import decode_keyed, encode_input
+from services.domain.governance.intake import Folded, StepFn, start_sequence, take
 from services.domain.governance.machine import refusal
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.runtime.config import WorkerProcessSettings
 from streams.batchwrite import BatchNotWritten, BatchWriter
-from streams.deadletter import dead_letter
+from streams.deadletter import dead_letter, dead_letter_record
 from streams.dedup import is_retriable
+from streams.forward import record_key
 from streams.governor_metrics import GovernorGauges, record_decision
 from streams.metrics import WorkerMetrics
 
@@ -66,9 +67,6 @@ CEILING_STAGE: Final = "governor-device-ceiling"
 """``devicestate-stage`` of a transition refused by ``max_devices_per_node``
 (:func:`~services.domain.governance.machine.refusal`); it is still folded, so the node's one
 data-quality decision is made as in a replay."""
-
-StepFn = Callable[[GovernorState, GovernanceInput, int, GovernancePolicy], list[Decision]]
-"""``step(state, record, seq, policy) -> decisions`` (:mod:`services.domain.governance.machine`)."""
 
 
 def machine_step() -> StepFn:
@@ -269,18 +267,17 @@ class Governor:
             try:
                 if payload is None:
                     raise ValueError("record has no value (tombstone)")
-                record = decode_input(payload, record_type(message.headers))
+                record, key = decode_keyed(payload, record_type(message.headers))
             except Exception as exc:  # EventDecodeError, or anything a bad payload provokes
                 reason = str(exc) or type(exc).__name__
                 result.dead.append(self._dead_letter(message, reason))
                 continue
-            refused = refusal(state, record, policy)
-            if refused is not None:  # over the node's device ceiling: the record is not governed
-                result.dead.append(self._dead_letter(message, refused, CEILING_STAGE))
-            decisions = step(state, record, offset, policy)
-            self.gauges.track_unknown(state, decisions, result.unknown_seconds)
-            result.decisions.extend(decisions)
-            result.folded += 1
+            for folded in take(state, record, key, policy, step, refusal):
+                if folded.refused is not None:  # over the node's device ceiling: not governed
+                    result.dead.append(self._dead_letter_folded(folded, message))
+                self.gauges.track_unknown(state, folded.decisions, result.unknown_seconds)
+                result.decisions.extend(folded.decisions)
+                result.folded += 1
         return result
 
     async def _load(self) -> None:
@@ -292,6 +289,7 @@ class Governor:
             self.policy.heartbeat_grace_seconds,
         )
         self.applied_through = snapshot.offset
+        start_sequence(self.state, snapshot.offset)
         self.gauges.reset(self.state)
         log.info(
             "governor state loaded",
@@ -306,6 +304,29 @@ class Governor:
             for k, v, t in records
         ]
         await asyncio.gather(*futures)
+
+    def _dead_letter_folded(self, folded: Folded, message: Any) -> Awaitable[Any]:
+        """Dead-letter a record the merge released over the device ceiling. It may have been read
+        in an earlier batch, so the letter holds its re-encoded form, with its source."""
+        if folded.key is None:
+            return self._dead_letter(message, folded.refused or "", CEILING_STAGE)
+        key = folded.key
+        source = f"{self.settings.topic}/{key.partition}/{key.offset}"
+        log.warning(
+            "governance record dead-lettered",
+            source=source,
+            reason=folded.refused,
+            stage=CEILING_STAGE,
+        )
+        return dead_letter_record(
+            self.dead_letter_topic,
+            self.metrics,
+            key=record_key(folded.record),
+            value=encode_input(folded.record, key),
+            source=source,
+            stage=CEILING_STAGE,
+            reason=folded.refused or "",
+        )
 
     async def _dead_letter(self, message: Any, reason: str, stage: str = DEAD_LETTER_STAGE) -> Any:
         source = f"{message.topic}/{message.partition}/{message.offset}"

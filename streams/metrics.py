@@ -82,8 +82,23 @@ class WorkerMetrics:
         self.forwarded = Counter(
             "devicestate_worker_governance_forwarded",
             "Records the health agent forwarded to the governance topic, by type "
-            "(HealthTransition, NodeHeartbeat, NodeResourcesChanged, WatermarkAdvanced).",
+            "(HealthTransition, NodeHeartbeat, NodeResourcesChanged, WatcherTick, "
+            "InventoryConflict, PartitionWatermark).",
             ["type"],
+            registry=r,
+        )
+        self.clock_clamped = Counter(
+            "devicestate_worker_event_time_clamped",
+            "Records whose observedAt was more than DEVICESTATE_MAX_CLOCK_SKEW_SECONDS ahead of "
+            "their Kafka (broker append) timestamp: their event time was clamped to the bound.",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.clock_skew = Gauge(
+            "devicestate_worker_event_time_skew_seconds",
+            "How far the newest batch's observedAt ran ahead of its records' Kafka timestamps at "
+            "most (seconds; negative: behind), per partition.",
+            ["topic", "partition"],
             registry=r,
         )
         # --- the governor (streams.governor) ---------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from uuid import uuid4
 
 import pytest
@@ -244,7 +244,10 @@ async def stream_settings(
         worker_batch_within_seconds=0.2,
     )
     await kafka_admin.create_topics(
-        [NewTopic(settings.topic, 3, 1), NewTopic(settings.dead_letter_topic, 3, 1)]
+        [
+            NewTopic(settings.topic, 3, 1, topic_configs=HEALTH_TOPIC_CONFIGS),
+            NewTopic(settings.dead_letter_topic, 3, 1),
+        ]
     )
     try:
         yield settings
@@ -252,6 +255,10 @@ async def stream_settings(
         names = [t for t in await kafka_admin.list_topics() if tag in t]
         if names:
             await kafka_admin.delete_topics(names)
+
+
+HEALTH_TOPIC_CONFIGS: Final = {"message.timestamp.type": "LogAppendTime"}
+"""As ``ensure_topics`` creates the device-health topic: the broker stamps each record."""
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

@@ -78,17 +78,12 @@ def encode_event(event: Event) -> bytes:
     return orjson.dumps(_event_to_dict(event), option=orjson.OPT_SORT_KEYS)
 
 
-
 # Value -> member maps: a dict lookup is several times cheaper than calling the enum class, and
 # for the plain ``str`` values orjson produces it finds exactly the members the call would.
 _HEALTH_BY_VALUE: Final[dict[str, Health]] = {h.value: h for h in Health}
 _SOURCE_BY_VALUE: Final[dict[str, DeviceSource]] = {s.value: s for s in DeviceSource}
 _KIND_BY_VALUE: Final[dict[str, ContainerKind]] = {k.value: k for k in ContainerKind}
 _REASON_BY_VALUE: Final[dict[str, ReleaseReason]] = {r.value: r for r in ReleaseReason}
-
-
-
-
 
 
 # decode_event reads each field with one dict lookup and an exact type test (orjson gives plain

@@ -31,8 +31,6 @@ MESSAGE_MAX_LENGTH: Final = 1024
 """core/v1 ``ResourceHealthMessageMaxLength``: longer messages are cut to this many characters."""
 
 
-
-
 class Health(StrEnum):
     """Device health as the API defines it (core/v1 ``ResourceHealthStatus``, KEP-4680).
 
@@ -66,8 +64,6 @@ class ReleaseReason(StrEnum):
 
     DELETED = "deleted"  # DELETED watch event, or the Pod vanished between two LISTs
     TERMINATED = "terminated"  # status.phase became Succeeded or Failed
-
-
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -162,8 +158,6 @@ def format_time(value: datetime) -> str:
         raise ValueError("naive datetime: times in devicestate events must be timezone-aware")
     text = value.astimezone(UTC).isoformat()
     return text.replace("+00:00", "Z")
-
-
 
 
 def now_utc() -> datetime:

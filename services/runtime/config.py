@@ -156,6 +156,12 @@ class WorkerSettings(SettingsGroup):
         ".stack/worker", description="Faust data directory (RocksDB files of the dedup table)."
     )
     worker_metrics_port: int = Field(9108, description="Prometheus port of the worker (0: off).")
+    max_clock_skew_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="How far a record's observedAt may run ahead of its Kafka timestamp (the "
+        "broker's append time) before its event time is clamped to that bound (seconds).",
+    )
 
 
 class ApiSettings(SettingsGroup):

@@ -111,12 +111,15 @@ async def test_ensure_topics_is_idempotent(settings: Settings) -> None:
     try:
         described = await admin.describe_topics([settings.topic, settings.dead_letter_topic])
         assert [len(t["partitions"]) for t in described] == [3, 3]
+        wanted = {"retention.ms": None, "message.timestamp.type": None}
         (config,) = await admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, settings.topic, {"retention.ms": None})]
+            [ConfigResource(ConfigResourceType.TOPIC, settings.topic, wanted)]
         )
         entries = config.to_object()["resources"][0]["config_entries"]
         values = {e["config_names"]: e["config_value"] for e in entries}
         assert values["retention.ms"] == "-1"
+        # The broker stamps each record: the independent clock event time is bounded by.
+        assert values["message.timestamp.type"] == "LogAppendTime"
     finally:
         await admin.close()
 

@@ -53,7 +53,7 @@ from services.domain.inventory.objects import (
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 from services.domain.records import TopicRecord, decode_record
 from services.runtime.config import Settings
-from tests.conftest import settings_env
+from tests.conftest import HEALTH_TOPIC_CONFIGS, settings_env
 from tests.kubeapi.kube_rest import (
     KubeREST,
     apply_identities,
@@ -685,7 +685,10 @@ async def topic_settings(kafka_admin: Any) -> AsyncIterator[Settings]:
         }
     )
     await kafka_admin.create_topics(
-        [NewTopic(settings.topic, 3, 1), NewTopic(settings.dead_letter_topic, 3, 1)]
+        [
+            NewTopic(settings.topic, 3, 1, topic_configs=HEALTH_TOPIC_CONFIGS),
+            NewTopic(settings.dead_letter_topic, 3, 1),
+        ]
     )
     yield settings
     names = [t for t in await kafka_admin.list_topics() if tag in t]

@@ -11,8 +11,8 @@ from services.domain.batch import PendingCommit, Transition
 from services.domain.directory import apply_event
 from services.domain.event_codec import encode_event
 from services.domain.events import ClaimRef, DeviceSource, Health
-from services.domain.governance.input_codec import decode_input, encode_input
-from services.domain.governance.inputs import HealthTransition, WatermarkAdvanced
+from services.domain.governance.input_codec import decode_input, decode_keyed, encode_input
+from services.domain.governance.inputs import HealthTransition, MergeKey, PartitionWatermark
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import (
     NodeHeartbeat,
@@ -57,13 +57,20 @@ def commit(
 
 
 def view(
-    records: Sequence[tuple[LogPosition, datetime]], node_events: Sequence[LoggedNodeEvent] = ()
+    records: Sequence[tuple[LogPosition, datetime]],
+    node_events: Sequence[LoggedNodeEvent] = (),
+    clamped: Sequence[LogPosition] = (),
 ) -> BatchView:
     return BatchView(
         order={p: i for i, (p, _) in enumerate(records)},
         node_events=list(node_events),
-        event_times=list(records),
+        times=dict(records),
+        clamped=set(clamped),
     )
+
+
+def key(seconds: float, partition: int, offset: int, index: int = 0) -> MergeKey:
+    return MergeKey(at(seconds), partition, offset, index)
 
 
 def test_a_transition_becomes_a_health_transition(observation: Any) -> None:
@@ -108,7 +115,9 @@ def test_pods_are_every_holder_after_the_change_sorted(observation: Any) -> None
     assert record.resource_claim is None
 
 
-def test_batch_order_then_one_watermark_per_partition(observation: Any) -> None:
+def test_batch_order_with_merge_keys_then_one_progress_mark_per_partition(
+    observation: Any,
+) -> None:
     obs = [
         LoggedEvent(pos(0, 10), observation(1, Health.UNHEALTHY, at=3)),
         LoggedEvent(pos(1, 4), observation(7, Health.UNKNOWN, at=4, node="gpu-node-b")),
@@ -133,30 +142,74 @@ def test_batch_order_then_one_watermark_per_partition(observation: Any) -> None:
     ]
     batch = view(times, nodes)
     out = governance_records(batch, commit([transition_of(o) for o in obs]), partitions=3)
-    assert [type(r).__name__ for r in out] == [
+    records = [r for r, _ in out]
+    assert [type(r).__name__ for r in records] == [
         "HealthTransition",
         "NodeResourcesChanged",
         "NodeHeartbeat",
         "HealthTransition",
-        "WatermarkAdvanced",
-        "WatermarkAdvanced",
+        "WatcherTick",  # a clock record of the merge
+        "PartitionWatermark",
+        "PartitionWatermark",
     ]
-    assert out[1] == resources and out[2] == heartbeat  # unchanged
-    assert out[4:] == [
-        WatermarkAdvanced(partition=0, partitions=3, event_time=at(6)),
-        WatermarkAdvanced(partition=1, partitions=3, event_time=at(9)),  # the tick counts
+    assert records[1] == resources and records[2] == heartbeat and records[4] == tick
+    assert [k for _, k in out] == [
+        key(4, 1, 4),
+        key(2, 1, 3),
+        key(6, 0, 11),
+        key(3, 0, 10),
+        key(9, 1, 5),
+        None,
+        None,
     ]
-    assert [record_key(r) for r in out] == [
+    assert records[5:] == [
+        PartitionWatermark(partition=0, partitions=3, event_time=at(6)),
+        PartitionWatermark(partition=1, partitions=3, event_time=at(9)),  # the tick counts
+    ]
+    assert [record_key(r) for r in records] == [
         b"gpu-node-b",
         b"gpu-node-b",
         b"gpu-node-a",
         b"gpu-node-a",
+        b"~tick/1",
         b"~watermark/0",
         b"~watermark/1",
     ]
 
 
-def test_no_watermark_unless_later_than_the_recorded_one() -> None:
+def test_merge_keys_never_go_back_along_a_partition(observation: Any) -> None:
+    """A record older than one before it in its partition (or than the recorded newest time)
+    takes that time as its key: keys are ordered like offsets within a partition."""
+    late = LoggedEvent(pos(0, 8), observation(1, Health.UNHEALTHY, at=2))
+    batch = view(
+        [(pos(0, 7), at(5)), (pos(0, 8), at(2)), (pos(1, 3), at(1))],
+        [
+            LoggedNodeEvent(pos(0, 7), WatcherTick(0, at(5))),
+            LoggedNodeEvent(pos(1, 3), WatcherTick(1, at(1))),
+        ],
+    )
+    out = governance_records(
+        batch, commit([transition_of(late)], last={(TOPIC, 1): at(4)}), partitions=2
+    )
+    assert [k for _, k in out] == [key(5, 0, 7), key(5, 0, 8), key(4, 1, 3), None]
+    transition = out[1][0]
+    assert isinstance(transition, HealthTransition) and transition.observed_at == at(2)
+    assert out[3][0] == PartitionWatermark(0, 2, at(5))  # partition 1 did not pass at(4)
+
+
+def test_a_clamped_record_is_forwarded_at_its_bound(observation: Any) -> None:
+    """The batch's time of a record whose observedAt ran ahead of the broker is the bound; the
+    transition carries it too, so no timer of the governor is set from the future."""
+    future = LoggedEvent(pos(0, 1), observation(1, Health.UNKNOWN, at=10 * 365 * 86400))
+    batch = view([(pos(0, 1), at(300))], clamped=[pos(0, 1)])
+    out = governance_records(batch, commit([transition_of(future)]), partitions=1)
+    (transition, k), (mark, none) = out
+    assert k == MergeKey(at(300), 0, 1, 0, clamped=True) and k.clamped
+    assert isinstance(transition, HealthTransition) and transition.observed_at == at(300)
+    assert mark == PartitionWatermark(0, 1, at(300)) and none is None
+
+
+def test_no_progress_mark_unless_later_than_the_recorded_one() -> None:
     tick0, tick1 = WatcherTick(0, at(10)), WatcherTick(1, at(10))
     batch = view(
         [(pos(0, 5), at(10)), (pos(1, 5), at(10))],
@@ -165,7 +218,11 @@ def test_no_watermark_unless_later_than_the_recorded_one() -> None:
     out = governance_records(
         batch, commit([], last={(TOPIC, 0): at(10), (TOPIC, 1): at(8)}), partitions=2
     )
-    assert out == [WatermarkAdvanced(1, 2, at(10))]
+    assert out == [
+        (tick0, key(10, 0, 5)),
+        (tick1, key(10, 1, 5)),
+        (PartitionWatermark(1, 2, at(10)), None),
+    ]
 
 
 def test_records_at_or_before_the_recorded_offset_are_not_forwarded_again(
@@ -178,7 +235,7 @@ def test_records_at_or_before_the_recorded_offset_are_not_forwarded_again(
     )
     # offset 7 was committed already (a redelivery); the store passes no transition for it either
     out = governance_records(batch, commit([], applied={(TOPIC, 0): 7}), partitions=1)
-    assert out == [WatermarkAdvanced(0, 1, at(3))]
+    assert out == [(PartitionWatermark(0, 1, at(3)), None)]
     assert governance_records(batch, commit([], applied={(TOPIC, 0): 8}), partitions=1) == []
 
 
@@ -194,9 +251,11 @@ async def test_forwarder_sends_encoded_records_and_counts_them(observation: Any)
     hook = forwarder.before_commit(view([(pos(2, 0), at(1))]))
     await hook(commit([transition_of(logged)]))
     [batch] = sent
-    assert [decode_input(v).type for _, v, _ in batch] == ["HealthTransition", "WatermarkAdvanced"]
-    assert [t for _, _, t in batch] == ["HealthTransition", "WatermarkAdvanced"]  # type headers
-    assert sorted(counted) == [("HealthTransition", 1), ("WatermarkAdvanced", 1)]
+    decoded = [decode_keyed(v) for _, v, _ in batch]
+    assert [r.type for r, _ in decoded] == ["HealthTransition", "PartitionWatermark"]
+    assert [k for _, k in decoded] == [key(1, 2, 0), None]  # the merge key travels in the body
+    assert [t for _, _, t in batch] == ["HealthTransition", "PartitionWatermark"]  # type headers
+    assert sorted(counted) == [("HealthTransition", 1), ("PartitionWatermark", 1)]
     assert forwarder.forwarded == 2
 
     await forwarder.before_commit(view([]))(commit([]))  # nothing to forward: nothing sent
@@ -297,7 +356,8 @@ def test_conflicts_follow_the_record_that_raised_them(observation: Any) -> None:
         ],
     )
     pending = PendingCommit([transition_of(first), transition_of(second)], {}, {}, plan)
-    out = governance_records(batch, pending, partitions=1)
+    keyed = governance_records(batch, pending, partitions=1)
+    out = [r for r, _ in keyed]
     assert [type(r).__name__ for r in out] == [
         "HealthTransition",
         "InventoryConflict",
@@ -305,8 +365,10 @@ def test_conflicts_follow_the_record_that_raised_them(observation: Any) -> None:
         "InventoryConflict",
         "HealthTransition",
         "InventoryConflict",
-        "WatermarkAdvanced",
+        "PartitionWatermark",
     ]
+    # a conflict follows its record in the merge too: same source, next index
+    assert [k for _, k in keyed][:2] == [key(1, 0, 0, 0), key(1, 0, 0, 1)]
     assert isinstance(out[0], HealthTransition) and out[0].device_id == "GPU-0"
     assert isinstance(out[4], HealthTransition) and out[4].identity is None  # not resolved
     conflicts = [r for r in out if isinstance(r, InventoryConflict)]

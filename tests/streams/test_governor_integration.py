@@ -18,10 +18,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import uuid4
 
+import orjson
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.domain.codec import parse_time
 from services.domain.event_codec import encode_event
 from services.domain.events import ContainerRef, DeviceHealthObserved, DeviceSource, Health
 from services.domain.governance.input_codec import decode_input, encode_input
@@ -32,7 +34,7 @@ from services.domain.governance.inputs import (
 )
 from services.domain.node_events import NodeHeartbeat, WatcherTick, encode_node_event
 from services.runtime.config import Settings
-from tests.conftest import SchemaFactory
+from tests.conftest import HEALTH_TOPIC_CONFIGS, SchemaFactory
 from tests.streams.conftest import with_governance_topics
 from tests.streams.test_worker_integration import free_port, read_topic, scrape
 
@@ -159,9 +161,17 @@ class Pipeline:
 
         await self.until(done, f"the governor to reach offset {end - 1}")
 
-    async def wave(self, records: Sequence[Record]) -> None:
+    async def wave(self, records: Sequence[Record], settle: bool = True) -> None:
         """Publish health-topic records, wait until the worker committed them (so forwarded
-        them), then until the governor folded what they caused."""
+        them), then until the governor folded what they caused.
+
+        The governor folds a record only once every partition's event time has passed it (the
+        event-time merge), which the watcher's ticks do in the product: with ``settle``, a wave
+        without ticks is followed by a tick to every partition just after its newest record."""
+        if settle and not any(b'"WatcherTick"' in (v or b"") for _, v, _ in records):
+            newest = max(orjson.loads(v)["observedAt"] for _, v, _ in records if v)
+            after = (parse_time(newest) - T0).total_seconds() + 0.001
+            records = [*records, *(tick(p, after) for p in range(PARTITIONS))]
         sent = await self.send(self.settings.topic, records)
         for meta in sent:
 
@@ -226,8 +236,8 @@ async def test_health_events_are_forwarded_and_governed(
         types = [r.type for r in decoded]
         assert types.count("HealthTransition") == 2
         assert types.count("NodeHeartbeat") == 1
-        assert "WatcherTick" not in types
-        marks = [r for r in decoded if r.type == "WatermarkAdvanced"]
+        assert types.count("WatcherTick") == PARTITIONS  # clock records of the event-time merge
+        marks = [r for r in decoded if r.type == "PartitionWatermark"]
         assert {m.partition for m in marks} == set(range(PARTITIONS))  # type: ignore[union-attr]
         assert all(m.partitions == PARTITIONS for m in marks)  # type: ignore[union-attr]
         [unhealthy] = [
@@ -351,7 +361,7 @@ async def second_settings(kafka_admin: Any, new_schema: SchemaFactory, tmp_path:
     )
     await kafka_admin.create_topics(
         [
-            NewTopic(settings.topic, PARTITIONS, 1),
+            NewTopic(settings.topic, PARTITIONS, 1, topic_configs=HEALTH_TOPIC_CONFIGS),
             NewTopic(settings.dead_letter_topic, PARTITIONS, 1),
         ]
     )

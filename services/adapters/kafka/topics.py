@@ -12,6 +12,12 @@ figure the watcher's producer uses as its ``max_request_size`` and fits its even
 (:mod:`services.domain.record_size`), so a record the producer lets through fits the topic, and
 one it refuses is dead-lettered instead of stopping the watcher.
 
+The device-health topic is created with ``message.timestamp.type=LogAppendTime``: each record's
+Kafka timestamp is the broker's clock at append, the independent clock that bounds event time
+(:mod:`services.domain.event_time`, issue 10). A topic created before keeps its own type
+(``CreateTime``: the producer's clock), which bounds event time less well; change it with
+``kafka-configs.sh --alter --add-config message.timestamp.type=LogAppendTime``.
+
 Idempotent: an existing topic is left as it is. Its partition count is never changed, even when it
 differs from the wanted count: adding partitions would move node keys to other partitions and
 break the per-node order of the log (a warning is logged instead). A governance topic with more
@@ -74,6 +80,9 @@ def _topic_configs(
     configs = dict(EVENT_TOPIC_CONFIG) if kept_forever else {}
     # Equal to the producer's max_request_size (producer.py): the two limits are one setting.
     configs["max.message.bytes"] = str(settings.max_message_bytes)
+    if name == settings.topic:
+        # The broker's clock, not the producer's, stamps each record: the bound of event time.
+        configs["message.timestamp.type"] = "LogAppendTime"
     if replication >= MAX_REPLICATION_FACTOR:
         # With acks=all, a write survives the loss of one broker only if two copies confirm it.
         configs["min.insync.replicas"] = "2"

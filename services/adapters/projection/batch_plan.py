@@ -119,16 +119,22 @@ def progress_params(
 ) -> dict[str, list[Any]]:
     """The ``partition_progress`` parameters of a batch (columns as parallel lists, partitions
     sorted): per partition the highest offset of ``records``, ``consumed_through`` and
-    ``event_times``, the highwater, and the newest event time of ``records`` and ``event_times``."""
+    ``event_times``, the highwater, and the newest event time of ``records`` and ``event_times``.
+    A record also in ``event_times`` counts at the time given there (its ``observedAt`` bounded
+    by the broker's clock, :mod:`services.domain.event_time`)."""
     offsets: dict[Partition, int] = dict(consumed_through)
     newest: dict[Partition, datetime] = {}
+    times = list(event_times)
+    given = {position for position, _ in times}
     for logged in records:
         part = (logged.position.topic, logged.position.partition)
         offsets[part] = max(offsets.get(part, -1), logged.position.offset)
+        if logged.position in given:
+            continue
         observed_at = logged.event.observed_at
         if part not in newest or observed_at > newest[part]:
             newest[part] = observed_at
-    for position, observed_at in event_times:
+    for position, observed_at in times:
         part = (position.topic, position.partition)
         offsets[part] = max(offsets.get(part, -1), position.offset)
         if part not in newest or observed_at > newest[part]:

@@ -25,7 +25,8 @@ inventory_objects = Table(
     metadata,
     Column("kind", Text, primary_key=True),  # ResourceSlice | ResourceClaim | DeviceClass
     Column("object_key", Text, primary_key=True),  # driver/pool/slice | namespace/name | name
-    Column("record_key", Text, nullable=False),  # the topic key (node, pool:..., claim:..., class:...)
+    # the topic key (node, pool:..., claim:..., class:...)
+    Column("record_key", Text, nullable=False),
     Column("node", Text),
     Column("object", JSONB, nullable=False),
     Column("deleted", Boolean, nullable=False),

@@ -8,6 +8,8 @@ The watermark is the minimum over the device-health topic's partitions of the fo
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from services.domain.governance import context, limits, nodes, rules
 from services.domain.governance.device_state import GovState
 from services.domain.governance.inputs import WatermarkAdvanced
@@ -15,6 +17,9 @@ from services.domain.governance.state import TimerKind, device_deadlines
 
 
 def on_watermark(ctx: context.Ctx, w: WatermarkAdvanced) -> None:
+    """A ``WatermarkAdvanced`` record (the clock of governance topics written before issue 10,
+    and of tests that drive the governor directly): the fleet clock is the minimum over the
+    partitions' watermarks."""
     fleet = ctx.state.fleet
     fleet.partitions = w.partitions
     previous = fleet.watermarks.get(w.partition)
@@ -22,7 +27,14 @@ def on_watermark(ctx: context.Ctx, w: WatermarkAdvanced) -> None:
         fleet.watermarks[w.partition] = w.event_time
     if any(p not in fleet.watermarks for p in range(fleet.partitions)):
         return
-    low = min(fleet.watermarks[p] for p in range(fleet.partitions))
+    advance(ctx, min(fleet.watermarks[p] for p in range(fleet.partitions)))
+
+
+def advance(ctx: context.Ctx, low: datetime) -> None:
+    """Move the fleet clock to ``low`` (never back) and fire everything due by then: the timers
+    (earliest first), the node buckets' refill, the deferred devices. The event-time merge calls
+    it with each released record's key time, before the record is folded (issue 10)."""
+    fleet = ctx.state.fleet
     if fleet.watermark is not None and low <= fleet.watermark:
         return
     fleet.watermark = low

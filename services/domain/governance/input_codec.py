@@ -32,7 +32,9 @@ from services.domain.governance.inputs import (
     GovernanceInput,
     HealthTransition,
     InventoryConflict,
+    MergeKey,
     OperatorCommand,
+    PartitionWatermark,
     RecoveryLeaseRequested,
     RecoveryReport,
     RecoveryStage,
@@ -42,6 +44,7 @@ from services.domain.governance.inputs import (
 from services.domain.node_events import (
     NodeHeartbeat,
     NodeResourcesChanged,
+    WatcherTick,
     node_event_from_dict,
     node_event_to_dict,
 )
@@ -53,7 +56,7 @@ def _t(value: datetime | None) -> str | None:
 
 def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
     """The JSON object of a governance-topic record."""
-    if isinstance(record, NodeHeartbeat | NodeResourcesChanged):
+    if isinstance(record, NodeHeartbeat | NodeResourcesChanged | WatcherTick):
         return node_event_to_dict(record)
     base: dict[str, Any] = {"schema": SCHEMA_VERSION, "type": record.type}
     if isinstance(record, HealthTransition):
@@ -84,7 +87,7 @@ def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
             active=record.active,
             observedAt=format_time(record.observed_at),
         )
-    elif isinstance(record, WatermarkAdvanced):
+    elif isinstance(record, WatermarkAdvanced | PartitionWatermark):
         base.update(
             partition=record.partition,
             partitions=record.partitions,
@@ -125,19 +128,40 @@ def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
     return base
 
 
-def encode_input(record: GovernanceInput) -> bytes:
-    """Serialise a governance-topic record (UTF-8 JSON, keys sorted)."""
-    return orjson.dumps(input_to_dict(record), option=orjson.OPT_SORT_KEYS)
+def encode_input(record: GovernanceInput, key: MergeKey | None = None) -> bytes:
+    """Serialise a governance-topic record (UTF-8 JSON, keys sorted); a forwarded record's
+    :class:`MergeKey` goes in its ``order`` object."""
+    obj = input_to_dict(record)
+    if key is not None:
+        obj["order"] = merge_key_to_dict(key)
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+
+
+def merge_key_to_dict(key: MergeKey) -> dict[str, Any]:
+    """``{"eventTime", "partition", "offset", "index", "clamped"}``."""
+    return {
+        "eventTime": format_time(key.event_time),
+        "partition": key.partition,
+        "offset": key.offset,
+        "index": key.index,
+        "clamped": key.clamped,
+    }
+
+
+def merge_key_from_dict(obj: Any) -> MergeKey:
+    """The :class:`MergeKey` of an ``order`` object; raises ``EventDecodeError``."""
+    if not isinstance(obj, dict):
+        raise EventDecodeError("field 'order' must be an object")
+    return MergeKey(
+        event_time=time_field(obj, "eventTime"),
+        partition=int_field(obj, "partition"),
+        offset=int_field(obj, "offset"),
+        index=int_field(obj, "index"),
+        clamped=bool_field(obj, "clamped"),
+    )
 
 
 # --- decoding -------------------------------------------------------------------------------
-
-
-
-
-
-
-
 
 
 _UNSTORABLE: Final = re.compile("[\x00\ud800-\udfff]")
@@ -173,9 +197,9 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
     if obj.get("schema") != SCHEMA_VERSION:
         raise EventDecodeError(f"unsupported schema {obj.get('schema')!r}")
     kind = obj.get("type")
-    if kind in ("NodeHeartbeat", "NodeResourcesChanged"):
+    if kind in ("NodeHeartbeat", "NodeResourcesChanged", "WatcherTick"):
         event = node_event_from_dict(obj)
-        assert isinstance(event, NodeHeartbeat | NodeResourcesChanged)
+        assert isinstance(event, NodeHeartbeat | NodeResourcesChanged | WatcherTick)
         return event
     if kind == "HealthTransition":
         raw_version = obj.get("statusVersion")
@@ -212,8 +236,9 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
             active=bool_field(obj, "active"),
             observed_at=time_field(obj, "observedAt"),
         )
-    if kind == "WatermarkAdvanced":
-        return WatermarkAdvanced(
+    if kind in ("WatermarkAdvanced", "PartitionWatermark"):
+        cls = WatermarkAdvanced if kind == "WatermarkAdvanced" else PartitionWatermark
+        return cls(
             partition=int_field(obj, "partition"),
             partitions=int_field(obj, "partitions", 1),
             event_time=time_field(obj, "eventTime"),
@@ -259,6 +284,14 @@ def decode_input(payload: bytes, record_type: str | None = None) -> GovernanceIn
     ``record_type``: the type the record's type header names (``None``: no header, a record
     written before producers set it); a body of another type is refused, the message naming both.
     """
+    return decode_keyed(payload, record_type)[0]
+
+
+def decode_keyed(
+    payload: bytes, record_type: str | None = None
+) -> tuple[GovernanceInput, MergeKey | None]:
+    """:func:`decode_input` and the record's :class:`MergeKey` (``None``: not a forwarded record
+    of the event-time merge: a command, a recovery record, or a record written before issue 10)."""
     try:
         obj = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
@@ -267,4 +300,6 @@ def decode_input(payload: bytes, record_type: str | None = None) -> GovernanceIn
         raise EventDecodeError("not a JSON object")
     if record_type is not None and obj.get("type") != record_type:
         raise type_mismatch(record_type, obj.get("type"))
-    return input_from_dict(obj)
+    order = obj.pop("order", None)
+    record = input_from_dict(obj)
+    return record, None if order is None else merge_key_from_dict(order)

@@ -5,7 +5,9 @@ Written by three producers:
 - the stream worker forwards, from the device-health topic, every health *transition* of a device
   (:class:`HealthTransition`), node facts (``NodeHeartbeat``, ``NodeResourcesChanged`` from
   :mod:`services.domain.node_events`, unchanged) and each partition's event-time watermark
-  (:class:`WatermarkAdvanced`);
+  (:class:`WatermarkAdvanced`; since issue 10 each forwarded record carries its
+  :class:`MergeKey`, ``WatcherTick``\\ s are forwarded as clock records, and per-partition progress is
+  :class:`PartitionWatermark`, so the governor takes them in event-time order);
 - the operator API appends :class:`OperatorCommand` records (never edits the projection);
 - recovery executors append :class:`RecoveryLeaseRequested` and :class:`RecoveryReport`.
 
@@ -27,6 +29,7 @@ from services.domain.events import (
 from services.domain.node_events import (
     NodeHeartbeat,
     NodeResourcesChanged,
+    WatcherTick,
 )
 
 
@@ -94,6 +97,47 @@ class WatermarkAdvanced:
     partitions: int
     event_time: datetime
     type: str = field(default="WatermarkAdvanced", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionWatermark:
+    """Progress of the governor's event-time merge (:mod:`.event_order`): every record the worker
+    forwards from device-health partition ``partition`` (of ``partitions``) after this one has an
+    event time at or after ``event_time`` (UTC, already bounded by the broker's clock).
+
+    Sent once per batch and partition touched. Unlike :class:`WatermarkAdvanced` it moves no clock
+    by itself: it only lets the merge release records of the other partitions that it has passed.
+    """
+
+    partition: int
+    partitions: int
+    event_time: datetime
+    type: str = field(default="PartitionWatermark", init=False)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MergeKey:
+    """Where a forwarded record sits in the governor's event-time order (issue 10).
+
+    ``(event_time, partition, offset, index)`` is the order: ``event_time`` is the source record's
+    *effective* event time (UTC: its ``observedAt``, bounded by the broker's append time plus the
+    allowed skew, and never before an earlier record of its partition, so it never decreases along
+    a partition); ``partition``/``offset`` locate the source record on the device-health topic,
+    ``index`` numbers the records forwarded for it. ``clamped`` says the ``observedAt`` was ahead of
+    the bound (not part of the order).
+    """
+
+    event_time: datetime
+    partition: int
+    offset: int
+    index: int
+    clamped: bool = field(default=False, compare=False)
+
+    @property
+    def source(self) -> tuple[int, int, int]:
+        """``(partition, offset, index)``: the identity of the forwarded record (a redelivery of
+        the same source record forwards the same keys)."""
+        return (self.partition, self.offset, self.index)
 
 
 class CommandAction(StrEnum):
@@ -189,4 +233,6 @@ GovernanceInput: TypeAlias = (
     | RecoveryLeaseRequested
     | RecoveryReport
     | InventoryConflict
+    | PartitionWatermark
+    | WatcherTick
 )

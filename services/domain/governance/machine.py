@@ -20,7 +20,7 @@ Rules (the design is in ``docs/governance.md``):
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Final
 
 from services.domain.directory import version_rank
@@ -34,6 +34,7 @@ from services.domain.governance.inputs import (
     InventoryConflict,
     OperatorCommand,
     RecoveryLeaseRequested,
+    RecoveryReport,
     WatermarkAdvanced,
 )
 from services.domain.governance.policy import GovernancePolicy
@@ -47,15 +48,26 @@ CEILING_CONFLICT: Final = "device-ceiling"
 
 
 def step(
-    state: GovernorState, record: GovernanceInput, seq: int, policy: GovernancePolicy
+    state: GovernorState,
+    record: GovernanceInput,
+    seq: int,
+    policy: GovernancePolicy,
+    at: datetime | None = None,
 ) -> list[Decision]:
-    """Apply one governance-topic record at offset ``seq`` to ``state`` (mutated in place).
+    """Apply one governance record, the ``seq``-th the governor folds, to ``state`` (mutated).
+
+    ``at`` (UTC) is the record's place in event time when it comes out of the event-time merge
+    (:mod:`.event_order`): the clock first moves to it and every timer due by then fires, so a
+    timer fires between the records on either side of its due time. ``None``: a record outside the
+    merge (a command, a recovery record, a legacy ``WatermarkAdvanced`` stream).
 
     Returns the decisions it caused, in order; ids are ``f"{seq}.{index}"``. Deterministic: the same
     records from the same state give the same decisions and state, whatever the wall clock says.
     Touched rows are added to ``state.dirty_devices``/``dirty_nodes``/``touched_quarantines``.
     """
     ctx = context.Ctx(state, seq, policy)
+    if at is not None:
+        clock.advance(ctx, at)
     if isinstance(record, HealthTransition):
         on_transition(ctx, record)
     elif isinstance(record, WatermarkAdvanced):
@@ -70,8 +82,9 @@ def step(
         leases.on_lease_request(ctx, record)
     elif isinstance(record, InventoryConflict):
         on_conflict(ctx, record)
-    else:
+    elif isinstance(record, RecoveryReport):
         leases.on_report(ctx, record)
+    # A WatcherTick only moves the clock (``at``); a PartitionWatermark is the merge's, not ours.
     clock.fire_due(ctx)
     return ctx.decisions
 

@@ -27,6 +27,8 @@ from services.domain.governance.device_state import (
     optional_time,
     optional_time_text,
 )
+from services.domain.governance.event_order import EventOrder
+from services.domain.governance.input_codec import decode_keyed, encode_input
 from services.domain.governance.node_index import NodeIndex
 
 
@@ -120,6 +122,8 @@ class FleetGov:
     """Derived from ``signals`` (not snapshotted): signals per device in the window."""
     signal_nodes: Counter[str] = field(default_factory=Counter)
     """Derived from ``signals``: signals per node in the window."""
+    order: EventOrder = field(default_factory=EventOrder)
+    """The event-time merge of the forwarded records (:mod:`.event_order`), pending ones included."""
 
     def recount_signals(self) -> None:
         """Rebuild the derived counters from ``signals`` (after a restore or a reset)."""
@@ -142,6 +146,7 @@ class FleetGov:
             "pauseReason": self.pause_reason,
             "deferred": [list(k) for k in self.deferred],
             "commandsSeen": list(self.commands_seen),
+            "order": self.order.to_json(encode_input),
         }
 
     @classmethod
@@ -164,6 +169,7 @@ class FleetGov:
             pause_reason=obj.get("pauseReason"),
             deferred=[(k[0], k[1]) for k in obj.get("deferred") or ()],
             commands_seen=list(obj.get("commandsSeen") or ()),
+            order=EventOrder.from_json(obj.get("order"), decode_keyed),
         )
         fleet.recount_signals()
         return fleet

@@ -51,6 +51,13 @@ def governance_status(fleet: FleetStatus, now: datetime, settings: TickSettings)
             else f"observations current (watermark {-age:.0f} s ahead of the wall clock: a "
             "recorded stream or clock skew)"
         )
+    order = snap.get("order") or {}
+    clamped = int(order.get("clamped") or 0)
+    if clamped:
+        message += (
+            f"; event time clamped to the broker's clock for {clamped} record(s), last at "
+            f"{order.get('lastClampedAt')} (a watcher clock or recorded stream ahead of time)"
+        )
     if fleet.breaker_open:
         message += "; circuit breaker OPEN"
     if fleet.automation_paused:
@@ -59,11 +66,16 @@ def governance_status(fleet: FleetStatus, now: datetime, settings: TickSettings)
     def opt_time(value: Any) -> datetime | None:
         return None if not isinstance(value, str) else parse_time(value)
 
-    watermarks = snap.get("watermarks") or {}
+    # The event-time merge keeps per-partition watermarks of its own (issue 10); older states
+    # (and governors driven by WatermarkAdvanced records) keep them in the fleet itself.
+    watermarks = order.get("watermarks") or snap.get("watermarks") or {}
     return GovernanceOut(
         governor_seen=fleet.seen,
         watermark=fleet.watermark,
         watermarks={str(p): t for p, t in ((p, opt_time(v)) for p, v in watermarks.items()) if t},
+        pending=len(order.get("pending") or ()),
+        clamped=clamped,
+        last_clamped_at=opt_time(order.get("lastClampedAt")),
         watermark_age_seconds=age,
         stale=stale,
         stale_since=fleet.watermark if stale else None,

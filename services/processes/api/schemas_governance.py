@@ -267,6 +267,19 @@ class GovernanceOut(ApiModel):
         description="Event time up to which the governor has every partition's observations."
     )
     watermarks: dict[str, datetime] = Field(description="Per device-health topic partition.")
+    pending: int = Field(
+        0,
+        description="Forwarded records the event-time merge holds until every partition's "
+        "watermark has passed them.",
+    )
+    clamped: int = Field(
+        0,
+        description="Records whose observedAt ran more than DEVICESTATE_MAX_CLOCK_SKEW_SECONDS "
+        "ahead of the broker's append time: their event time was clamped to that bound.",
+    )
+    last_clamped_at: datetime | None = Field(
+        None, description="Event time (the bound) of the last clamped record."
+    )
     watermark_age_seconds: float | None = Field(description="Wall clock minus the watermark.")
     stale: bool = Field(
         description="True when the watermark lags the wall clock by more than "

@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from services.adapters.kafka.headers import record_type
 from services.adapters.kafka.reader import TopicSnapshot
@@ -28,13 +27,12 @@ from services.adapters.projection.migrate import migrate
 from services.adapters.projection.schema_admin import drop_schema, schema_exists
 from services.adapters.projection.tables import check_schema_name
 from services.domain.governance.decisions import Decision
-from services.domain.governance.input_codec import decode_input
+from services.domain.governance.input_codec import decode_keyed
+from services.domain.governance.intake import StepFn, take
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.processes.replay.run import REPLAY_CLIENT_ID, ReplayError, topic_partitions
 from services.runtime.config import ReplayProcessSettings
-
-StepFn = Callable[[GovernorState, Any, int, GovernancePolicy], list[Decision]]
 
 
 @dataclass(slots=True)
@@ -150,16 +148,17 @@ async def _fold(
         settings.kafka_bootstrap_servers, topic, batch_size=batch_size, on_ready=ready
     ):
         decisions: list[Decision] = []
-        for offset, value, kind in batch:
+        for _offset, value, kind in batch:
             summary.read += 1
             try:
                 if value is None:
                     raise ValueError("record has no value")
-                record = decode_input(value, kind)
+                record, key = decode_keyed(value, kind)
             except Exception:
                 summary.undecodable += 1
                 continue
-            decisions.extend(step(state, record, offset, policy))
+            for folded in take(state, record, key, policy, step):
+                decisions.extend(folded.decisions)
         last = batch[-1][0]
         await store.write(
             batch_rows(state, decisions, topic=topic, offset=last, expected_offset=recorded)

@@ -1,0 +1,173 @@
+"""The governor's event-time merge of the device-health partitions (issue 10).
+
+The governance topic holds the worker's forwarded records in the order the worker happened to
+commit its batches, which depends on batch sizes, on how partitions interleave and on speed. The
+governor does not fold them in that order. Each forwarded record carries a
+:class:`~.inputs.MergeKey` ``(event time, partition, offset, index)``, and :class:`EventOrder`
+releases the records in key order. This is the watermark merge of Flink, Beam and Kafka Streams:
+
+- a record of partition ``p`` at event time ``t`` is released once every other partition ``q``
+  has passed it, i.e. ``(W_q, q) > (t, p)``. ``W_q`` is the newest event time forwarded for ``q``
+  (:class:`~.inputs.PartitionWatermark` progress, or a record of ``q``), and no later record of
+  ``q`` has an earlier key, because effective event times never decrease along a partition. The
+  watcher's ticks keep idle partitions moving;
+- a redelivered record (same ``(partition, offset, index)``) is dropped, whether it is still
+  pending or already released.
+
+So the released sequence is a function of the per-partition contents of the device-health topic
+alone. The governor (:func:`.intake.take`) advances its clock to each released record's key time
+before it folds the record, and timers fire exactly at their due time between the records on
+either side. The pending records are part of the governor's state (snapshotted with the fleet),
+so a restart neither loses nor doubles them.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from services.domain.codec import parse_time
+from services.domain.events import format_time
+from services.domain.governance.inputs import GovernanceInput, MergeKey, PartitionWatermark
+
+Order = tuple[datetime, int, int, int]
+"""``(event_time, partition, offset, index)``: a :class:`MergeKey` without its flag."""
+
+
+def order_of(key: MergeKey) -> Order:
+    return (key.event_time, key.partition, key.offset, key.index)
+
+
+@dataclass(slots=True)
+class EventOrder:
+    """The merge's state: per-partition watermarks, the pending records (a heap by key), how far
+    each partition was released, and the sequence number of the next folded record.
+
+    ``next_seq`` numbers every record the governor folds (the decisions' ``seq``): a function of
+    the merged order, so decision ids are the same whatever the batching. ``None`` until the
+    governor sets it (:func:`.intake.start_sequence`).
+    """
+
+    partitions: int = 0
+    watermarks: dict[int, datetime] = field(default_factory=dict)
+    pending: list[tuple[Order, MergeKey, GovernanceInput]] = field(default_factory=list)
+    released: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Partition -> ``(offset, index)`` of the last record released from it."""
+    next_seq: int | None = None
+    clamped: int = 0
+    """Records whose ``observedAt`` was ahead of the broker clock bound (their key was clamped)."""
+    last_clamped_at: datetime | None = None
+    """Key time of the last clamped record."""
+    _pending_sources: set[tuple[int, int, int]] = field(default_factory=set)
+
+    # -- input ----------------------------------------------------------------------------------
+
+    def offer(self, key: MergeKey, record: GovernanceInput) -> bool:
+        """Add a forwarded record; ``False`` (and nothing changes) for a redelivery."""
+        source = key.source
+        done = self.released.get(key.partition)
+        if source in self._pending_sources or (
+            done is not None and (key.offset, key.index) <= done
+        ):
+            return False
+        self._pending_sources.add(source)
+        heapq.heappush(self.pending, (order_of(key), key, record))
+        # The partition count comes from progress marks only: a record says nothing of how many
+        # partitions there are, and guessing low would release it before the others reported.
+        self._raise(key.partition, key.event_time)
+        if key.clamped:
+            self.clamped += 1
+            if self.last_clamped_at is None or key.event_time > self.last_clamped_at:
+                self.last_clamped_at = key.event_time
+        return True
+
+    def progress(self, mark: PartitionWatermark) -> None:
+        """A partition's progress mark: raises its watermark (never lowers it)."""
+        self.partitions = max(self.partitions, mark.partitions, mark.partition + 1)
+        self._raise(mark.partition, mark.event_time)
+
+    def _raise(self, partition: int, event_time: datetime) -> None:
+        known = self.watermarks.get(partition)
+        if known is None or event_time > known:
+            self.watermarks[partition] = event_time
+
+    # -- output ---------------------------------------------------------------------------------
+
+    def clock(self) -> datetime | None:
+        """The merge's low watermark: the oldest partition watermark (``None`` until every
+        partition reported one)."""
+        if self.partitions == 0 or len(self.watermarks) < self.partitions:
+            return None
+        if any(p not in self.watermarks for p in range(self.partitions)):
+            return None
+        return min(self.watermarks[p] for p in range(self.partitions))
+
+    def release(self) -> Iterator[tuple[MergeKey, GovernanceInput]]:
+        """Pop, in key order, the records every other partition has passed.
+
+        The bound of partition ``p`` is the smallest ``(W_q, q)`` over ``q != p``; the head
+        record ``(t, p, ...)`` is released while ``(t, p)`` is below it. Nothing is released while
+        a partition has no watermark yet (its first record may be older than any pending one),
+        nor past a head that is held: the order is the key order, never skipped.
+        """
+        if self.partitions == 0 or any(q not in self.watermarks for q in range(self.partitions)):
+            return
+        lowest = sorted((self.watermarks[q], q) for q in range(self.partitions))[:2]
+        while self.pending:
+            (t, p, offset, index), key, record = self.pending[0]
+            bound = next((mark for mark in lowest if mark[1] != p), None)
+            if bound is not None and bound <= (t, p):
+                return
+            heapq.heappop(self.pending)
+            self._pending_sources.discard(key.source)
+            self.released[p] = (offset, index)
+            yield key, record
+
+    # -- snapshot -------------------------------------------------------------------------------
+
+    def to_json(self, encode: Any) -> dict[str, Any]:
+        """JSON-ready form; ``encode(record, key) -> bytes`` is the governance codec's
+        :func:`~.input_codec.encode_input` (pending records are kept in their wire form)."""
+        return {
+            "partitions": self.partitions,
+            "watermarks": {str(p): format_time(t) for p, t in sorted(self.watermarks.items())},
+            "pending": [
+                orjson.loads(encode(record, key)) for _, key, record in sorted(self.pending)
+            ],
+            "released": {str(p): list(v) for p, v in sorted(self.released.items())},
+            "nextSeq": self.next_seq,
+            "clamped": self.clamped,
+            "lastClampedAt": None
+            if self.last_clamped_at is None
+            else format_time(self.last_clamped_at),
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any] | None, decode: Any) -> EventOrder:
+        """Inverse of :meth:`to_json`; ``decode(bytes) -> (record, key)`` is
+        :func:`~.input_codec.decode_keyed`. ``None`` (a snapshot from before issue 10): empty."""
+        if not obj:
+            return cls()
+        order = cls(
+            partitions=int(obj.get("partitions") or 0),
+            watermarks={int(p): parse_time(t) for p, t in (obj.get("watermarks") or {}).items()},
+            released={
+                int(p): (int(v[0]), int(v[1])) for p, v in (obj.get("released") or {}).items()
+            },
+            next_seq=obj.get("nextSeq"),
+            clamped=int(obj.get("clamped") or 0),
+            last_clamped_at=None
+            if obj.get("lastClampedAt") is None
+            else parse_time(obj["lastClampedAt"]),
+        )
+        for item in obj.get("pending") or ():
+            record, key = decode(orjson.dumps(item))
+            assert key is not None, "a pending record without its merge key"
+            order._pending_sources.add(key.source)
+            heapq.heappush(order.pending, (order_of(key), key, record))
+        return order

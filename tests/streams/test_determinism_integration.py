@@ -1,0 +1,173 @@
+"""Decisions are a function of the log alone (issue 10), with the real worker, Kafka and PostgreSQL.
+
+One generated fleet log (health observations with releases, duplicates and stale redeliveries,
+node heartbeats that stop for a while, the watcher's ticks on every partition) is published to three
+private topic sets and governed three ways: the test default batch size (500), batch size 1, and two
+workers sharing the partitions. The governance decisions, device governance rows and quarantines
+must be identical, row for row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+from uuid import uuid4
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from services.domain.event_codec import encode_event
+from services.domain.node_events import NodeHeartbeat, WatcherTick, encode_node_event
+from services.runtime.config import Settings
+from tests.conftest import HEALTH_TOPIC_CONFIGS, SchemaFactory
+from tests.streams.conftest import with_governance_topics
+from tests.streams.synthetic import T0, synthetic_log
+from tests.streams.test_governor_integration import Pipeline, Record, stop
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+POLICY = {
+    "unknown_tolerance_seconds": 3.0,
+    "heartbeat_grace_seconds": 6.0,
+    "recovery_stability_seconds": 8.0,
+    "breaker_min_devices": 1000,  # so that quarantines and restrictions happen
+    "breaker_min_nodes": 1000,
+}
+
+
+def fleet_log(seed: int = 29) -> list[Record]:
+    """~900 records over 60 s of event time: observations 50 ms apart (in statusVersion order),
+    each node's heartbeat every 2 s except while its host is "down", ticks every 2 s."""
+    log = synthetic_log(700, nodes=9, seed=seed)
+    first = min(e.status_version for e in log.events)
+    timed = [
+        replace(e, observed_at=T0 + timedelta(milliseconds=50 * (e.status_version - first)))
+        for e in log.events
+    ]
+    items: list[tuple[float, Record]] = [
+        ((e.observed_at - T0).total_seconds(), (e.node.encode(), encode_event(e), None))
+        for e in timed
+    ]
+    end = max(t for t, _ in items)
+    nodes = sorted({e.node for e in timed})
+    down = {nodes[1]: (10.0, 25.0), nodes[4]: (30.0, 50.0)}  # host outages
+    second = 0.0
+    while second <= end + 4:
+        for node in nodes:
+            gone = down.get(node)
+            if gone is None or not gone[0] <= second < gone[1]:
+                at = T0 + timedelta(seconds=second + 0.01)
+                beat = NodeHeartbeat(node, renewed_at=at, observed_at=at)
+                items.append((second + 0.01, (node.encode(), encode_node_event(beat), None)))
+        for p in range(PARTITIONS):
+            tick = WatcherTick(partition=p, observed_at=T0 + timedelta(seconds=second + 0.02))
+            items.append((second + 0.02, (tick.node.encode(), encode_node_event(tick), p)))
+        second += 2.0
+    items.sort(key=lambda item: item[0])  # stable: the log's own order at equal times
+    return [record for _, record in items]
+
+
+@pytest.fixture
+async def topic_sets(
+    kafka_admin: Any, new_schema: SchemaFactory, tmp_path: Any
+) -> AsyncIterator[Callable[[], Any]]:
+    """Make private topics, group and schema for one more run (like ``stream_settings``)."""
+    from aiokafka.admin import NewTopic
+
+    tags: list[str] = []
+
+    async def make() -> Settings:
+        tag = f"t{uuid4().hex[:12]}"
+        tags.append(tag)
+        settings = with_governance_topics(
+            Settings(
+                topic=f"{tag}.events",
+                dead_letter_topic=f"{tag}.dead-letter",
+                topic_partitions=PARTITIONS,
+                consumer_group=f"{tag}.worker",
+                database_schema=await new_schema(),
+                worker_data_dir=str(tmp_path / f"{tag}-worker"),
+                worker_metrics_port=0,
+                worker_batch_size=500,
+                worker_batch_within_seconds=0.2,
+                **POLICY,
+            )
+        )
+        await kafka_admin.create_topics(
+            [
+                NewTopic(settings.topic, PARTITIONS, 1, topic_configs=HEALTH_TOPIC_CONFIGS),
+                NewTopic(settings.dead_letter_topic, PARTITIONS, 1),
+            ]
+        )
+        return settings
+
+    yield make
+    names = [t for t in await kafka_admin.list_topics() if any(tag in t for tag in tags)]
+    if names:
+        await kafka_admin.delete_topics(names)
+
+
+async def govern(
+    settings: Settings,
+    engine: AsyncEngine,
+    bootstrap: str,
+    worker_process: Any,
+    records: list[Record],
+    workers: int = 1,
+) -> dict[str, list[tuple[Any, ...]]]:
+    """Publish ``records`` in four waves, wait until governed; the governance tables' rows."""
+    async with Pipeline(settings, engine, bootstrap) as pipe:
+        started = [
+            worker_process(
+                settings.model_copy(update={"worker_data_dir": f"{settings.worker_data_dir}-{i}"})
+            )
+            for i in range(workers)
+        ]
+        pipe.worker = started[0]
+        quarter = len(records) // 4
+        for i in range(4):
+            chunk = records[i * quarter : len(records) if i == 3 else (i + 1) * quarter]
+            await pipe.wave(chunk, settle=False)  # the log's own ticks move event time
+        tables = {
+            "decisions": await pipe.rows(
+                "SELECT seq, idx, kind, at, node, resource_id, payload "
+                "FROM {s}.governance_decisions ORDER BY seq, idx"
+            ),
+            "devices": await pipe.rows(
+                "SELECT node, resource_id, state, snapshot FROM {s}.device_governance "
+                "ORDER BY node, resource_id"
+            ),
+            "quarantines": await pipe.rows(
+                "SELECT quarantine_id, status, created_at, expires_at FROM {s}.quarantines "
+                "ORDER BY quarantine_id"
+            ),
+        }
+        for worker in started:
+            await stop(worker)
+    return {name: [tuple(row) for row in rows] for name, rows in tables.items()}
+
+
+async def test_batch_size_and_worker_count_change_no_decision(
+    topic_sets: Callable[[], Any],
+    engine: AsyncEngine,
+    kafka_bootstrap: str,
+    worker_process: Any,
+) -> None:
+    records = fleet_log()
+    default = await govern(await topic_sets(), engine, kafka_bootstrap, worker_process, records)
+    kinds = {row[2] for row in default["decisions"]}
+    # The log exercises the timers: tolerance ends, heartbeat loss, quarantines, recovery.
+    assert {"DeviceQuarantined", "DeviceRestricted", "NodeIncidentOpened"} <= kinds, kinds
+    assert len(default["decisions"]) > 100
+
+    single = (await topic_sets()).model_copy(update={"worker_batch_size": 1})
+    one = await govern(single, engine, kafka_bootstrap, worker_process, records)
+    assert one == default
+
+    two = await govern(
+        await topic_sets(), engine, kafka_bootstrap, worker_process, records, workers=2
+    )
+    assert two == default
