@@ -12,6 +12,9 @@ awaits it inside the batch's transaction, just before the commit. It sends, in t
   ``InventoryObserved`` records are not forwarded: they only move the watermark);
 - one :class:`InventoryConflict` per inventory conflict the batch raised (``active``) or cleared
   (the governor turns it into a ``DataQualityFlagged`` alert), after the record that caused it;
+- one :class:`DeviceIdentified` per device the inventory identified after its transitions named
+  it by its reported resourceID (a claim read after the Pod's observation), after the record that
+  identified it: the governor merges what it holds under the reported ID onto the device;
 
 then one :class:`WatermarkAdvanced` per partition the batch touched, when the partition's newest
 event time in the batch is later than the newest one recorded for it before the batch
@@ -40,13 +43,14 @@ from services.domain.batch import PendingCommit, Transition
 from services.domain.directory import DeviceRecord
 from services.domain.governance.input_codec import encode_input
 from services.domain.governance.inputs import (
+    DeviceIdentified,
     GovernanceInput,
     HealthTransition,
     InventoryConflict,
     WatermarkAdvanced,
 )
 from services.domain.inventory.events import InventoryObserved
-from services.domain.inventory.fold import ConflictChange, forwards
+from services.domain.inventory.fold import ConflictChange, IdentityResolved, forwards
 from services.domain.inventory.identity import Identity
 from services.domain.log import LogPosition
 from services.domain.node_events import NodeEvent, NodeHeartbeat, NodeResourcesChanged
@@ -117,6 +121,18 @@ def inventory_conflict(change: ConflictChange) -> InventoryConflict:
     )
 
 
+def device_identified(resolved: IdentityResolved) -> DeviceIdentified:
+    """The governance record of a device identified after its transitions."""
+    identity = resolved.identity
+    return DeviceIdentified(
+        node=resolved.node,
+        resource_id=resolved.resource_id,
+        device_id=identity.device_id,
+        observed_at=resolved.at,
+        uuid=identity.uuid,
+    )
+
+
 def governance_records(
     batch: BatchView, commit: PendingCommit, partitions: int
 ) -> list[GovernanceInput]:
@@ -139,6 +155,10 @@ def governance_records(
         ordered.extend(
             (batch.order[change.position], inventory_conflict(change))
             for change in inventory.changes
+        )
+        ordered.extend(
+            (batch.order[resolved.position], device_identified(resolved))
+            for resolved in inventory.identified
         )
     ordered.sort(key=lambda item: item[0])  # stable: a conflict stays after its record
     out: list[GovernanceInput] = [record for _, record in ordered]

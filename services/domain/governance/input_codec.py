@@ -29,6 +29,7 @@ from services.domain.codec import (
 from services.domain.events import SCHEMA_VERSION, DeviceSource, Health, format_time
 from services.domain.governance.inputs import (
     CommandAction,
+    DeviceIdentified,
     GovernanceInput,
     HealthTransition,
     InventoryConflict,
@@ -84,6 +85,14 @@ def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
             active=record.active,
             observedAt=format_time(record.observed_at),
         )
+    elif isinstance(record, DeviceIdentified):
+        base.update(
+            node=record.node,
+            resourceID=record.resource_id,
+            deviceID=record.device_id,
+            uuid=record.uuid,
+            observedAt=format_time(record.observed_at),
+        )
     elif isinstance(record, WatermarkAdvanced):
         base.update(
             partition=record.partition,
@@ -131,13 +140,6 @@ def encode_input(record: GovernanceInput) -> bytes:
 
 
 # --- decoding -------------------------------------------------------------------------------
-
-
-
-
-
-
-
 
 
 _UNSTORABLE: Final = re.compile("[\x00\ud800-\udfff]")
@@ -211,6 +213,14 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
             detail=str_field(obj, "detail", empty=True),
             active=bool_field(obj, "active"),
             observed_at=time_field(obj, "observedAt"),
+        )
+    if kind == "DeviceIdentified":
+        return DeviceIdentified(
+            node=str_field(obj, "node"),
+            resource_id=str_field(obj, "resourceID"),
+            device_id=str_field(obj, "deviceID"),
+            observed_at=time_field(obj, "observedAt"),
+            uuid=optional_str_field(obj, "uuid"),
         )
     if kind == "WatermarkAdvanced":
         return WatermarkAdvanced(

@@ -25,10 +25,11 @@ from typing import Final
 
 from services.domain.directory import version_rank
 from services.domain.events import Health
-from services.domain.governance import clock, commands, context, leases, nodes, rules
+from services.domain.governance import clock, commands, context, identities, leases, nodes, rules
 from services.domain.governance.decisions import AlertAction, Decision, DecisionKind, Severity
 from services.domain.governance.device_state import DeviceGov
 from services.domain.governance.inputs import (
+    DeviceIdentified,
     GovernanceInput,
     HealthTransition,
     InventoryConflict,
@@ -57,7 +58,9 @@ def step(
     """
     ctx = context.Ctx(state, seq, policy)
     if isinstance(record, HealthTransition):
-        on_transition(ctx, record)
+        on_transition(ctx, identities.follow(state, record))
+    elif isinstance(record, DeviceIdentified):
+        identities.on_identified(ctx, record)
     elif isinstance(record, WatermarkAdvanced):
         clock.on_watermark(ctx, record)
     elif isinstance(record, NodeHeartbeat):
