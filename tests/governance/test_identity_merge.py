@@ -141,3 +141,15 @@ def test_a_merged_state_restores_with_its_aliases_and_the_record_round_trips() -
     record = identified("aaaa", 5)
     assert decode_input(encode_input(record)) == record
     assert decode_input(encode_input(dataclasses.replace(record, uuid=None))).uuid is None
+
+
+def test_the_node_unknown_incident_closes_when_its_only_member_is_merged_away() -> None:
+    run = GovernanceRun()
+    run.feed(seen("aaaa", 10, Health.UNKNOWN, 0, resolved=False))  # ghost: UnknownTolerated
+    run.feed(seen("bbbb", 20, Health.UNHEALTHY, 30, resolved=True))  # physical: Quarantined
+    assert run.state.nodes[NODE].unknown_incident is not None
+    decided = run.feed(identified("aaaa", 40))
+    [device] = run.state.devices.values()
+    assert device.state is GovState.QUARANTINED and device.key == (NODE, GPU_2)
+    assert run.state.nodes[NODE].unknown_incident is None  # its only member left
+    assert DecisionKind.INCIDENT_RESOLVED in [d.kind for d in decided]

@@ -103,6 +103,7 @@ def on_identified(ctx: context.Ctx, r: DeviceIdentified) -> None:
         mergedState=None if loser is None else loser.state.value,
     )
     rules.evaluate(ctx, survivor, r.observed_at)
+    transitions.sync_unknown_incident(ctx, r.node, r.observed_at)  # the loser may have counted
 
 
 def _absorb(ctx: context.Ctx, survivor: DeviceGov, loser: DeviceGov, at: datetime) -> None:

@@ -88,7 +88,10 @@ def refusal(state: GovernorState, record: GovernanceInput, policy: GovernancePol
     11: one hot node must not cost the fleet's governance). O(1). The worker's governor agent
     dead-letters such a record with this reason; :func:`step` refuses it the same way (and flags
     the node once), so a replay decides alike."""
-    if not isinstance(record, HealthTransition) or record.device_key in state.devices:
+    if not isinstance(record, HealthTransition):
+        return None
+    record = identities.follow(state, record)
+    if record.device_key in state.devices:
         return None
     count = state.device_count(record.node)
     if count < policy.max_devices_per_node:
