@@ -130,6 +130,8 @@ def device_identified(resolved: IdentityResolved) -> DeviceIdentified:
         device_id=identity.device_id,
         observed_at=resolved.at,
         uuid=identity.uuid,
+        partition=resolved.position.partition,
+        offset=resolved.position.offset,
     )
 
 

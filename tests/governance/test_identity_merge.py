@@ -141,6 +141,8 @@ def test_a_merged_state_restores_with_its_aliases_and_the_record_round_trips() -
     record = identified("aaaa", 5)
     assert decode_input(encode_input(record)) == record
     assert decode_input(encode_input(dataclasses.replace(record, uuid=None))).uuid is None
+    placed = dataclasses.replace(record, partition=2, offset=41)
+    assert decode_input(encode_input(placed)) == placed
 
 
 def test_the_node_unknown_incident_closes_when_its_only_member_is_merged_away() -> None:

@@ -346,7 +346,9 @@ def test_a_device_identified_late_is_forwarded_after_the_record_that_identified_
         "WatermarkAdvanced",
     ]
     assert isinstance(out[0], HealthTransition) and out[0].device_id is None
-    assert out[1] == DeviceIdentified("gpu-node-a", "cdi=x-gpu-2", gpu.device_id, at(2))
+    assert out[1] == DeviceIdentified(
+        "gpu-node-a", "cdi=x-gpu-2", gpu.device_id, at(2), partition=1, offset=0
+    )
     assert decode_input(encode_input(out[1])) == out[1]
     assert record_key(out[1]) == b"gpu-node-a"
 

@@ -92,6 +92,8 @@ def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
             deviceID=record.device_id,
             uuid=record.uuid,
             observedAt=format_time(record.observed_at),
+            partition=record.partition,
+            offset=record.offset,
         )
     elif isinstance(record, WatermarkAdvanced):
         base.update(
@@ -221,6 +223,8 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
             device_id=str_field(obj, "deviceID"),
             observed_at=time_field(obj, "observedAt"),
             uuid=optional_str_field(obj, "uuid"),
+            partition=None if obj.get("partition") is None else int_field(obj, "partition"),
+            offset=None if obj.get("offset") is None else int_field(obj, "offset"),
         )
     if kind == "WatermarkAdvanced":
         return WatermarkAdvanced(

@@ -77,7 +77,8 @@ class DeviceIdentified:
     (``driver/pool/device``; ``uuid`` where known): the worker's inventory resolved it through a
     ResourceClaim or ResourceSlice read after the device's first transitions, which named it by
     its reported resourceID (issue 10). ``observed_at`` is the event time of the record that
-    resolved it. The governor merges what it holds under ``(node, resource_id)`` onto
+    resolved it, ``partition``/``offset`` its place on the device-health topic (``None`` when
+    not known). The governor merges what it holds under ``(node, resource_id)`` onto
     ``(node, device_id)`` (:mod:`.identities`)."""
 
     node: str
@@ -85,6 +86,8 @@ class DeviceIdentified:
     device_id: str
     observed_at: datetime
     uuid: str | None = None
+    partition: int | None = None
+    offset: int | None = None
     type: str = field(default="DeviceIdentified", init=False)
 
 
