@@ -8,13 +8,23 @@ awaits it inside the batch's transaction, just before the commit. It sends, in t
   changed, or the device was first seen), with the identity the inventory resolved for that
   observation (``device_id`` only when resolved or as reported: for an ambiguous or unresolved
   one the governor keys the device on its reported resourceID);
-- every ``NodeHeartbeat`` and ``NodeResourcesChanged`` unchanged (``WatcherTick``\\ s and DRA
-  ``InventoryObserved`` records are not forwarded: they only move the watermark);
+- every ``NodeHeartbeat``, ``NodeResourcesChanged`` and ``WatcherTick`` unchanged (a tick is a clock
+  record of the governor's event-time merge; DRA ``InventoryObserved`` records are not forwarded:
+  they only move the watermark);
 - one :class:`InventoryConflict` per inventory conflict the batch raised (``active``) or cleared
   (the governor turns it into a ``DataQualityFlagged`` alert), after the record that caused it;
+- one :class:`DeviceIdentified` per device the inventory identified after its transitions named
+  it by its reported resourceID (a claim read after the Pod's observation), after the record that
+  identified it: the governor merges what it holds under the reported ID onto the device;
 
-then one :class:`WatermarkAdvanced` per partition the batch touched, when the partition's newest
-event time in the batch is later than the newest one recorded for it before the batch
+each with its :class:`~services.domain.governance.inputs.MergeKey` (issue 10): the source record's
+effective event time (:func:`~services.domain.event_time.effective_times`: ``observedAt`` bounded by
+the broker's clock, never before an earlier record of the partition), partition, offset, and the
+index of the record among those forwarded for it. The governor folds them in key order
+(:mod:`services.domain.governance.event_order`), whatever order the batches came in.
+
+Then one :class:`PartitionWatermark` per partition the batch touched, when the partition's newest
+effective time in the batch is later than the newest one recorded for it before the batch
 (``partition_progress.last_event_at``, which the same transaction raises: so a restarted or moved
 worker never forwards an older watermark, nor the same one twice). Records at or before a
 partition's recorded offset (a redelivered batch) are skipped like the store skips them.
@@ -23,7 +33,7 @@ Each record carries its type in the ``devicestate-type`` header
 (:mod:`services.adapters.kafka.headers`), so the governor decodes it without looking into the body.
 The sends are awaited (acks=all) before the hook returns, so everything is on the governance
 topic before the commit: a crash between the two re-forwards on the next attempt (at least once;
-the governor deduplicates by statusVersion), never loses anything.
+the governor drops a record whose key it already holds or released), never loses anything.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ from services.domain.directory import DeviceRecord
 from services.domain.event_time import effective_times
 from services.domain.governance.input_codec import encode_input
 from services.domain.governance.inputs import (
+    DeviceIdentified,
     GovernanceInput,
     HealthTransition,
     InventoryConflict,
@@ -49,7 +60,7 @@ from services.domain.governance.inputs import (
     WatermarkAdvanced,
 )
 from services.domain.inventory.events import InventoryObserved
-from services.domain.inventory.fold import ConflictChange, forwards
+from services.domain.inventory.fold import ConflictChange, IdentityResolved, forwards
 from services.domain.inventory.identity import Identity
 from services.domain.log import LogPosition
 from services.domain.node_events import (
@@ -127,6 +138,20 @@ def inventory_conflict(change: ConflictChange) -> InventoryConflict:
     )
 
 
+def device_identified(resolved: IdentityResolved) -> DeviceIdentified:
+    """The governance record of a device identified after its transitions."""
+    identity = resolved.identity
+    return DeviceIdentified(
+        node=resolved.node,
+        resource_id=resolved.resource_id,
+        device_id=identity.device_id,
+        observed_at=resolved.at,
+        uuid=identity.uuid,
+        partition=resolved.position.partition,
+        offset=resolved.position.offset,
+    )
+
+
 Keyed = tuple[GovernanceInput, MergeKey | None]
 """A record to forward, with its place in the governor's event-time order (``None``: a progress
 mark, which has none)."""
@@ -161,6 +186,10 @@ def governance_records(batch: BatchView, commit: PendingCommit, partitions: int)
         ordered.extend(
             (batch.order[change.position], change.position, inventory_conflict(change))
             for change in inventory.changes
+        )
+        ordered.extend(
+            (batch.order[found.position], found.position, device_identified(found))
+            for found in inventory.identified
         )
     ordered.sort(key=lambda item: item[0])  # stable: a conflict stays after its record
     out: list[Keyed] = []

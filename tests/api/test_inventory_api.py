@@ -340,3 +340,36 @@ async def test_missing_inventory_tables_are_a_503(
         assert "database unavailable" in response.json()["detail"]
         metrics = (await client.get("/metrics")).text
         assert "devicestate_api_inventory_up 0.0" in metrics
+
+
+@pytest.mark.usefixtures("fleet")
+async def test_devices_read_the_governance_of_their_physical_identity(
+    governor: Governor, api: httpx.AsyncClient
+) -> None:
+    """Issue 10: the governor keys a DRA device by ``driver/pool/device``; the directory holds it
+    under the reported resourceID (CDI-form for infer-dra-0, as reported for infer-dra-1). Both
+    read the physical record's state: a restricted GPU never reads Available."""
+    await governor.device(
+        NODE_A,
+        GPU[2],
+        "Restricted",
+        T0,
+        resource_name="claim:gpus/main",
+        source="dra",
+        observed_health="Unknown",
+        effective_health="Unknown",
+    )
+    listed = await api.get("/v1/devices", params={"node": NODE_A})
+    assert listed.status_code == 200, listed.text
+    states = {d["resourceID"]: (d["governance"] or {}).get("state") for d in listed.json()["items"]}
+    assert states[CDI[2]] == "Restricted"
+    assert states[GPU[2]] == "Restricted"
+    assert states[CDI[3]] is None  # the governor never saw gpu-3
+    one = await api.get(f"/v1/nodes/{NODE_A}/devices/{CDI[2]}")
+    assert one.status_code == 200 and one.json()["governance"]["state"] == "Restricted"
+    node = await api.get(f"/v1/nodes/{NODE_A}")
+    assert node.status_code == 200
+    by_id = {d["resourceID"]: d["governance"] for d in node.json()["devices"]}
+    assert by_id[CDI[2]]["state"] == "Restricted"
+    restricted = await api.get("/v1/devices", params={"node": NODE_A, "state": "Restricted"})
+    assert {d["resourceID"] for d in restricted.json()["items"]} == {CDI[2], GPU[2]}

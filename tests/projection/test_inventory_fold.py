@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from services.domain.events import ClaimRef, DeviceHealthObserved
+from services.domain.inventory.events import InventoryKind, object_from_json
 from services.domain.inventory.fold import (
     InventoryFold,
     InventoryPlan,
@@ -23,6 +24,7 @@ from services.domain.inventory.fold import (
 )
 from services.domain.inventory.identity import Identity, IdentityStatus
 from services.domain.inventory.objects import ResourceClaimInfo
+from services.domain.inventory.rows import place_identity, place_object
 from services.domain.inventory.state import ConflictKind, InventoryState
 from services.domain.log import LogPosition
 from services.domain.node_events import NodeResourcesChanged, WatcherTick
@@ -124,8 +126,12 @@ def test_an_unknown_claim_is_unresolved_and_never_replaces_a_resolved_identity()
     )
     plan, _ = fold_all(fold, [gone], start=10)
     [identity] = plan.resolved.values()
-    assert identity.status is IdentityStatus.UNRESOLVED  # forwarded as is (no device_id) ...
-    assert plan.identities == {}  # ... but the identity kept (and its row) stays the resolved one
+    # The identity kept stays the resolved one, and it is what the transition forwards (issue 10:
+    # an unresolved reading must not make the governor key the GPU a second time); the row
+    # changes only in the claim the alias was last reported with.
+    assert identity.status is IdentityStatus.RESOLVED and identity.device_id == GPU_2
+    [row] = plan.identities.values()
+    assert (row["status"], row["reported_with"]["resourceClaim"]) == ("resolved", "another-claim")
     assert fold.state.aliases[(NODE, CDI_GPU_2)].device_id == GPU_2
 
 
@@ -230,7 +236,9 @@ def test_an_ambiguous_id_is_raised_once_and_cleared_when_it_resolves() -> None:
     plan, _ = fold_all(fold, [inventory_record(one, 9), again], start=5)
     [cleared] = plan.changes
     assert cleared.row.key == raised.row.key and not cleared.row.active
-    assert (cleared.row.first_seen, cleared.row.last_seen) == (at(10), at(12))
+    # Cleared by the claim itself (it re-resolves the alias), not by the next observation.
+    assert cleared.position.offset == 5
+    assert (cleared.row.first_seen, cleared.row.last_seen) == (at(10), at(11))
 
 
 def test_a_resource_id_resolving_to_another_device_is_raised() -> None:
@@ -310,19 +318,27 @@ def test_a_fold_rebuilt_from_its_rows_continues_the_same_way() -> None:
     records = story()
     continuous = InventoryFold()
     first, _ = fold_all(continuous, records[:9])
-    # What a restarted worker loads: the objects not deleted, capacities, identities, active rows.
+    # What a restarted worker loads (inventory_store.load_fold): the objects and tombstones,
+    # capacities, identities (with their first observation and reported claim), active rows.
     state = InventoryState()
-    for event in records[:9]:
-        if hasattr(event, "obj"):
-            state.apply(event)  # type: ignore[arg-type]
+    for row in first.objects.values():
+        place_object(state, row_object(row), row["deleted"])
     state.node_capacity = dict(continuous.state.node_capacity)
-    state.aliases = {k: identity_from_row(r) for k, r in first.identities.items()}
+    for row in first.identities.values():
+        place_identity(state, row)
     state.reindex()
+    assert state.aliases == {k: identity_from_row(r) for k, r in first.identities.items()}
     restored = InventoryFold(state, [r for r in first.conflicts.values() if r.active])
     rest_a, _ = fold_all(continuous, records[9:], start=9)
     rest_b, _ = fold_all(restored, records[9:], start=9)
     assert merged([rest_a]) == merged([rest_b])
     assert rest_a.changes == rest_b.changes and rest_a.resolved == rest_b.resolved
+
+
+def row_object(row: dict[str, Any]) -> Any:
+    """The object of an ``inventory_objects`` row of a plan (its JSON form, read back)."""
+    kind = InventoryKind(row["kind"])
+    return object_from_json(kind, row["object"])
 
 
 def test_by_key_keeps_the_first_of_one_key() -> None:

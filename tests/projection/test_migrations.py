@@ -58,6 +58,18 @@ async def tables_in(engine: AsyncEngine, schema: str) -> set[str]:
         return {r[0] for r in rows}
 
 
+async def columns_of(engine: AsyncEngine, schema: str, table: str) -> set[str]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = :s AND table_name = :t"
+            ),
+            {"s": schema, "t": table},
+        )
+        return {r[0] for r in rows}
+
+
 def alembic_cli(database_url: str, schema: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
@@ -92,7 +104,11 @@ async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
         *INVENTORY_TABLES,
     }
     current = await asyncio.to_thread(alembic_cli, database_url, schema_name, "current")
-    assert "0003_inventory (head)" in current.stdout
+    assert "0004_identity_reported_with (head)" in current.stdout
+
+    back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
+    assert back.returncode == 0, back.stderr
+    assert "reported_with" not in await columns_of(engine, schema_name, "device_identities")
 
     back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
     assert back.returncode == 0, back.stderr
@@ -130,7 +146,7 @@ async def test_migrate_is_idempotent_and_safe_to_run_concurrently(
         version = await conn.execute(
             text(f'SELECT version_num FROM "{schema_name}".alembic_version')
         )
-        assert [r[0] for r in version] == ["0003_inventory"]
+        assert [r[0] for r in version] == ["0004_identity_reported_with"]
 
 
 async def test_revisions_match_the_table_metadata(engine: AsyncEngine, fresh_schema: str) -> None:

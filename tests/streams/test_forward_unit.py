@@ -381,6 +381,43 @@ def test_conflicts_follow_the_record_that_raised_them(observation: Any) -> None:
     assert record_key(conflicts[0]) == b"gpu-node-a"
 
 
+def test_a_device_identified_late_is_forwarded_after_the_record_that_identified_it(
+    observation: Any,
+) -> None:
+    """Issue 10: a claim read after the Pod's observation identifies the device; the governor is
+    told after that record, so it merges what it held under the CDI-form resourceID."""
+    from services.domain.governance.inputs import DeviceIdentified
+    from services.domain.inventory.fold import IdentityResolved, InventoryPlan
+    from services.domain.inventory.identity import Identity, IdentityStatus
+
+    seen = LoggedEvent(
+        pos(0, 0), observation(1, at=1, source=DeviceSource.DRA, resource_id="cdi=x-gpu-2")
+    )
+    gpu = Identity("gpu.example.com/gpu-node-a/gpu-2", DeviceSource.DRA, IdentityStatus.RESOLVED)
+    unresolved = Identity("cdi=x-gpu-2", DeviceSource.DRA, IdentityStatus.UNRESOLVED)
+    plan = InventoryPlan(
+        resolved={seen.position: unresolved},
+        identified=[IdentityResolved(pos(1, 0), at(2), "gpu-node-a", "cdi=x-gpu-2", gpu)],
+    )
+    batch = view([(pos(0, 0), at(1)), (pos(1, 0), at(2))])
+    keyed = governance_records(batch, PendingCommit([transition_of(seen)], {}, {}, plan), 2)
+    out = [r for r, _ in keyed]
+    assert [type(r).__name__ for r in out] == [
+        "HealthTransition",
+        "DeviceIdentified",
+        "PartitionWatermark",
+        "PartitionWatermark",
+    ]
+    # the identification takes its place in event time at the record that identified it
+    assert [k for _, k in keyed][:2] == [key(1, 0, 0), key(2, 1, 0)]
+    assert isinstance(out[0], HealthTransition) and out[0].device_id is None
+    assert out[1] == DeviceIdentified(
+        "gpu-node-a", "cdi=x-gpu-2", gpu.device_id, at(2), partition=1, offset=0
+    )
+    assert decode_input(encode_input(out[1])) == out[1]
+    assert record_key(out[1]) == b"gpu-node-a"
+
+
 async def test_agent_hands_the_inventory_its_records_in_batch_order(
     tmp_path: Any, observation: Any
 ) -> None:

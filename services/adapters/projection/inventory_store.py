@@ -33,18 +33,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.adapters.projection.tables import quoted_schema
 from services.domain.inventory.events import InventoryKind, object_from_json
-from services.domain.inventory.fold import (
-    ConflictRow,
-    InventoryFold,
-    InventoryPlan,
-    Row,
-    identity_from_row,
-)
-from services.domain.inventory.objects import (
-    DeviceClassInfo,
-    ResourceClaimInfo,
-    ResourceSliceInfo,
-)
+from services.domain.inventory.fold import ConflictRow, InventoryFold, InventoryPlan, Row
+from services.domain.inventory.rows import place_identity, place_object
 from services.domain.inventory.state import InventoryState
 from services.domain.log import LogPosition
 
@@ -81,15 +71,16 @@ class InventoryStatements:
         )
         self.upsert_identities = text(
             f"INSERT INTO {s}.device_identities AS d (node, resource_id, device_id, owner, "
-            "status, uuid, candidates, reason, observed_at) SELECT u.node, u.resource_id, "
-            "u.device_id, u.owner, u.status, u.uuid, u.candidates, u.reason, u.observed_at "
+            "status, uuid, candidates, reason, observed_at, reported_with) SELECT u.node, "
+            "u.resource_id, u.device_id, u.owner, u.status, u.uuid, u.candidates, u.reason, "
+            "u.observed_at, u.reported_with "
             "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS u(node text, resource_id text, "
             "device_id text, owner text, status text, uuid text, candidates text[], reason text, "
-            "observed_at timestamptz) "
+            "observed_at timestamptz, reported_with jsonb) "
             "ON CONFLICT (node, resource_id) DO UPDATE SET device_id = EXCLUDED.device_id, "
             "owner = EXCLUDED.owner, status = EXCLUDED.status, uuid = EXCLUDED.uuid, "
             "candidates = EXCLUDED.candidates, reason = EXCLUDED.reason, "
-            "observed_at = EXCLUDED.observed_at"
+            "observed_at = EXCLUDED.observed_at, reported_with = EXCLUDED.reported_with"
         )
         self.upsert_conflicts = text(
             f"INSERT INTO {s}.inventory_conflicts AS c (kind, node, subject, detail, active, "
@@ -102,15 +93,15 @@ class InventoryStatements:
             "last_seen = EXCLUDED.last_seen"
         )
         self.load_objects = text(
-            f'SELECT kind, "object"::text FROM {s}.inventory_objects WHERE NOT deleted '
+            f'SELECT kind, "object"::text, deleted FROM {s}.inventory_objects '
             "ORDER BY kind, object_key"
         )
         self.load_node_resources = text(
             f"SELECT node, capacity::text FROM {s}.node_resources ORDER BY node"
         )
         self.load_identities = text(
-            f"SELECT node, resource_id, device_id, owner, status, uuid, candidates, reason "
-            f"FROM {s}.device_identities"
+            f"SELECT node, resource_id, device_id, owner, status, uuid, candidates, reason, "
+            f"observed_at, reported_with::text FROM {s}.device_identities"
         )
         self.load_conflicts = text(
             f"SELECT kind, node, subject, detail, active, first_seen, last_seen "
@@ -134,34 +125,25 @@ async def write_plan(conn: AsyncConnection, sql: InventoryStatements, plan: Inve
         await conn.execute(sql.upsert_conflicts, _rows(c.to_row() for c in plan.conflicts.values()))
 
 
-def place_object(
-    state: InventoryState, obj: ResourceSliceInfo | ResourceClaimInfo | DeviceClassInfo
-) -> None:
-    """Put an ``inventory_objects`` row's object into ``state`` by its key (slices by
-    ``(driver, pool, name)``, claims by ``(namespace, name)``, classes by name), as loaded: no
-    conflict is computed and the slice index is not rebuilt (call ``state.reindex()``)."""
-    if isinstance(obj, ResourceSliceInfo):
-        state.slices[(obj.driver, obj.pool, obj.name)] = obj
-    elif isinstance(obj, ResourceClaimInfo):
-        state.claims[(obj.namespace, obj.name)] = obj
-    elif isinstance(obj, DeviceClassInfo):
-        state.classes[obj.name] = obj
-
-
 async def load_fold(
     conn: AsyncConnection, sql: InventoryStatements
 ) -> tuple[InventoryFold, dict[Partition, int]]:
-    """The fold the tables hold (objects not deleted, capacities, identities, active conflicts)
-    and every partition's recorded offset, read on ``conn`` (the caller's transaction)."""
+    """The fold the tables hold (objects, tombstones included: what the resolutions learned from
+    them; capacities; identities with their first observation and reported claim; active
+    conflicts) and every partition's recorded offset, read on ``conn`` (the caller's
+    transaction)."""
     state = InventoryState()
-    for kind, payload in await conn.execute(sql.load_objects):
+    for kind, payload, deleted in await conn.execute(sql.load_objects):
         obj = object_from_json(InventoryKind(kind), orjson.loads(payload))
-        place_object(state, obj)
+        place_object(state, obj, deleted)
     for node, capacity in await conn.execute(sql.load_node_resources):
         state.node_capacity[node] = dict(orjson.loads(capacity))
     for row in await conn.execute(sql.load_identities):
-        m = row._mapping
-        state.aliases[(m["node"], m["resource_id"])] = identity_from_row(dict(m))
+        m = dict(row._mapping)
+        reported = m.pop("reported_with")
+        place_identity(
+            state, {**m, "reported_with": None if reported is None else orjson.loads(reported)}
+        )
     state.reindex()
     active = [
         ConflictRow(

@@ -1,5 +1,5 @@
 """Tables of the inventory projection (issue 4), on the shared schema-less ``metadata``
-(Alembic revision ``0003_inventory``). Written by the health agent in the same transaction as the
+(Alembic revisions ``0003_inventory``, ``0004_identity_reported_with``). Written by the health agent in the same transaction as the
 directory (``device_history``/``devices``) and ``partition_progress``, from ``InventoryObserved``,
 ``NodeResourcesChanged`` and the identity of each observation; times are event times.
 
@@ -8,7 +8,9 @@ directory (``device_history``/``devices``) and ``partition_progress``, from ``In
   tombstone so a replay of the topic gives identical rows;
 - ``node_resources``: extended-resource capacity/allocatable per node;
 - ``device_identities``: per reported ``(node, resourceID)``, the resolved physical identity
-  (:class:`services.domain.inventory.identity.Identity`);
+  (:class:`services.domain.inventory.identity.Identity`), ``observed_at`` its first observation,
+  ``reported_with`` the claim it was last reported with
+  (:func:`services.domain.inventory.rows.reported_with_json`; NULL for none);
 - ``inventory_conflicts``: data-quality findings (:class:`services.domain.inventory.state.Conflict`),
   ``active`` false once cleared.
 """
@@ -55,6 +57,7 @@ device_identities = Table(
     Column("candidates", ARRAY(Text), nullable=False),
     Column("reason", Text),
     Column("observed_at", DateTime(timezone=True), nullable=False),
+    Column("reported_with", JSONB),  # {namespace, podClaim, request, resourceClaim}
     Index("ix_device_identities_device", "node", "device_id"),
 )
 

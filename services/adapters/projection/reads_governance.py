@@ -1,6 +1,13 @@
 """Read queries of the governance projection (:mod:`services.adapters.projection.governance_tables`)
 for the API: devices joined with their governance state, quarantines, command outcomes, the device
-timeline and the fleet status. Read-only; the governor writes these tables."""
+timeline and the fleet status. Read-only; the governor writes these tables.
+
+A directory device (``devices``, keyed by the resourceID its Pod reported) is joined with the
+governance of its *physical* identity (issue 10): the governor keys a device by
+``HealthTransition.device_id`` when the worker resolved one (``driver/pool/device`` for a
+CDI-form DRA ID, the physical GPU for a device-plugin replica), so the join goes through
+``device_identities``: its ``device_id`` when the identity is resolved or as reported, the
+reported resourceID otherwise (unresolved, ambiguous, or no identity row)."""
 
 from __future__ import annotations
 
@@ -10,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import Executable, and_, func, select, tuple_
+from sqlalchemy import Executable, and_, case, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.adapters.projection.governance_tables import (
@@ -21,6 +28,7 @@ from services.adapters.projection.governance_tables import (
     governor_nodes,
     quarantines,
 )
+from services.adapters.projection.inventory_tables import device_identities
 from services.adapters.projection.read_models import DeviceFilters
 from services.adapters.projection.reads_devices import device_filter_clauses
 from services.adapters.projection.rows import record_from_row
@@ -29,6 +37,7 @@ from services.domain.directory import DeviceKey, DeviceRecord
 from services.domain.governance.decisions import DecisionKind
 from services.domain.governance.device_state import GovState
 from services.domain.governance.held import HOLDING_STATUSES
+from services.domain.inventory.identity import IdentityStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +139,18 @@ _GOV_COLUMNS = (
     _G.quarantine_id.label("g_quarantine_id"),
 )
 _DEVICE_COLUMNS = len(devices.c)
+_I = device_identities.c
+_PHYSICAL = (IdentityStatus.RESOLVED.value, IdentityStatus.REPORTED.value)
+
+
+def _with_governance(source: Any) -> Any:
+    """``source`` (``devices`` or a join with it) outer-joined with the device's identity and
+    the governance of its physical identity (see the module docstring)."""
+    c = devices.c
+    governed_as = case((_I.status.in_(_PHYSICAL), _I.device_id), else_=c.resource_id)
+    return source.outerjoin(
+        device_identities, and_(_I.node == c.node, _I.resource_id == c.resource_id)
+    ).outerjoin(device_governance, and_(_G.node == c.node, _G.resource_id == governed_as))
 
 
 def _json(value: Any) -> dict[str, Any]:
@@ -153,12 +174,7 @@ class GovernanceReads:
     # --- devices with their governance ----------------------------------------------------
 
     def _joined(self) -> Any:
-        c = devices.c
-        return select(devices, *_GOV_COLUMNS).select_from(
-            devices.outerjoin(
-                device_governance, and_(_G.node == c.node, _G.resource_id == c.resource_id)
-            )
-        )
+        return select(devices, *_GOV_COLUMNS).select_from(_with_governance(devices))
 
     def _governed(self, rows: Sequence[Any]) -> list[GovernedDevice]:
         return [
@@ -199,8 +215,14 @@ class GovernanceReads:
         return items[0] if items else None
 
     async def node_governance(self, node: str) -> dict[str, DeviceGovernance]:
-        """Governance of the devices of ``node`` the governor knows, by resourceID."""
-        stmt = select(_G.resource_id, *_GOV_COLUMNS).where(_G.node == node)
+        """Governance of the directory devices of ``node`` the governor knows, by the resourceID
+        the directory holds them under (joined on their physical identity)."""
+        c = devices.c
+        stmt = (
+            select(c.resource_id, *_GOV_COLUMNS)
+            .select_from(_with_governance(devices))
+            .where(c.node == node)
+        )
         result = {}
         for row in await self._fetch(stmt):
             gov = _governance(row._mapping)

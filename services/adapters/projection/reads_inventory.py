@@ -18,7 +18,6 @@ from sqlalchemy import Executable, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.adapters.projection.governance_tables import device_governance
-from services.adapters.projection.inventory_store import place_object
 from services.adapters.projection.inventory_tables import (
     device_identities,
     inventory_conflicts,
@@ -29,6 +28,7 @@ from services.adapters.projection.tables import devices, in_schema
 from services.domain.events import DeviceSource
 from services.domain.inventory.events import InventoryKind, object_from_json
 from services.domain.inventory.fold import ConflictRow
+from services.domain.inventory.rows import place_object
 from services.domain.inventory.snapshot import (
     GovernanceRow,
     IdentityRow,

@@ -50,6 +50,7 @@ class DecisionKind(StrEnum):
     AUTOMATION_PAUSED = "AutomationPaused"
     AUTOMATION_RESUMED = "AutomationResumed"
     DATA_QUALITY = "DataQualityFlagged"  # an inventory conflict raised or cleared
+    IDENTITY_MERGED = "DeviceIdentityMerged"  # a reported resourceID identified as a device
     COMMAND_ACCEPTED = "CommandAccepted"
     COMMAND_REJECTED = "CommandRejected"
 

@@ -188,6 +188,9 @@ class DeviceGov:
     ``resource_id`` is the device's key on its node: its physical identity when the worker
     resolved one (``HealthTransition.device_id``), else the resourceID as reported;
     ``reported_id`` is the resourceID of the latest observation (a CDI-form ID changes per claim).
+    ``merged_ids``: reported resourceIDs whose records were merged into this one once the worker
+    identified them as this device (``DeviceIdentified``, :mod:`.identities`), sorted; a later
+    transition under one of them is governed here.
     """
 
     node: str
@@ -217,12 +220,19 @@ class DeviceGov:
     cleared_version: int | None = None
     reported_id: str | None = None
     uuid: str | None = None
+    merged_ids: tuple[str, ...] = ()
 
     @property
     def key(self) -> DeviceKey:
         return (self.node, self.resource_id)
 
     def to_json(self) -> dict[str, Any]:
+        obj = self._json()
+        if self.merged_ids:  # absent otherwise: older snapshots stay identical
+            obj["mergedIDs"] = list(self.merged_ids)
+        return obj
+
+    def _json(self) -> dict[str, Any]:
         return {
             "node": self.node,
             "resourceID": self.resource_id,
@@ -288,4 +298,5 @@ class DeviceGov:
             cleared_version=None
             if obj.get("clearedVersion") is None
             else int(obj["clearedVersion"]),
+            merged_ids=tuple(obj.get("mergedIDs") or ()),
         )

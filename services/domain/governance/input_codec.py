@@ -29,6 +29,7 @@ from services.domain.codec import (
 from services.domain.events import SCHEMA_VERSION, DeviceSource, Health, format_time
 from services.domain.governance.inputs import (
     CommandAction,
+    DeviceIdentified,
     GovernanceInput,
     HealthTransition,
     InventoryConflict,
@@ -86,6 +87,16 @@ def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
             detail=record.detail,
             active=record.active,
             observedAt=format_time(record.observed_at),
+        )
+    elif isinstance(record, DeviceIdentified):
+        base.update(
+            node=record.node,
+            resourceID=record.resource_id,
+            deviceID=record.device_id,
+            uuid=record.uuid,
+            observedAt=format_time(record.observed_at),
+            partition=record.partition,
+            offset=record.offset,
         )
     elif isinstance(record, WatermarkAdvanced | PartitionWatermark):
         base.update(
@@ -235,6 +246,16 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
             detail=str_field(obj, "detail", empty=True),
             active=bool_field(obj, "active"),
             observed_at=time_field(obj, "observedAt"),
+        )
+    if kind == "DeviceIdentified":
+        return DeviceIdentified(
+            node=str_field(obj, "node"),
+            resource_id=str_field(obj, "resourceID"),
+            device_id=str_field(obj, "deviceID"),
+            observed_at=time_field(obj, "observedAt"),
+            uuid=optional_str_field(obj, "uuid"),
+            partition=None if obj.get("partition") is None else int_field(obj, "partition"),
+            offset=None if obj.get("offset") is None else int_field(obj, "offset"),
         )
     if kind in ("WatermarkAdvanced", "PartitionWatermark"):
         cls = WatermarkAdvanced if kind == "WatermarkAdvanced" else PartitionWatermark

@@ -3,7 +3,8 @@
 Written by three producers:
 
 - the stream worker forwards, from the device-health topic, every health *transition* of a device
-  (:class:`HealthTransition`), node facts (``NodeHeartbeat``, ``NodeResourcesChanged`` from
+  (:class:`HealthTransition`), identities resolved after the fact (:class:`DeviceIdentified`),
+  inventory conflicts (:class:`InventoryConflict`), node facts (``NodeHeartbeat``, ``NodeResourcesChanged`` from
   :mod:`services.domain.node_events`, unchanged) and each partition's event-time watermark
   (:class:`WatermarkAdvanced`; since issue 10 each forwarded record carries its
   :class:`MergeKey`, ``WatcherTick``\\ s are forwarded as clock records, and per-partition progress is
@@ -71,6 +72,26 @@ class HealthTransition:
     def device_key(self) -> tuple[str, str]:
         """``(node, device_id or resource_id)``: the governor's key of the device."""
         return (self.node, self.device_id or self.resource_id)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceIdentified:
+    """The device ``node`` reported as ``resource_id`` is the physical device ``device_id``
+    (``driver/pool/device``; ``uuid`` where known): the worker's inventory resolved it through a
+    ResourceClaim or ResourceSlice read after the device's first transitions, which named it by
+    its reported resourceID (issue 10). ``observed_at`` is the event time of the record that
+    resolved it, ``partition``/``offset`` its place on the device-health topic (``None`` when
+    not known). The governor merges what it holds under ``(node, resource_id)`` onto
+    ``(node, device_id)`` (:mod:`.identities`)."""
+
+    node: str
+    resource_id: str
+    device_id: str
+    observed_at: datetime
+    uuid: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    type: str = field(default="DeviceIdentified", init=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,4 +256,5 @@ GovernanceInput: TypeAlias = (
     | InventoryConflict
     | PartitionWatermark
     | WatcherTick
+    | DeviceIdentified
 )

@@ -25,10 +25,11 @@ from typing import Final
 
 from services.domain.directory import version_rank
 from services.domain.events import Health
-from services.domain.governance import clock, commands, context, leases, nodes, rules
+from services.domain.governance import clock, commands, context, identities, leases, nodes, rules
 from services.domain.governance.decisions import AlertAction, Decision, DecisionKind, Severity
 from services.domain.governance.device_state import DeviceGov
 from services.domain.governance.inputs import (
+    DeviceIdentified,
     GovernanceInput,
     HealthTransition,
     InventoryConflict,
@@ -69,7 +70,9 @@ def step(
     if at is not None:
         clock.advance(ctx, at)
     if isinstance(record, HealthTransition):
-        on_transition(ctx, record)
+        on_transition(ctx, identities.follow(state, record))
+    elif isinstance(record, DeviceIdentified):
+        identities.on_identified(ctx, record)
     elif isinstance(record, WatermarkAdvanced):
         clock.on_watermark(ctx, record)
     elif isinstance(record, NodeHeartbeat):
@@ -98,7 +101,10 @@ def refusal(state: GovernorState, record: GovernanceInput, policy: GovernancePol
     11: one hot node must not cost the fleet's governance). O(1). The worker's governor agent
     dead-letters such a record with this reason; :func:`step` refuses it the same way (and flags
     the node once), so a replay decides alike."""
-    if not isinstance(record, HealthTransition) or record.device_key in state.devices:
+    if not isinstance(record, HealthTransition):
+        return None
+    record = identities.follow(state, record)
+    if record.device_key in state.devices:
         return None
     count = state.device_count(record.node)
     if count < policy.max_devices_per_node:

@@ -44,6 +44,11 @@ class NodeIndex:
         _file(self.unhealthy, device, device.observed_health is Health.UNHEALTHY)
         _file(self.unknown, device, unknown_family(device))
 
+    def remove(self, device: DeviceGov) -> None:
+        """Unfile ``device`` (it leaves the governor: merged into another, issue 10)."""
+        _file(self.unhealthy, device, False)
+        _file(self.unknown, device, False)
+
     def unhealthy_count(self, node: str) -> int:
         return len(self.unhealthy.get(node, ()))
 

@@ -198,6 +198,9 @@ class GovernorState:
     """Index node -> device keys (derived; rebuilt on restore)."""
     node_names: set[str] = field(default_factory=set)
     """Nodes known through devices or node facts (derived; rebuilt on restore)."""
+    aliases: dict[DeviceKey, DeviceKey] = field(default_factory=dict)
+    """``(node, reported resourceID)`` -> the key of the device it was merged into (derived from
+    ``DeviceGov.merged_ids``; rebuilt on restore)."""
     index: NodeIndex = field(default_factory=NodeIndex)
     """Per-node Unhealthy and Unknown-family members (derived; rebuilt on restore), kept in
     step by :meth:`refresh` after every change of a device's health, state, reason or pending
@@ -208,6 +211,21 @@ class GovernorState:
         self.by_node.setdefault(device.node, set()).add(device.key)
         self.node_names.add(device.node)
         self.index.refresh(device)
+        for merged in device.merged_ids:
+            self.aliases[(device.node, merged)] = device.key
+
+    def remove_device(self, key: DeviceKey) -> DeviceGov:
+        """Take the device out of the state (and its indexes); its row is deleted with the batch
+        (it is marked dirty). Only a merge removes a device (:mod:`.identities`)."""
+        device = self.devices.pop(key)
+        held = self.by_node.get(device.node)
+        if held is not None:
+            held.discard(key)
+            if not held:
+                del self.by_node[device.node]
+        self.index.remove(device)
+        self.dirty_devices.add(key)
+        return device
 
     def refresh(self, device: DeviceGov) -> None:
         """Re-file ``device`` in the per-node index after a change of its ``observed_health``,

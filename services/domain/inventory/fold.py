@@ -11,16 +11,29 @@ so replaying the log gives the same rows.
 Per record, in order:
 
 - ``InventoryObserved``: the object is applied to the state (its row upserted, a deletion kept as a
-  tombstone); devices that left a ResourceSlice (and are in no other slice of its pool) raise
-  ``vanished-from-slice``, devices present in a slice again clear it;
+  tombstone) unless a newer record of the object (by resourceVersion) was folded already, which
+  can happen when the object's records sit in two partitions (an older one changes no row); devices
+  that left a ResourceSlice (and are in no other slice of its pool) raise ``vanished-from-slice``,
+  devices present in a slice again clear it. A claim then re-resolves the aliases last reported
+  with it, a slice the aliases of its devices (:meth:`InventoryState.reresolve`, stale records
+  too: what they say of an allocation or a UUID is remembered): their rows are upserted, an
+  alias resolved to a physical device after it was reported under its own resourceID is listed in
+  :attr:`InventoryPlan.identified` (the worker tells the governor: ``DeviceIdentified``);
 - ``NodeResourcesChanged``: the node's extended-resource capacity (row upserted);
 - ``DeviceHealthObserved`` the directory fold *applied* (others are skipped): its identity is
-  resolved against the inventory as the log had it at that point
-  (:meth:`InventoryState.resolve`); the identity the state keeps for ``(node, resourceID)`` is
-  upserted into ``device_identities`` when it changed (an unresolved reading never replaces a
-  resolved one, so the row always equals the state); ``ambiguous-resource-id`` and
-  ``resource-id-reused`` are raised; an ambiguous alias that resolves cleanly clears its
-  ``ambiguous-resource-id``.
+  resolved against what the inventory knows at that point (:meth:`InventoryState.resolve`); the
+  identity the state keeps for ``(node, resourceID)`` is upserted into ``device_identities`` when
+  it changed (an unresolved reading never replaces a resolved one, so the row always equals the
+  state); ``ambiguous-resource-id`` and ``resource-id-reused`` are raised; an ambiguous alias that
+  resolves cleanly clears its ``ambiguous-resource-id``.
+
+The objects, node resources and identities the fold writes end the same for every interleaving of
+the partitions that keeps each partition's order, and every batching
+(:mod:`.resolution` says how; ``tests/inventory/test_fold_order.py`` checks it): an identity row's
+``observed_at`` is its alias's first observation. What an identity was *at* a given observation
+(what a HealthTransition carries) still depends on what had been read by then: the governor
+merges the rest (``docs/inventory.md``). Conflicts are raised at the record that finds them, so
+their times, and ``resource-id-reused``, may differ between interleavings.
 
 A record that can change a node's ownership (its slices, its capacity, a device-plugin alias with
 a GPU UUID, or a DeviceClass with an ``extendedResourceName`` for every node with a slice of its
@@ -38,61 +51,53 @@ is a finding about the past; nothing clears it automatically.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, TypeAlias
 
 from services.domain.events import DeviceHealthObserved, DeviceSource
-from services.domain.inventory.events import InventoryObserved, object_to_json
+from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.identity import Identity, IdentityStatus
-from services.domain.inventory.objects import (
-    DeviceClassInfo,
-    ResourceClaimInfo,
-    ResourceSliceInfo,
+from services.domain.inventory.objects import DeviceClassInfo, ResourceSliceInfo
+from services.domain.inventory.resolution import Alias
+from services.domain.inventory.rows import (
+    ConflictKey,
+    ConflictRow,
+    ObjectKey,
+    Row,
+    by_key,
+    conflict_key,
+    identity_from_row,
+    identity_row,
+    node_resources_row,
+    object_key,
+    object_row,
 )
 from services.domain.inventory.state import Conflict, ConflictKind, InventoryState
 from services.domain.log import LogPosition
 from services.domain.node_events import NodeResourcesChanged
 
+__all__ = [
+    "ConflictChange",
+    "ConflictKey",
+    "ConflictRow",
+    "IdentityResolved",
+    "InventoryFold",
+    "InventoryPlan",
+    "ObjectKey",
+    "Row",
+    "by_key",
+    "conflict_key",
+    "forwards",
+    "identity_from_row",
+    "identity_row",
+    "node_resources_row",
+    "object_key",
+    "object_row",
+]
+
 _DEVICE_PLUGIN = DeviceSource.DEVICE_PLUGIN
 _AMBIGUOUS = ConflictKind.AMBIGUOUS_RESOURCE_ID.value
-
-ConflictKey: TypeAlias = tuple[str, str, str]
-"""``(kind, node, subject)``: the primary key of ``inventory_conflicts``."""
-
-ObjectKey: TypeAlias = tuple[str, str]
-"""``(kind, object_key)``: the primary key of ``inventory_objects``."""
-
-Row: TypeAlias = dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class ConflictRow:
-    """One ``inventory_conflicts`` row."""
-
-    kind: str
-    node: str
-    subject: str
-    detail: str
-    active: bool
-    first_seen: datetime
-    last_seen: datetime
-
-    @property
-    def key(self) -> ConflictKey:
-        return (self.kind, self.node, self.subject)
-
-    def to_row(self) -> Row:
-        return {
-            "kind": self.kind,
-            "node": self.node,
-            "subject": self.subject,
-            "detail": self.detail,
-            "active": self.active,
-            "first_seen": self.first_seen,
-            "last_seen": self.last_seen,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +108,20 @@ class ConflictChange:
     position: LogPosition
     at: datetime
     row: ConflictRow
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityResolved:
+    """An alias that had been reported under its own resourceID now names a physical device:
+    a DRA object read at ``position`` (event time ``at``) resolved it after its observations
+    (:meth:`InventoryState.reresolve`). The worker forwards it to the governor, which merges what
+    it held under the reported resourceID onto the device."""
+
+    position: LogPosition
+    at: datetime
+    node: str
+    resource_id: str
+    identity: Identity
 
 
 @dataclass(slots=True)
@@ -119,6 +138,9 @@ class InventoryPlan:
     """The identity :meth:`InventoryState.resolve` returned for each applied observation."""
     changes: list[ConflictChange] = field(default_factory=list)
     """Conflicts raised or cleared, in log order."""
+    identified: list[IdentityResolved] = field(default_factory=list)
+    """Aliases a DRA object resolved to a physical device after they were reported, in log
+    order."""
 
     @property
     def writes(self) -> int:
@@ -129,84 +151,6 @@ class InventoryPlan:
             + len(self.identities)
             + len(self.conflicts)
         )
-
-
-# --- rows ---------------------------------------------------------------------------------------
-
-
-def object_key(obj: ResourceSliceInfo | ResourceClaimInfo | DeviceClassInfo) -> str:
-    """``inventory_objects.object_key``: ``driver/pool/slice-name``, ``namespace/name`` or the
-    DeviceClass name."""
-    if isinstance(obj, ResourceSliceInfo):
-        return f"{obj.driver}/{obj.pool}/{obj.name}"
-    if isinstance(obj, ResourceClaimInfo):
-        return f"{obj.namespace}/{obj.name}"
-    return obj.name
-
-
-def object_row(event: InventoryObserved) -> Row:
-    """The ``inventory_objects`` row of an inventory event (a deletion is a tombstone: the last
-    form with ``deleted`` set)."""
-    obj = event.obj
-    return {
-        "kind": event.kind.value,
-        "object_key": object_key(obj),
-        "record_key": event.key,
-        "node": None if isinstance(obj, DeviceClassInfo) else obj.node,
-        "object": object_to_json(obj),
-        "deleted": event.deleted,
-        "observed_at": event.observed_at,
-    }
-
-
-def node_resources_row(event: NodeResourcesChanged) -> Row:
-    """The ``node_resources`` row of a ``NodeResourcesChanged``."""
-    return {
-        "node": event.node,
-        "capacity": dict(event.capacity),
-        "allocatable": dict(event.allocatable),
-        "observed_at": event.observed_at,
-    }
-
-
-def identity_row(node: str, resource_id: str, identity: Identity, observed_at: datetime) -> Row:
-    """The ``device_identities`` row of a reported ``(node, resourceID)``."""
-    return {
-        "node": node,
-        "resource_id": resource_id,
-        "device_id": identity.device_id,
-        "owner": identity.owner.value,
-        "status": identity.status.value,
-        "uuid": identity.uuid,
-        "candidates": list(identity.candidates),
-        "reason": identity.reason,
-        "observed_at": observed_at,
-    }
-
-
-def identity_from_row(row: Mapping[str, Any]) -> Identity:
-    """The :class:`Identity` a ``device_identities`` row holds (inverse of :func:`identity_row`)."""
-    return Identity(
-        device_id=row["device_id"],
-        owner=DeviceSource(row["owner"]),
-        status=IdentityStatus(row["status"]),
-        uuid=row["uuid"],
-        candidates=tuple(row["candidates"] or ()),
-        reason=row["reason"],
-    )
-
-
-def conflict_key(conflict: Conflict) -> ConflictKey:
-    return (conflict.kind.value, conflict.node, conflict.subject)
-
-
-def by_key(conflicts: Iterable[Conflict]) -> dict[ConflictKey, Conflict]:
-    """Conflicts by key; of several with one key (differing in detail only), the first of
-    ``conflicts`` (give them sorted for a deterministic pick)."""
-    out: dict[ConflictKey, Conflict] = {}
-    for conflict in conflicts:
-        out.setdefault(conflict_key(conflict), conflict)
-    return out
 
 
 def forwards(identity: Identity) -> bool:
@@ -275,12 +219,13 @@ class InventoryFold:
                     plan, (_AMBIGUOUS, node, event.resource_id), position, event.observed_at
                 )
             return
+        given = state.resolutions.inputs.get(alias)
         identity, conflicts = state.resolve(event)
-        plan.resolved[position] = identity
-        after = state.aliases.get(alias)
+        after = state.aliases[alias]
+        plan.resolved[position] = after  # the identity kept: an unresolved reading keeps it
         at = event.observed_at
-        if after is not None and after != before:
-            plan.identities[alias] = identity_row(node, event.resource_id, after, at)
+        if after != before or state.resolutions.inputs.get(alias) != given:
+            self._identity_row(plan, alias, after)
         for conflict in conflicts:
             self._raise(plan, conflict, position, at)
         if forwards(identity) and node in self._by_node:  # resolved cleanly: not ambiguous
@@ -288,12 +233,50 @@ class InventoryFold:
         if after != before and (_plugin_uuid(before) or _plugin_uuid(after)):
             self._ownership(plan, (node,), position, at)
 
+    def _identity_row(self, plan: InventoryPlan, alias: Alias, identity: Identity) -> None:
+        state = self.state
+        plan.identities[alias] = identity_row(
+            *alias, identity, state.first_seen[alias], state.resolutions.inputs.get(alias)
+        )
+
+    def _reresolved(
+        self, plan: InventoryPlan, position: LogPosition, event: InventoryObserved
+    ) -> None:
+        """Rows, conflicts and governor records of the aliases ``event`` re-resolved."""
+        at = event.observed_at
+        for alias, before, after in self.state.reresolve(event):
+            self._identity_row(plan, alias, after)
+            node, resource_id = alias
+            key = (_AMBIGUOUS, node, resource_id)
+            if after.status is IdentityStatus.AMBIGUOUS:
+                reason = after.reason or "ambiguous"
+                conflict = Conflict(ConflictKind.AMBIGUOUS_RESOURCE_ID, node, resource_id, reason)
+                self._raise(plan, conflict, position, at)
+            elif forwards(after):
+                self._clear(plan, key, position, at)
+            if (
+                before is not None
+                and forwards(before)
+                and forwards(after)
+                and before.device_id != after.device_id
+            ):
+                detail = f"reported for {before.device_id} and for {after.device_id}"
+                reused = Conflict(ConflictKind.RESOURCE_ID_REUSED, node, resource_id, detail)
+                self._raise(plan, reused, position, at)
+            reported = before is None or not forwards(before)
+            if forwards(after) and reported and after.device_id != resource_id:
+                plan.identified.append(IdentityResolved(position, at, node, resource_id, after))
+
     def _inventory(
         self, plan: InventoryPlan, position: LogPosition, event: InventoryObserved
     ) -> None:
         state = self.state
         obj = event.obj
         at = event.observed_at
+        if state.resolutions.stale(event):  # an older form read after a newer one: no row
+            state.apply(event)  # (what it says of an allocation or a UUID is still learned)
+            self._reresolved(plan, position, event)
+            return
         nodes: set[str] = set()
         if isinstance(obj, ResourceSliceInfo):
             old = state.slices.get((obj.driver, obj.pool, obj.name))
@@ -325,6 +308,7 @@ class InventoryFold:
                 self._clear(plan, key, position, at)
         if nodes:
             self._ownership(plan, sorted(nodes), position, at)
+        self._reresolved(plan, position, event)
 
     def _resources(
         self, plan: InventoryPlan, position: LogPosition, event: NodeResourcesChanged

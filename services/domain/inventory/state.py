@@ -19,13 +19,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from enum import StrEnum
 
-from services.domain.events import DeviceHealthObserved, DeviceSource
+from services.domain.events import ClaimRef, DeviceHealthObserved, DeviceSource
 from services.domain.inventory.capacity import CapacityDevice
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.identity import (
+    ClaimIndex,
     Identity,
     IdentityStatus,
     dra_identity,
@@ -36,6 +38,10 @@ from services.domain.inventory.objects import (
     ResourceClaimInfo,
     ResourceSliceInfo,
 )
+from services.domain.inventory.resolution import Alias, Resolutions
+
+_DRA = DeviceSource.DRA
+_PHYSICAL = (IdentityStatus.RESOLVED, IdentityStatus.REPORTED)
 
 
 class ConflictKind(StrEnum):
@@ -58,6 +64,9 @@ class Conflict:
 SliceKey = tuple[str, str, str]
 """``(driver, pool, slice name)``."""
 
+IdentityChange = tuple[Alias, Identity | None, Identity]
+"""``(alias, identity before, identity after)`` of an alias a DRA object re-resolved."""
+
 
 @dataclass(slots=True)
 class InventoryState:
@@ -68,6 +77,10 @@ class InventoryState:
     classes: dict[str, DeviceClassInfo] = field(default_factory=dict)
     node_capacity: dict[str, dict[str, int]] = field(default_factory=dict)
     aliases: dict[tuple[str, str], Identity] = field(default_factory=dict)
+    first_seen: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    """Event time of each alias's first observation (``device_identities.observed_at``)."""
+    resolutions: Resolutions = field(default_factory=Resolutions)
+    """Versions, allocations, UUIDs and alias inputs: what keeps the fold order-independent."""
     # Indexes (see the module docstring): pool -> its slices sorted by name; node -> the keys of
     # its slices; node -> the resourceIDs it has aliases for.
     _pools: dict[tuple[str, str], list[ResourceSliceInfo]] = field(
@@ -95,6 +108,13 @@ class InventoryState:
                 self._node_slices.setdefault(resource_slice.node, set()).add(key)
         for node, resource_id in self.aliases:
             self._node_aliases.setdefault(node, set()).add(resource_id)
+        self.resolutions.reindex(
+            {
+                alias: identity.device_id
+                for alias, identity in self.aliases.items()
+                if identity.owner is _DRA and identity.status in _PHYSICAL
+            }
+        )
 
     def slice_index(self) -> Mapping[tuple[str, str], list[ResourceSliceInfo]]:
         """``(driver, pool)`` -> slices (sorted by name), for :func:`~.identity.dra_identity`.
@@ -142,7 +162,15 @@ class InventoryState:
             self._pools.pop(key[:2], None)
 
     def apply(self, event: InventoryObserved) -> list[Conflict]:
-        """Apply one inventory event; returns the devices that vanished from a slice."""
+        """Apply one inventory event; returns the devices that vanished from a slice.
+
+        An event older than the last one folded for its object (by resourceVersion, a deletion
+        included: :meth:`Resolutions.stale`) changes no object, only what the resolutions learn
+        from it (a claim's allocation, a slice's UUIDs)."""
+        stale = self.resolutions.stale(event)
+        self.resolutions.learn(event)
+        if stale:
+            return []
         obj = event.obj
         if isinstance(obj, ResourceSliceInfo):
             key = (obj.driver, obj.pool, obj.name)
@@ -183,13 +211,19 @@ class InventoryState:
         self.node_capacity[node] = dict(capacity)
 
     def resolve(self, event: DeviceHealthObserved) -> tuple[Identity, list[Conflict]]:
-        """The physical identity of an observation, remembered as an alias, and any conflict."""
+        """The physical identity of an observation, remembered as an alias, and any conflict.
+
+        A DRA observation resolves through the claim the alias was last reported with
+        (:meth:`Resolutions.remember`) and what the resolutions know, so the alias reads the same
+        whether its claim came before or after it (:meth:`reresolve`). The alias keeps its
+        identity when this one is unresolved."""
+        alias = (event.node, event.resource_id)
+        self.first_seen.setdefault(alias, event.observed_at)
         if event.source is DeviceSource.DEVICE_PLUGIN:
             identity = plugin_identity(event.resource_id)
         else:
-            identity = dra_identity(
-                event.resource_id, event.namespace, event.claim, self.claims, self._pools
-            )
+            self.resolutions.remember(alias, event.namespace, event.claim)
+            identity = self._dra_identity(alias, event.namespace, event.claim)
         conflicts: list[Conflict] = []
         if identity.status is IdentityStatus.AMBIGUOUS:
             conflicts.append(
@@ -200,7 +234,6 @@ class InventoryState:
                     identity.reason or "ambiguous",
                 )
             )
-        alias = (event.node, event.resource_id)
         previous = self.aliases.get(alias)
         if (
             previous is not None
@@ -219,10 +252,66 @@ class InventoryState:
                 )
             )
         if identity.status is not IdentityStatus.UNRESOLVED or previous is None:
-            self.aliases[alias] = identity
-            if previous is None:
-                self._node_aliases.setdefault(event.node, set()).add(event.resource_id)
+            self._set_alias(alias, previous, identity)
         return identity, conflicts
+
+    def reresolve(self, event: InventoryObserved) -> list[IdentityChange]:
+        """Resolve again the aliases a DRA object can change (a claim: those last reported with
+        it; a slice: those of its devices, for their UUIDs), after :meth:`apply`; returns the
+        aliases whose identity changed, sorted. An unresolved result keeps the alias as it is."""
+        obj = event.obj
+        if isinstance(obj, ResourceClaimInfo):
+            aliases = self.resolutions.aliases_of_claim((obj.namespace, obj.name))
+        elif isinstance(obj, ResourceSliceInfo) and not event.deleted:
+            prefix = f"{obj.driver}/{obj.pool}/"
+            aliases = sorted(
+                {
+                    a
+                    for d in obj.devices
+                    for a in self.resolutions.aliases_of_device(prefix + d.name)
+                }
+            )
+        else:
+            return []
+        changes: list[IdentityChange] = []
+        for alias in aliases:
+            before = self.aliases.get(alias)
+            given = self.resolutions.inputs.get(alias)
+            namespace, claim = ("", None) if given is None else (given.namespace, given.claim)
+            after = self._dra_identity(alias, namespace, claim)
+            if after == before or (
+                after.status is IdentityStatus.UNRESOLVED
+                and before is not None
+                and before.status is not IdentityStatus.UNRESOLVED
+            ):
+                continue
+            self._set_alias(alias, before, after)
+            changes.append((alias, before, after))
+        return changes
+
+    def _dra_identity(self, alias: Alias, namespace: str, claim: ClaimRef | None) -> Identity:
+        """:func:`~.identity.dra_identity` of ``alias`` through the claim it was last reported with
+        (else ``claim``), resolved on the claim's remembered allocation, with the remembered UUID."""
+        given = self.resolutions.inputs.get(alias)
+        if given is not None:
+            namespace, claim = given.namespace, given.claim
+        claims: ClaimIndex = self.claims
+        if claim is not None and claim.resource_claim_name is not None:
+            key = (namespace, claim.resource_claim_name)
+            chosen = self.resolutions.allocation(key, alias[1], self.claims.get(key))
+            claims = {} if chosen is None else {key: chosen}
+        identity = dra_identity(alias[1], namespace, claim, claims, self._pools)
+        if identity.status in _PHYSICAL:
+            uuid = self.resolutions.uuid(identity.device_id)
+            if uuid is not None and uuid != identity.uuid:
+                identity = replace(identity, uuid=uuid)
+        return identity
+
+    def _set_alias(self, alias: Alias, previous: Identity | None, identity: Identity) -> None:
+        self.aliases[alias] = identity
+        if previous is None:
+            self._node_aliases.setdefault(alias[0], set()).add(alias[1])
+        self.resolutions.file_device(alias, _indexed(previous), _indexed(identity))
 
     def ownership_conflicts(self, nodes: Iterable[str] | None = None) -> list[Conflict]:
         """Nodes where a device plugin and DRA both offer a resource or a GPU (KEP-5004); only
@@ -302,3 +391,10 @@ class InventoryState:
                     )
                 )
         return devices
+
+
+def _indexed(identity: Identity | None) -> str | None:
+    """The device an alias is filed under in :class:`Resolutions`' device index, if any."""
+    if identity is None or identity.owner is not _DRA or identity.status not in _PHYSICAL:
+        return None
+    return identity.device_id

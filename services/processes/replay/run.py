@@ -16,11 +16,12 @@ the worker's inventory fold (:mod:`services.domain.inventory.fold`), in the same
 
 Replaying the same log gives the same ``devices`` and ``device_history`` rows whatever the batch
 size: the store's rows come from events only, and each device's events come from one partition (the
-topic is keyed by node), in order. The inventory rows are the same too as long as what decides them
-is in one partition: a node's slices, allocated claims, capacity and observations are (all keyed by
-the node); a DeviceClass or a pool-scoped ResourceSlice is keyed apart, so a finding that depends on
-one of them (``plugin-and-dra`` through a DeviceClass's ``extendedResourceName``) may be dated
-differently when the worker read the partitions in another interleaving.
+topic is keyed by node), in order. The inventory's objects, node resources and identities are the
+same too, whatever interleaving of the partitions the worker read (a ResourceClaim keyed
+``claim:<ns>/<name>``, a DeviceClass, a pool-scoped ResourceSlice sit apart from the node's
+records: ``docs/inventory.md``); a conflict that depends on records of several partitions
+(``plugin-and-dra`` through a DeviceClass's ``extendedResourceName``) may be dated differently when
+the worker read them in another interleaving.
 """
 
 from __future__ import annotations
