@@ -22,7 +22,12 @@ from hypothesis import strategies as st
 
 from services.domain.event_time import effective_times
 from services.domain.events import Health
-from services.domain.governance.decisions import Decision, DecisionKind, encode_decision
+from services.domain.governance.decisions import (
+    AlertAction,
+    Decision,
+    DecisionKind,
+    encode_decision,
+)
 from services.domain.governance.event_order import EventOrder
 from services.domain.governance.input_codec import decode_keyed, encode_input
 from services.domain.governance.inputs import (
@@ -236,3 +241,18 @@ def test_the_pending_records_survive_a_snapshot() -> None:
     assert not restored.offer(MergeKey(at(2), 1, 7, 0), WatcherTick(1, at(2)))
     restored.progress(PartitionWatermark(0, 2, at(3)))
     assert [k.offset for k, _ in restored.release()] == [7]
+
+
+def test_a_clamped_record_raises_the_partitions_clock_alert_once_until_it_is_right_again() -> None:
+    state = GovernorState()
+    keys = [
+        MergeKey(at(30), 0, 0, 0, clamped=True),
+        MergeKey(at(30), 0, 1, 0, clamped=True),  # same episode: no second alert
+        MergeKey(at(31), 0, 2, 0),  # right again
+    ]
+    decisions = [d for k in keys for d in step(state, WatcherTick(0, k.event_time), 1, POLICY, k)]
+    assert [(d.kind, d.alert, d.details["subject"]) for d in decisions] == [
+        (DecisionKind.DATA_QUALITY, AlertAction.FIRING, "partition-0"),
+        (DecisionKind.DATA_QUALITY, AlertAction.RESOLVED, "partition-0"),
+    ]
+    assert state.fleet.clock_ahead == []

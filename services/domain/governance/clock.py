@@ -9,10 +9,12 @@ The watermark is the minimum over the device-health topic's partitions of the fo
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Final
 
 from services.domain.governance import context, limits, nodes, rules
+from services.domain.governance.decisions import AlertAction, DecisionKind, Severity
 from services.domain.governance.device_state import GovState
-from services.domain.governance.inputs import WatermarkAdvanced
+from services.domain.governance.inputs import MergeKey, WatermarkAdvanced
 from services.domain.governance.state import TimerKind, device_deadlines
 
 
@@ -28,6 +30,43 @@ def on_watermark(ctx: context.Ctx, w: WatermarkAdvanced) -> None:
     if any(p not in fleet.watermarks for p in range(fleet.partitions)):
         return
     advance(ctx, min(fleet.watermarks[p] for p in range(fleet.partitions)))
+
+
+CLOCK_AHEAD: Final = "clock-ahead"
+"""``conflict`` of the data-quality alert of a partition whose records' ``observedAt`` ran ahead of
+the broker's clock by more than the allowed skew (their event time was clamped)."""
+
+
+def on_key(ctx: context.Ctx, key: MergeKey) -> None:
+    """A record released by the event-time merge: move the clock to its key time, and raise (a
+    clamped key) or resolve (the partition's next unclamped one) the partition's clock-ahead
+    alert, once per episode."""
+    advance(ctx, key.event_time)
+    fleet = ctx.state.fleet
+    flagged = key.partition in fleet.clock_ahead
+    if key.clamped == flagged:
+        return
+    if key.clamped:
+        fleet.clock_ahead = sorted([*fleet.clock_ahead, key.partition])
+        detail = (
+            f"observedAt ran ahead of the broker's append time by more than the allowed skew "
+            f"(record {key.partition}/{key.offset}); event time clamped to {key.event_time}"
+        )
+    else:
+        fleet.clock_ahead = [p for p in fleet.clock_ahead if p != key.partition]
+        detail = f"observedAt within the allowed skew again (record {key.partition}/{key.offset})"
+    ctx.emit(
+        DecisionKind.DATA_QUALITY,
+        key.event_time,
+        incident=f"data-quality/{CLOCK_AHEAD}/partition-{key.partition}",
+        alert=AlertAction.FIRING if key.clamped else AlertAction.RESOLVED,
+        severity=Severity.WARNING if key.clamped else Severity.INFO,
+        summary=f"{CLOCK_AHEAD} on device-health partition {key.partition}: {detail}",
+        conflict=CLOCK_AHEAD,
+        subject=f"partition-{key.partition}",
+        detail=detail,
+        active=key.clamped,
+    )
 
 
 def advance(ctx: context.Ctx, low: datetime) -> None:

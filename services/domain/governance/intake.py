@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 
 from services.domain.governance.decisions import Decision
 from services.domain.governance.inputs import GovernanceInput, MergeKey, PartitionWatermark
@@ -25,9 +24,9 @@ from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 
 StepFn = Callable[
-    [GovernorState, GovernanceInput, int, GovernancePolicy, datetime | None], list[Decision]
+    [GovernorState, GovernanceInput, int, GovernancePolicy, MergeKey | None], list[Decision]
 ]
-"""``step(state, record, seq, policy, at) -> decisions``
+"""``step(state, record, seq, policy, key) -> decisions``
 (:func:`services.domain.governance.machine.step`)."""
 RefusalFn = Callable[[GovernorState, GovernanceInput, GovernancePolicy], str | None]
 """Why a record will not be governed (:func:`~services.domain.governance.machine.refusal`)."""
@@ -91,5 +90,4 @@ def _fold(
     seq = 0 if order.next_seq is None else order.next_seq
     order.next_seq = seq + 1
     refused = None if refusal is None else refusal(state, record, policy)
-    at = None if key is None else key.event_time
-    return Folded(record, key, seq, step(state, record, seq, policy, at), refused)
+    return Folded(record, key, seq, step(state, record, seq, policy, key), refused)

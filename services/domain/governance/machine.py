@@ -20,7 +20,7 @@ Rules (the design is in ``docs/governance.md``):
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Final
 
 from services.domain.directory import version_rank
@@ -33,6 +33,7 @@ from services.domain.governance.inputs import (
     GovernanceInput,
     HealthTransition,
     InventoryConflict,
+    MergeKey,
     OperatorCommand,
     RecoveryLeaseRequested,
     RecoveryReport,
@@ -53,22 +54,23 @@ def step(
     record: GovernanceInput,
     seq: int,
     policy: GovernancePolicy,
-    at: datetime | None = None,
+    key: MergeKey | None = None,
 ) -> list[Decision]:
     """Apply one governance record, the ``seq``-th the governor folds, to ``state`` (mutated).
 
-    ``at`` (UTC) is the record's place in event time when it comes out of the event-time merge
-    (:mod:`.event_order`): the clock first moves to it and every timer due by then fires, so a
-    timer fires between the records on either side of its due time. ``None``: a record outside the
-    merge (a command, a recovery record, a legacy ``WatermarkAdvanced`` stream).
+    ``key`` is the record's place in event time when it comes out of the event-time merge
+    (:mod:`.event_order`): the clock first moves to its time (UTC) and every timer due by then
+    fires, so a timer fires between the records on either side of its due time; a clamped key
+    raises the partition's clock-ahead alert (:func:`.clock.on_key`). ``None``: a record outside
+    the merge (a command, a recovery record, a legacy ``WatermarkAdvanced`` stream).
 
     Returns the decisions it caused, in order; ids are ``f"{seq}.{index}"``. Deterministic: the same
     records from the same state give the same decisions and state, whatever the wall clock says.
     Touched rows are added to ``state.dirty_devices``/``dirty_nodes``/``touched_quarantines``.
     """
     ctx = context.Ctx(state, seq, policy)
-    if at is not None:
-        clock.advance(ctx, at)
+    if key is not None:
+        clock.on_key(ctx, key)
     if isinstance(record, HealthTransition):
         on_transition(ctx, identities.follow(state, record))
     elif isinstance(record, DeviceIdentified):

@@ -122,6 +122,8 @@ class FleetGov:
     """Derived from ``signals`` (not snapshotted): signals per device in the window."""
     signal_nodes: Counter[str] = field(default_factory=Counter)
     """Derived from ``signals``: signals per node in the window."""
+    clock_ahead: list[int] = field(default_factory=list)
+    """Device-health partitions whose clock-ahead alert is firing (sorted)."""
     order: EventOrder = field(default_factory=EventOrder)
     """The event-time merge of the forwarded records (:mod:`.event_order`), pending ones included."""
 
@@ -146,6 +148,7 @@ class FleetGov:
             "pauseReason": self.pause_reason,
             "deferred": [list(k) for k in self.deferred],
             "commandsSeen": list(self.commands_seen),
+            "clockAhead": list(self.clock_ahead),
             "order": self.order.to_json(encode_input),
         }
 
@@ -169,6 +172,7 @@ class FleetGov:
             pause_reason=obj.get("pauseReason"),
             deferred=[(k[0], k[1]) for k in obj.get("deferred") or ()],
             commands_seen=list(obj.get("commandsSeen") or ()),
+            clock_ahead=[int(p) for p in obj.get("clockAhead") or ()],
             order=EventOrder.from_json(obj.get("order"), decode_keyed),
         )
         fleet.recount_signals()
