@@ -23,6 +23,7 @@ from services.adapters.projection.errors import is_transient
 from services.runtime.config import WorkerProcessSettings
 from streams.app import WorkerApp, build_worker_app
 from streams.metrics import WorkerMetrics
+from streams.watchdog import ConsumerWatchdog
 
 log = structlog.get_logger(__name__)
 
@@ -165,9 +166,13 @@ async def run_worker(
 
 async def _log_progress(built: WorkerApp, stop: asyncio.Event) -> None:
     last_events, last_time = 0, time.monotonic()
+    watchdog = ConsumerWatchdog(
+        built.app, built.dedup.settings.topic, lambda: built.dedup.events_seen
+    )
     while not stop.is_set():
         await asyncio.sleep(PROGRESS_LOG_SECONDS)
         events, now = built.dedup.events_seen, time.monotonic()
+        watchdog.check(now)
         if events != last_events:
             log.info(
                 "progress",
