@@ -29,7 +29,12 @@ from services.domain.governance.decisions import (
     encode_decision,
 )
 from services.domain.governance.event_order import EventOrder
-from services.domain.governance.input_codec import decode_keyed, encode_input
+from services.domain.governance.input_codec import (
+    decode_keyed,
+    encode_input,
+    keyed_from_dict,
+    keyed_to_dict,
+)
 from services.domain.governance.inputs import (
     GovernanceInput,
     MergeKey,
@@ -235,9 +240,9 @@ def test_the_pending_records_survive_a_snapshot() -> None:
     order.progress(PartitionWatermark(1, 2, at(2)))
     order.next_seq = 12
     restored = EventOrder.from_json(
-        orjson.loads(orjson.dumps(order.to_json(encode_input))), decode_keyed
+        orjson.loads(orjson.dumps(order.to_json(keyed_to_dict))), keyed_from_dict
     )
-    assert restored.to_json(encode_input) == order.to_json(encode_input)
+    assert restored.to_json(keyed_to_dict) == order.to_json(keyed_to_dict)
     assert not restored.offer(MergeKey(at(2), 1, 7, 0), WatcherTick(1, at(2)))
     restored.progress(PartitionWatermark(0, 2, at(3)))
     assert [k.offset for k, _ in restored.release()] == [7]

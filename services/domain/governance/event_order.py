@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import orjson
-
 from services.domain.codec import parse_time
 from services.domain.events import format_time
 from services.domain.governance.inputs import GovernanceInput, MergeKey, PartitionWatermark
@@ -131,14 +129,12 @@ class EventOrder:
     # -- snapshot -------------------------------------------------------------------------------
 
     def to_json(self, encode: Any) -> dict[str, Any]:
-        """JSON-ready form; ``encode(record, key) -> bytes`` is the governance codec's
-        :func:`~.input_codec.encode_input` (pending records are kept in their wire form)."""
+        """JSON-ready form; ``encode(record, key) -> dict`` is the governance codec's
+        :func:`~.input_codec.keyed_to_dict` (pending records are kept in their wire form)."""
         return {
             "partitions": self.partitions,
             "watermarks": {str(p): format_time(t) for p, t in sorted(self.watermarks.items())},
-            "pending": [
-                orjson.loads(encode(record, key)) for _, key, record in sorted(self.pending)
-            ],
+            "pending": [encode(record, key) for _, key, record in sorted(self.pending)],
             "released": {str(p): list(v) for p, v in sorted(self.released.items())},
             "nextSeq": self.next_seq,
             "clamped": self.clamped,
@@ -149,8 +145,8 @@ class EventOrder:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any] | None, decode: Any) -> EventOrder:
-        """Inverse of :meth:`to_json`; ``decode(bytes) -> (record, key)`` is
-        :func:`~.input_codec.decode_keyed`. ``None`` (a snapshot from before issue 10): empty."""
+        """Inverse of :meth:`to_json`; ``decode(dict) -> (record, key)`` is
+        :func:`~.input_codec.keyed_from_dict`. ``None`` (a snapshot from before issue 10): empty."""
         if not obj:
             return cls()
         order = cls(
@@ -166,7 +162,7 @@ class EventOrder:
             else parse_time(obj["lastClampedAt"]),
         )
         for item in obj.get("pending") or ():
-            record, key = decode(orjson.dumps(item))
+            record, key = decode(item)
             assert key is not None, "a pending record without its merge key"
             order._pending_sources.add(key.source)
             heapq.heappush(order.pending, (order_of(key), key, record))

@@ -142,10 +142,22 @@ def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
 def encode_input(record: GovernanceInput, key: MergeKey | None = None) -> bytes:
     """Serialise a governance-topic record (UTF-8 JSON, keys sorted); a forwarded record's
     :class:`MergeKey` goes in its ``order`` object."""
+    return orjson.dumps(keyed_to_dict(record, key), option=orjson.OPT_SORT_KEYS)
+
+
+def keyed_to_dict(record: GovernanceInput, key: MergeKey | None) -> dict[str, Any]:
+    """The JSON object of a record with its ``order`` object (when ``key`` is given)."""
     obj = input_to_dict(record)
     if key is not None:
         obj["order"] = merge_key_to_dict(key)
-    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+    return obj
+
+
+def keyed_from_dict(obj: dict[str, Any]) -> tuple[GovernanceInput, MergeKey | None]:
+    """Inverse of :func:`keyed_to_dict` (``obj`` is not changed); raises ``EventDecodeError``."""
+    order = obj.get("order")
+    record = input_from_dict({k: v for k, v in obj.items() if k != "order"})
+    return record, None if order is None else merge_key_from_dict(order)
 
 
 def merge_key_to_dict(key: MergeKey) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from services.domain.governance.device_state import (
     optional_time_text,
 )
 from services.domain.governance.event_order import EventOrder
-from services.domain.governance.input_codec import decode_keyed, encode_input
+from services.domain.governance.input_codec import keyed_from_dict, keyed_to_dict
 from services.domain.governance.node_index import NodeIndex
 
 
@@ -149,7 +149,7 @@ class FleetGov:
             "deferred": [list(k) for k in self.deferred],
             "commandsSeen": list(self.commands_seen),
             "clockAhead": list(self.clock_ahead),
-            "order": self.order.to_json(encode_input),
+            "order": self.order.to_json(keyed_to_dict),
         }
 
     @classmethod
@@ -173,7 +173,7 @@ class FleetGov:
             deferred=[(k[0], k[1]) for k in obj.get("deferred") or ()],
             commands_seen=list(obj.get("commandsSeen") or ()),
             clock_ahead=[int(p) for p in obj.get("clockAhead") or ()],
-            order=EventOrder.from_json(obj.get("order"), decode_keyed),
+            order=EventOrder.from_json(obj.get("order"), keyed_from_dict),
         )
         fleet.recount_signals()
         return fleet
