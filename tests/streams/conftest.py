@@ -8,9 +8,17 @@ touches the shared ``devicestate.governance.v1``.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+from uuid import uuid4
+
 import pytest
 
 from services.runtime.config import Settings
+from tests.conftest import HEALTH_TOPIC_CONFIGS, SchemaFactory
+
+TopicSets = Callable[..., Awaitable[Settings]]
+"""``await topic_sets(**updates)``: settings of one more private run (see :func:`topic_sets`)."""
 
 
 def with_governance_topics(settings: Settings) -> Settings:
@@ -24,3 +32,46 @@ def with_governance_topics(settings: Settings) -> Settings:
 @pytest.fixture
 def stream_settings(stream_settings: Settings) -> Settings:
     return with_governance_topics(stream_settings)
+
+
+@pytest.fixture
+async def topic_sets(
+    kafka_admin: Any, new_schema: SchemaFactory, tmp_path: Any
+) -> AsyncIterator[TopicSets]:
+    """More private runs like ``stream_settings``: each call makes topics ``t<tag>.events`` (3
+    partitions, as ``ensure_topics`` makes it) and ``t<tag>.dead-letter``, names governance and
+    decisions topics, a consumer group, a fresh schema and a data directory, with ``updates``
+    applied; everything is deleted after the test."""
+    from aiokafka.admin import NewTopic
+
+    tags: list[str] = []
+
+    async def make(**updates: Any) -> Settings:
+        tag = f"t{uuid4().hex[:12]}"
+        tags.append(tag)
+        settings = with_governance_topics(
+            Settings(
+                topic=f"{tag}.events",
+                dead_letter_topic=f"{tag}.dead-letter",
+                topic_partitions=3,
+                consumer_group=f"{tag}.worker",
+                database_schema=await new_schema(),
+                worker_data_dir=str(tmp_path / f"{tag}-worker"),
+                worker_metrics_port=0,
+                worker_batch_size=500,
+                worker_batch_within_seconds=0.2,
+            ).model_copy(update=updates)
+        )
+        partitions = settings.topic_partitions
+        await kafka_admin.create_topics(
+            [
+                NewTopic(settings.topic, partitions, 1, topic_configs=HEALTH_TOPIC_CONFIGS),
+                NewTopic(settings.dead_letter_topic, partitions, 1),
+            ]
+        )
+        return settings
+
+    yield make
+    names = [t for t in await kafka_admin.list_topics() if any(tag in t for tag in tags)]
+    if names:
+        await kafka_admin.delete_topics(names)

@@ -9,11 +9,9 @@ must be identical, row for row.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
-from uuid import uuid4
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -21,8 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from services.domain.event_codec import encode_event
 from services.domain.node_events import NodeHeartbeat, WatcherTick, encode_node_event
 from services.runtime.config import Settings
-from tests.conftest import HEALTH_TOPIC_CONFIGS, SchemaFactory
-from tests.streams.conftest import with_governance_topics
+from tests.streams.conftest import TopicSets
 from tests.streams.synthetic import T0, synthetic_log
 from tests.streams.test_governor_integration import Pipeline, Record, stop
 
@@ -70,46 +67,6 @@ def fleet_log(seed: int = 29) -> list[Record]:
     return [record for _, record in items]
 
 
-@pytest.fixture
-async def topic_sets(
-    kafka_admin: Any, new_schema: SchemaFactory, tmp_path: Any
-) -> AsyncIterator[Callable[[], Any]]:
-    """Make private topics, group and schema for one more run (like ``stream_settings``)."""
-    from aiokafka.admin import NewTopic
-
-    tags: list[str] = []
-
-    async def make() -> Settings:
-        tag = f"t{uuid4().hex[:12]}"
-        tags.append(tag)
-        settings = with_governance_topics(
-            Settings(
-                topic=f"{tag}.events",
-                dead_letter_topic=f"{tag}.dead-letter",
-                topic_partitions=PARTITIONS,
-                consumer_group=f"{tag}.worker",
-                database_schema=await new_schema(),
-                worker_data_dir=str(tmp_path / f"{tag}-worker"),
-                worker_metrics_port=0,
-                worker_batch_size=500,
-                worker_batch_within_seconds=0.2,
-                **POLICY,
-            )
-        )
-        await kafka_admin.create_topics(
-            [
-                NewTopic(settings.topic, PARTITIONS, 1, topic_configs=HEALTH_TOPIC_CONFIGS),
-                NewTopic(settings.dead_letter_topic, PARTITIONS, 1),
-            ]
-        )
-        return settings
-
-    yield make
-    names = [t for t in await kafka_admin.list_topics() if any(tag in t for tag in tags)]
-    if names:
-        await kafka_admin.delete_topics(names)
-
-
 async def govern(
     settings: Settings,
     engine: AsyncEngine,
@@ -151,23 +108,25 @@ async def govern(
 
 
 async def test_batch_size_and_worker_count_change_no_decision(
-    topic_sets: Callable[[], Any],
+    topic_sets: TopicSets,
     engine: AsyncEngine,
     kafka_bootstrap: str,
     worker_process: Any,
 ) -> None:
     records = fleet_log()
-    default = await govern(await topic_sets(), engine, kafka_bootstrap, worker_process, records)
+    default = await govern(
+        await topic_sets(**POLICY), engine, kafka_bootstrap, worker_process, records
+    )
     kinds = {row[2] for row in default["decisions"]}
     # The log exercises the timers: tolerance ends, heartbeat loss, quarantines, recovery.
     assert {"DeviceQuarantined", "DeviceRestricted", "NodeIncidentOpened"} <= kinds, kinds
     assert len(default["decisions"]) > 100
 
-    single = (await topic_sets()).model_copy(update={"worker_batch_size": 1})
+    single = await topic_sets(worker_batch_size=1, **POLICY)
     one = await govern(single, engine, kafka_bootstrap, worker_process, records)
     assert one == default
 
     two = await govern(
-        await topic_sets(), engine, kafka_bootstrap, worker_process, records, workers=2
+        await topic_sets(**POLICY), engine, kafka_bootstrap, worker_process, records, workers=2
     )
     assert two == default

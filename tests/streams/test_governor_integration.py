@@ -16,7 +16,6 @@ import signal
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from uuid import uuid4
 
 import orjson
 import pytest
@@ -34,8 +33,7 @@ from services.domain.governance.inputs import (
 )
 from services.domain.node_events import NodeHeartbeat, WatcherTick, encode_node_event
 from services.runtime.config import Settings
-from tests.conftest import HEALTH_TOPIC_CONFIGS, SchemaFactory
-from tests.streams.conftest import with_governance_topics
+from tests.streams.conftest import TopicSets
 from tests.streams.test_worker_integration import free_port, read_topic, scrape
 
 pytestmark = pytest.mark.integration
@@ -341,36 +339,9 @@ async def run_story(
 
 
 @pytest.fixture
-async def second_settings(kafka_admin: Any, new_schema: SchemaFactory, tmp_path: Any) -> Any:
+async def second_settings(topic_sets: TopicSets) -> Settings:
     """Another private set of topics, group and schema (like ``stream_settings``)."""
-    from aiokafka.admin import NewTopic
-
-    tag = f"t{uuid4().hex[:12]}"
-    settings = with_governance_topics(
-        Settings(
-            topic=f"{tag}.events",
-            dead_letter_topic=f"{tag}.dead-letter",
-            topic_partitions=PARTITIONS,
-            consumer_group=f"{tag}.worker",
-            database_schema=await new_schema(),
-            worker_data_dir=str(tmp_path / "second-worker"),
-            worker_metrics_port=0,
-            worker_batch_size=500,
-            worker_batch_within_seconds=0.2,
-        )
-    )
-    await kafka_admin.create_topics(
-        [
-            NewTopic(settings.topic, PARTITIONS, 1, topic_configs=HEALTH_TOPIC_CONFIGS),
-            NewTopic(settings.dead_letter_topic, PARTITIONS, 1),
-        ]
-    )
-    try:
-        yield settings
-    finally:
-        names = [t for t in await kafka_admin.list_topics() if tag in t]
-        if names:
-            await kafka_admin.delete_topics(names)
+    return await topic_sets(topic_partitions=PARTITIONS)
 
 
 async def test_a_restart_in_a_tolerance_window_makes_the_same_decisions(
