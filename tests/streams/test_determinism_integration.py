@@ -3,8 +3,9 @@
 One generated fleet log (health observations with releases, duplicates and stale redeliveries,
 node heartbeats that stop for a while, the watcher's ticks on every partition) is published to three
 private topic sets and governed three ways: the test default batch size (500), batch size 1, and two
-workers sharing the partitions. The governance decisions, device governance rows and quarantines
-must be identical, row for row.
+workers sharing the partitions. The shared DRA examples (a claim read after its Pod, on another
+partition) are governed with batch sizes 500 and 1. The governance decisions, device governance
+rows and quarantines must be identical, row for row.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.domain.event_codec import encode_event
+from services.domain.events import Health
 from services.domain.node_events import NodeHeartbeat, WatcherTick, encode_node_event
 from services.runtime.config import Settings
 from tests.streams.conftest import TopicSets
@@ -130,3 +132,44 @@ async def test_batch_size_and_worker_count_change_no_decision(
         await topic_sets(**POLICY), engine, kafka_bootstrap, worker_process, records, workers=2
     )
     assert two == default
+
+
+def dra_examples() -> list[Record]:
+    """The shared DRA examples as the DRA identity test lays them out on three partitions (the
+    slice and pod-04 on the node's partition, the claim on another, read after the Pod), then
+    pod-04 Healthy again; ticks move event time on every partition."""
+    from tests.streams import test_dra_identity_integration as dra
+
+    observed = [
+        replace(o, health=Health.UNHEALTHY) if o.resource_id == dra.CDI_GPU_2 else o
+        for o in dra.pod_04(10)
+    ]
+    healthy = [replace(o, status_version=51990) for o in dra.pod_04(30)]
+    return [
+        dra.on(dra.NODE_P, dra.slice_event(0)),
+        dra.on(dra.CLASS_P, dra.class_event(0)),
+        *dra.ticks(1),
+        *(dra.on(dra.NODE_P, o) for o in observed),
+        *dra.ticks(11),
+        dra.on(dra.CLAIM_P, dra.claim(2, False)),
+        dra.on(dra.CLAIM_P, dra.claim(3, True)),
+        *dra.ticks(20),
+        *(dra.on(dra.NODE_P, o) for o in healthy),
+        *dra.ticks(31),
+        *dra.ticks(40),
+    ]
+
+
+async def test_the_shared_dra_examples_decide_alike_in_batches_of_one(
+    topic_sets: TopicSets,
+    engine: AsyncEngine,
+    kafka_bootstrap: str,
+    worker_process: Any,
+) -> None:
+    records = dra_examples()
+    default = await govern(await topic_sets(), engine, kafka_bootstrap, worker_process, records)
+    assert "DeviceQuarantined" in {row[2] for row in default["decisions"]}
+    one = await govern(
+        await topic_sets(worker_batch_size=1), engine, kafka_bootstrap, worker_process, records
+    )
+    assert one == default
