@@ -261,3 +261,19 @@ def test_a_clamped_record_raises_the_partitions_clock_alert_once_until_it_is_rig
         (DecisionKind.DATA_QUALITY, AlertAction.RESOLVED, "partition-0"),
     ]
     assert state.fleet.clock_ahead == []
+
+
+def test_a_renewal_from_the_future_neither_hides_the_heartbeat_loss_nor_crashes() -> None:
+    """A kubelet clock ahead: renewTime 2036 or 9999 seen at a sane observedAt. The renewal counts
+    at the time the watcher saw it, so the node's loss is still found, and nothing overflows."""
+    policy = replace(POLICY, heartbeat_grace_seconds=60)
+    state = GovernorState()
+    decisions = []
+    for renewed in (at(0).replace(year=2036), at(0).replace(year=9999, month=12, day=31)):
+        beat = NodeHeartbeat("n0", renewed_at=renewed, observed_at=at(0))
+        decisions += step(state, beat, 1, policy, MergeKey(at(0), 0, 0, 0))
+    decisions += step(state, WatcherTick(0, at(120)), 2, policy, MergeKey(at(120), 0, 1, 0))
+    [lost] = [d for d in decisions if d.kind is DecisionKind.NODE_INCIDENT_OPENED]
+    assert lost.at == at(60)
+    snap = orjson.loads(orjson.dumps(state.snapshot()))
+    GovernorState.restore(snap["devices"], snap["nodes"], snap["fleet"], 60)  # no overflow

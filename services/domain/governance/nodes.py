@@ -3,7 +3,8 @@ circuit breaker's signals."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 from services.domain.events import DeviceSource, format_time
 from services.domain.governance import context, limits, rules
@@ -17,15 +18,19 @@ from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 
 
 def on_heartbeat(ctx: context.Ctx, h: NodeHeartbeat) -> None:
+    # A renewal the watcher saw cannot be later than when it saw it: a kubelet clock running
+    # ahead (renewTime in 2036, or 9999) would otherwise hide the node's heartbeat loss for good.
+    # observedAt itself is bounded by the broker's clock (services.domain.event_time).
+    renewed_at = min(h.renewed_at, h.observed_at)
+    if renewed_at != h.renewed_at:
+        h = replace(h, renewed_at=renewed_at)
     node = context.node_of(ctx, h.node)
     if node.last_renewed_at is not None and h.renewed_at <= node.last_renewed_at:
         return
     node.last_renewed_at = h.renewed_at
-    ctx.state.schedule(
-        h.renewed_at + timedelta(seconds=ctx.policy.heartbeat_grace_seconds),
-        TimerKind.HEARTBEAT,
-        h.node,
-    )
+    grace = timedelta(seconds=ctx.policy.heartbeat_grace_seconds)
+    if h.renewed_at <= datetime.max.replace(tzinfo=UTC) - grace:  # a 9999 record: no deadline
+        ctx.state.schedule(h.renewed_at + grace, TimerKind.HEARTBEAT, h.node)
     if node.heartbeat_lost_since is not None:
         ctx.emit(
             DecisionKind.NODE_INCIDENT_CLOSED,
@@ -49,7 +54,7 @@ def check_heartbeat(ctx: context.Ctx, name: str, due: datetime) -> None:
     grace = timedelta(seconds=ctx.policy.heartbeat_grace_seconds)
     if node is None or node.heartbeat_lost_since is not None or node.last_renewed_at is None:
         return
-    if node.last_renewed_at + grace > due:
+    if node.last_renewed_at > due - grace:
         return  # renewed since this timer was set
     ctx.state.dirty_nodes.add(name)
     node.heartbeat_lost_since = node.last_renewed_at

@@ -288,7 +288,10 @@ class GovernorState:
                     self.schedule(due, TimerKind.DEVICE, device.node, device.resource_id)
         for node in self.nodes.values():
             if node.last_renewed_at is not None and node.heartbeat_lost_since is None:
-                due = node.last_renewed_at + timedelta(seconds=grace_seconds)
+                try:
+                    due = node.last_renewed_at + timedelta(seconds=grace_seconds)
+                except OverflowError:  # a renewal dated 9999: no deadline
+                    continue
                 if after is None or due > after:
                     self.schedule(due, TimerKind.HEARTBEAT, node.node)
 
