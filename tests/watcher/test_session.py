@@ -80,7 +80,7 @@ async def test_stream_03b_publishes_allocatable_8_0_8_and_ticks(
     ticks = publisher.of_type("WatcherTick")
     assert [(t.partition, t.observed_at) for t in ticks] == [
         (p, T(hhmmss)) for hhmmss in ("11:00:00", "11:20:15", "11:21:50") for p in range(3)
-    ]
+    ] + [(p, T("11:21:50") + timedelta(milliseconds=1)) for p in range(3)]  # the stream's end
     assert all(t.node == f"~tick/{t.partition}" for t in ticks)
     # Each tick comes before what the watcher saw at its time.
     order = [r.type for r in publisher.records]
@@ -88,7 +88,7 @@ async def test_stream_03b_publishes_allocatable_8_0_8_and_ticks(
     assert order.index("NodeResourcesChanged") > order.index("DeviceHealthObserved")
     assert len(publisher.of_type("DeviceHealthObserved")) == 8
     summary = session.summary
-    assert summary.ticks_sent == 9 and summary.nodes_tracked == 1
+    assert summary.ticks_sent == 12 and summary.nodes_tracked == 1
     assert summary.events_published["NodeResourcesChanged"] == 3
     assert summary.resource_version == "90010"  # the Pod's: Nodes do not move it
     assert publisher.dead_letters == []

@@ -80,9 +80,15 @@ def _file_kinds(settings: WatchSettings) -> frozenset[str]:
 
 async def run_file(session: WatchSession, path: Path, settings: WatchSettings) -> None:
     """Hand every line of the recorded stream at ``path`` to ``session``, in order (Leases,
-    Nodes and DRA objects read as such when ``settings`` watches them)."""
+    Nodes and DRA objects read as such when ``settings`` watches them).
+
+    At the end, one more tick to every partition, a millisecond after the stream's clock: the
+    governor folds a record only once every partition's event time has passed it (issue 10), and
+    a recording ends with ticks at the time of its last records, so without it they would be held
+    until the next run (a live watcher's next tick does the same)."""
     for line, item in read_watch_file(path, kinds=_file_kinds(settings)):
         await session.handle(item, source_of(path, line))
+    await session.tick(session.clock.now() + timedelta(milliseconds=1))
 
 
 async def run_watch(
