@@ -15,6 +15,7 @@ from services.domain.governance import context, limits, nodes, rules
 from services.domain.governance.decisions import AlertAction, DecisionKind, Severity
 from services.domain.governance.device_state import GovState
 from services.domain.governance.inputs import MergeKey, WatermarkAdvanced
+from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import TimerKind, device_deadlines
 
 
@@ -29,7 +30,7 @@ def on_watermark(ctx: context.Ctx, w: WatermarkAdvanced) -> None:
         fleet.watermarks[w.partition] = w.event_time
     if any(p not in fleet.watermarks for p in range(fleet.partitions)):
         return
-    advance(ctx, min(fleet.watermarks[p] for p in range(fleet.partitions)))
+    advance(ctx, min(fleet.watermarks[p] for p in range(fleet.partitions)), every_time=True)
 
 
 CLOCK_AHEAD: Final = "clock-ahead"
@@ -69,15 +70,25 @@ def on_key(ctx: context.Ctx, key: MergeKey) -> None:
     )
 
 
-def advance(ctx: context.Ctx, low: datetime) -> None:
+def advance(ctx: context.Ctx, low: datetime, *, every_time: bool = False) -> None:
     """Move the fleet clock to ``low`` (never back) and fire everything due by then: the timers
-    (earliest first), the node buckets' refill, the deferred devices. The event-time merge calls
-    it with each released record's key time, before the record is folded (issue 10)."""
+    (earliest first), then the node buckets' refill and the deferred devices. The event-time
+    merge calls it with each released record's key time, before the record is folded (issue 10).
+
+    The buckets and the deferred devices are looked at when the clock crosses into a new
+    refill period (the shorter of the fleet's and the nodes' refill seconds, on a grid from the
+    epoch), not at every record: a deferred device can only get a token when one has been
+    refilled, and going through them before every record cost the governor four times its
+    time. The grid is a function of event time, so a replay looks at them at the same records.
+    ``every_time`` (the ``WatermarkAdvanced`` clock of older topics) looks at each advance."""
     fleet = ctx.state.fleet
-    if fleet.watermark is not None and low <= fleet.watermark:
+    previous = fleet.watermark
+    if previous is not None and low <= previous:
         return
     fleet.watermark = low
     fire_due(ctx)
+    if not (every_time or _new_refill_period(ctx.policy, previous, low)):
+        return
     # A bucket full at the restriction clock is the same as no bucket (every later restriction
     # is dated at or after that clock): drop them so the fleet snapshot stays small.
     clock = None if fleet.fleet_bucket is None else fleet.fleet_bucket.updated_at
@@ -93,6 +104,13 @@ def advance(ctx: context.Ctx, low: datetime) -> None:
         device = ctx.state.devices.get(key)
         if device is not None and device.state is GovState.DEFERRED:
             rules.evaluate(ctx, device, low)
+
+
+def _new_refill_period(policy: GovernancePolicy, previous: datetime | None, now: datetime) -> bool:
+    period = min(policy.restrict_fleet_refill_seconds, policy.restrict_node_refill_seconds)
+    if previous is None or period <= 0:
+        return True
+    return int(previous.timestamp() // period) != int(now.timestamp() // period)
 
 
 def fire_due(ctx: context.Ctx) -> None:
