@@ -304,6 +304,7 @@ def cli(
     ticks = tick_interval or [1.0, 5.0]
     opts = Options(seconds, rate, nodes, devices_per_node, partitions, warmup_timeout)
     base = stack_settings()
+    machine = machine_info()  # its load average at the start
 
     async def main() -> list[dict[str, Any]]:
         await check_stack(base)
@@ -322,7 +323,7 @@ def cli(
         report = {
             "command": command_line(),
             "code": code_version(),
-            "machine": machine_info(),
+            "machine": machine,
             "options": {**opts.__dict__, "tick_intervals": ticks},
             "at": datetime.now(UTC).isoformat(),
             "results": results,
