@@ -53,17 +53,8 @@ def metric_sum(values: dict[str, float], name: str) -> float:
     return sum(v for k, v in values.items() if k == name or k.startswith(name + "{"))
 
 
-async def run_worker_stage(
-    run: Run, settings: Settings, total: int, *, batch_size: int | None, profile: Path | None
-) -> dict[str, Any]:
-    """Run the worker until it has committed all ``total`` records of ``settings.topic`` and the
-    governor the whole governance topic; stop it (by PID) and return the stage's figures
-    (``events_per_second``, ``cpu_seconds`` of the ingest window, RSS, worker and governor
-    metrics). Raises ``TimeoutError`` after 300 s + 1 ms per event (x5 under the profiler),
-    ``RuntimeError`` when the worker exits early (with its last log lines)."""
-    import httpx
-
-    port = free_port()
+def worker_env(run: Run, settings: Settings, port: int, batch_size: int | None) -> dict[str, str]:
+    """The worker's environment for ``run``: its topics, group, schema, data dir, metrics port."""
     env = {
         "DEVICESTATE_KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
         "DEVICESTATE_TOPIC": settings.topic,
@@ -83,14 +74,38 @@ async def run_worker_stage(
     }
     if batch_size is not None:
         env["DEVICESTATE_WORKER_BATCH_SIZE"] = str(batch_size)
+    return env
+
+
+def worker_command() -> tuple[list[str], str, list[str]]:
+    """``(argv, description, module argv)`` of the worker: ``devicestate worker``, or the module's
+    own entry point when the sub-command is not wired into the CLI."""
     if "worker" in devicestate_commands():
-        argv = devicestate_argv("worker")
-        how = "devicestate worker"
-        module_argv = ["-m", "services.cli.main", "worker"]
-    else:  # the sub-command is not wired into the CLI yet: the module's own entry point
-        argv = [sys.executable, "-m", "streams.cli"]
-        how = "python -m streams.cli (no `devicestate worker` sub-command registered)"
-        module_argv = ["-m", "streams.cli"]
+        return (
+            devicestate_argv("worker"),
+            "devicestate worker",
+            ["-m", "services.cli.main", "worker"],
+        )
+    return (
+        [sys.executable, "-m", "streams.cli"],
+        "python -m streams.cli (no `devicestate worker` sub-command registered)",
+        ["-m", "streams.cli"],
+    )
+
+
+async def run_worker_stage(
+    run: Run, settings: Settings, total: int, *, batch_size: int | None, profile: Path | None
+) -> dict[str, Any]:
+    """Run the worker until it has committed all ``total`` records of ``settings.topic`` and the
+    governor the whole governance topic; stop it (by PID) and return the stage's figures
+    (``events_per_second``, ``cpu_seconds`` of the ingest window, RSS, worker and governor
+    metrics). Raises ``TimeoutError`` after 300 s + 1 ms per event (x5 under the profiler),
+    ``RuntimeError`` when the worker exits early (with its last log lines)."""
+    import httpx
+
+    port = free_port()
+    env = worker_env(run, settings, port, batch_size)
+    argv, how, module_argv = worker_command()
     if profile is not None:
         argv = pyinstrument_argv(profile, module_argv)
         how += f" under pyinstrument -> {profile}"
