@@ -48,10 +48,10 @@ import structlog
 
 from services.adapters.kafka.clients import is_broker_unavailable
 from services.adapters.projection.errors import is_transient
-from services.domain.batch import CommitHook, InventoryRecord, LoggedBatch
+from services.domain.batch import CommitHook, InventoryRecord, LoggedBatch, RecordsAfterGap
 from services.domain.log import LoggedEvent, LogPosition
 from services.runtime.config import WorkerProcessSettings
-from streams.batchwrite import BatchWriter
+from streams.batchwrite import BatchNotWritten, BatchWriter
 from streams.deadletter import dead_letter
 from streams.dedup_decode import DecodedBatch, decode_into
 from streams.dedup_table import TABLE_NAME, known_ranks, remember, select_new
@@ -93,6 +93,10 @@ def is_retriable(exc: BaseException) -> bool:
     client marks retriable (the forwarding inside the transaction), or a delivery that timed out
     (:func:`~services.adapters.kafka.clients.is_broker_unavailable`)."""
     return is_transient(exc) or is_broker_unavailable(exc)
+
+
+async def _already_sent(message: Any, position: LogPosition, reason: str) -> None:
+    """The dead letter of a record a first attempt at its batch has sent already."""
 
 
 # --- the agent ---------------------------------------------------------------------------------
@@ -165,12 +169,17 @@ class DeviceDedup:
             self._withhold_acks(events)
             return
         started = time.perf_counter()
-        batch = DecodedBatch(events, skew_seconds=self.settings.max_clock_skew_seconds)
         self.metrics.consumed.inc(len(events))
         self.metrics.batch_size.observe(len(events))
         self.events_seen += len(events)
+        await self._process(stream, events, started, self._dead_letter)
+
+    async def _process(
+        self, stream: Any, events: Sequence[Any], started: float, dead_letter: Any
+    ) -> None:
+        batch = DecodedBatch(events, skew_seconds=self.settings.max_clock_skew_seconds)
         for event in events:
-            decode_into(batch, event, self._dead_letter)
+            decode_into(batch, event, dead_letter)
         self._record_clock(batch)
 
         known = known_ranks(self.table, stream, batch.records, batch.sources)
@@ -202,29 +211,28 @@ class DeviceDedup:
         highwaters = self._highwaters(events)
         # Progress covers every consumed record, also those dropped early or dead-lettered.
         consumed: dict[tuple[str, int], int] = {}
+        first: dict[tuple[str, int], int] = {}
         for event in events:
             part = (event.message.topic, event.message.partition)
             consumed[part] = max(consumed.get(part, -1), event.message.offset)
+            first[part] = min(first.get(part, event.message.offset), event.message.offset)
         try:
             if batch.dead:
                 await asyncio.gather(*batch.dead)
             result, cancelled = await self._write(
-                selection.records, highwaters, consumed, event_times, hook, batch.items
+                selection.records, highwaters, consumed, event_times, hook, batch.items, first
             )
         except asyncio.CancelledError:
             self._withhold_acks(events)
             raise
-        except Exception as exc:  # BatchNotWritten, or the dead-letter producer failed
-            # Withheld offsets stop faust's commits at this batch, so a restart reads it again.
-            # Later batches are not written either (halted): applying them first would order a
-            # device's events differently from the log. Returning rather than parking lets
-            # faust's shutdown, which waits for every event handed to the stream, finish.
-            self._withhold_acks(events)
-            self._halted = True
-            if self.writer.shutting_down:
-                log.warning("batch abandoned at shutdown, not acknowledged", error=repr(exc))
-            else:
-                self._fail(exc)
+        except BatchNotWritten as exc:
+            if not isinstance(exc.__cause__, RecordsAfterGap):
+                self._stop_at(events, exc)
+                return
+            await self._skip_gaps(stream, events, started, exc.__cause__)
+            return
+        except Exception as exc:  # the dead-letter producer failed
+            self._stop_at(events, exc)
             return
         if result is None:  # shutdown came first and the write was abandoned
             self._withhold_acks(events)
@@ -233,6 +241,35 @@ class DeviceDedup:
         self._record(result, events, highwaters, started)
         if cancelled:
             raise asyncio.CancelledError
+
+    async def _skip_gaps(
+        self, stream: Any, events: Sequence[Any], started: float, gap: RecordsAfterGap
+    ) -> None:
+        """Leave the records of partitions that start after a gap unacknowledged (read again in
+        order: never written past records the projection did not get) and write the rest."""
+        log.warning(
+            "records after a gap not written; they stay unacknowledged and are read again",
+            error=str(gap),
+        )
+        self.metrics.gap_batches.inc(len(gap.gaps))
+        held = [e for e in events if (e.message.topic, e.message.partition) in gap.gaps]
+        self._withhold_acks(held)
+        rest = [e for e in events if (e.message.topic, e.message.partition) not in gap.gaps]
+        if rest:  # dead letters of these were sent by the first attempt
+            await self._process(stream, rest, started, _already_sent)
+
+    def _stop_at(self, events: Sequence[Any], exc: BaseException) -> None:
+        """A batch cannot be written (a non-transient error, or shutdown): stop here."""
+        # Withheld offsets stop faust's commits at this batch, so a restart reads it again.
+        # Later batches are not written either (halted): applying them first would order a
+        # device's events differently from the log. Returning rather than parking lets
+        # faust's shutdown, which waits for every event handed to the stream, finish.
+        self._withhold_acks(events)
+        self._halted = True
+        if self.writer.shutting_down:
+            log.warning("batch abandoned at shutdown, not acknowledged", error=repr(exc))
+        else:
+            self._fail(exc)
 
     def _record_clock(self, batch: DecodedBatch) -> None:
         """Count clamped event times and track how far ``observedAt`` runs ahead of the broker."""
@@ -288,6 +325,7 @@ class DeviceDedup:
         event_times: Sequence[tuple[LogPosition, datetime]] = (),
         hook: CommitHook | None = None,
         inventory_items: Sequence[tuple[LogPosition, InventoryRecord]] = (),
+        first: Mapping[tuple[str, int], int] | None = None,
     ) -> tuple[BatchResult | None, bool]:
         """Commit the batch (:meth:`BatchWriter.write <streams.batchwrite.BatchWriter.write>`:
         retried, shielded). Returns the store's result (``None``: not committed) and whether the
@@ -295,7 +333,9 @@ class DeviceDedup:
         ``inventory_items`` (the batch's observations, DRA objects and resource counts in batch
         order) make the store maintain the inventory with the directory.
         """
-        batch = LoggedBatch(records, highwaters, consumed, event_times, inventory_items)
+        batch = LoggedBatch(
+            records, highwaters, consumed, event_times, inventory_items, consumed_from=first or {}
+        )
 
         def apply() -> Awaitable[BatchResult]:
             return self.sink.apply_batch(batch, hook)

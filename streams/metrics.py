@@ -87,6 +87,12 @@ class WorkerMetrics:
             ["type"],
             registry=r,
         )
+        self.gap_batches = Counter(
+            "devicestate_worker_gap_batches",
+            "Partition batches not written because they started after records the projection "
+            "never got (out-of-order delivery after a rebalance); read again in order.",
+            registry=r,
+        )
         self.clock_clamped = Counter(
             "devicestate_worker_event_time_clamped",
             "Records whose observedAt was more than DEVICESTATE_MAX_CLOCK_SKEW_SECONDS ahead of "

@@ -29,6 +29,28 @@ InventoryRecord: TypeAlias = DeviceHealthObserved | InventoryObserved | NodeReso
 """A record the inventory fold (:mod:`services.domain.inventory.fold`) reads."""
 
 
+class RecordsAfterGap(Exception):
+    """A batch starts, on some partitions, after records the projection never got.
+
+    ``gaps`` maps each such ``(topic, partition)`` to ``(recorded offset, first offset of the
+    batch)``. Every record of a partition is consumed in offset order and the recorded offset is
+    written with the rows, so the next batch of a partition starts at most one past it; one that
+    starts later was handed records out of order (a record prefetched before a rebalance, seen
+    with faust after a consumer-group rebalance: faust-streaming/faust#221). Writing it would move
+    the recorded offset past the missing records, which would then be skipped as redeliveries: lost.
+    Nothing of the batch is written; the caller writes the other partitions' records and leaves
+    these unacknowledged, to be read again in order.
+    """
+
+    def __init__(self, gaps: Mapping[tuple[str, int], tuple[int, int]]) -> None:
+        self.gaps = dict(gaps)
+        where = ", ".join(
+            f"{topic}/{partition}: recorded {recorded}, batch starts at {first}"
+            for (topic, partition), (recorded, first) in sorted(self.gaps.items())
+        )
+        super().__init__(f"records after a gap, not written ({where})")
+
+
 @dataclass(frozen=True, slots=True)
 class LoggedBatch:
     """What one :meth:`ProjectionStore.apply_batch` writes, in one transaction.
@@ -57,6 +79,9 @@ class LoggedBatch:
     consumed_through: Mapping[Partition, int] = field(default_factory=dict)
     event_times: Sequence[tuple[LogPosition, datetime]] = ()
     inventory: Sequence[tuple[LogPosition, InventoryRecord]] | None = None
+    consumed_from: Mapping[Partition, int] = field(default_factory=dict)
+    """Per partition, the first offset the caller consumed in this batch: the store refuses a
+    partition whose batch starts after a gap (:class:`RecordsAfterGap`)."""
 
     @property
     def empty(self) -> bool:

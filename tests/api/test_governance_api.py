@@ -710,3 +710,36 @@ async def test_openapi_documents_the_governance_routes(gov_api: httpx.AsyncClien
     ):
         assert path in paths, path
     assert "Idempotency-Key" in spec["info"]["description"]
+
+
+async def test_governance_status_names_a_silent_partition_and_a_clamped_clock(
+    make_api: ApiFactory, governor: Governor
+) -> None:
+    """Issue 10: the event-time merge waits for every partition; the status says which one is
+    silent and how many records wait, and when event time was clamped to the broker's clock."""
+    async with make_api(clock=lambda: NOW, tick_interval_seconds=15) as api:
+        pending = [{"type": "WatcherTick"}] * 4
+        order = {
+            "partitions": 3,
+            "watermarks": {"0": "2026-11-29T12:29:30Z", "2": "2026-11-29T12:29:40Z"},
+            "pending": pending,
+            "clamped": 0,
+        }
+        await governor.fleet(None, snapshot={"order": order})
+        silent = (await api.get("/v1/governance")).json()
+        assert silent["message"].startswith(
+            "no watermark yet from device-health partition(s) 1: the governor holds 4 record(s)"
+        )
+        assert silent["pending"] == 4 and silent["watermarks"] == order["watermarks"]
+
+
+async def test_governance_status_says_when_event_time_was_clamped(
+    make_api: ApiFactory, governor: Governor
+) -> None:
+    async with make_api(clock=lambda: NOW, tick_interval_seconds=15) as api:
+        order = {"partitions": 1, "watermarks": {"0": "2026-11-29T12:29:50Z"}, "pending": []}
+        order |= {"clamped": 2, "lastClampedAt": "2026-11-29T12:30:30Z"}
+        await governor.fleet(NOW - timedelta(seconds=10), snapshot={"order": order})
+        clamped = (await api.get("/v1/governance")).json()
+        assert clamped["clamped"] == 2 and clamped["lastClampedAt"] == "2026-11-29T12:30:30Z"
+        assert "event time clamped to the broker's clock for 2 record(s)" in clamped["message"]

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.adapters.projection.reads_devices import DeviceReads
 from services.adapters.projection.store import BatchStats, ProjectionStore
-from services.domain.batch import LoggedBatch, Partition, PendingCommit
+from services.domain.batch import LoggedBatch, Partition, PendingCommit, RecordsAfterGap
 from services.domain.directory import DeviceKey, DeviceRecord, fold
 from services.domain.events import Health
 from services.domain.log import LogPosition
@@ -118,6 +118,32 @@ class BatchSinkContract:
         device = (await harness.devices())[KEY]
         assert device.allocations == () and device.health is Health.UNHEALTHY
         assert await harness.devices() == fold(list(events))
+
+    async def test_a_batch_that_starts_after_a_gap_is_refused_whole(
+        self, harness: Harness, observation: ObservationFactory, logged: LogFactory
+    ) -> None:
+        """Records handed out of order (a record prefetched before a rebalance) must not move the
+        recorded offset past records the sink never got: they would be skipped as redeliveries."""
+        await harness.sink.apply_batch(
+            LoggedBatch(logged([observation(1), observation(2, at=1)]), consumed_from={P0: 0})
+        )
+        devices, progress = await harness.devices(), await harness.progress()
+        hook = Hook()
+        ahead = logged([observation(9, Health.UNHEALTHY, at=9)], start=595)
+        with pytest.raises(RecordsAfterGap) as refused:
+            await harness.sink.apply_batch(
+                LoggedBatch(ahead, consumed_from={P0: 595, (TOPIC, 1): 0}), hook
+            )
+        assert refused.value.gaps == {P0: (1, 595)}
+        assert await harness.devices() == devices and await harness.progress() == progress
+        assert hook.seen == []  # nothing forwarded either
+        # The next record in order is written; a partition without a recorded offset starts anywhere.
+        stats = await harness.sink.apply_batch(
+            LoggedBatch(
+                logged([observation(3, at=3)], start=2), consumed_from={P0: 2, (TOPIC, 1): 40}
+            )
+        )
+        assert stats.applied == 1
 
     async def test_positions_already_recorded_are_skipped_whole(
         self, harness: Harness, observation: ObservationFactory, logged: LogFactory

@@ -10,7 +10,14 @@ from datetime import datetime
 from typing import Any
 
 from services.adapters.projection.store import BatchStats
-from services.domain.batch import CommitHook, LoggedBatch, Partition, PendingCommit, Transition
+from services.domain.batch import (
+    CommitHook,
+    LoggedBatch,
+    Partition,
+    PendingCommit,
+    RecordsAfterGap,
+    Transition,
+)
 from services.domain.directory import DeviceKey, DeviceRecord, Outcome, apply_event
 from services.domain.events import DeviceHealthObserved
 from services.domain.log import LoggedEvent
@@ -73,6 +80,13 @@ class FakeSink:
             return BatchStats()
         stored = self.projection
         before = dict(stored.offsets)
+        gaps = {
+            part: (before[part], first)
+            for part, first in batch.consumed_from.items()
+            if part in before and first > before[part] + 1
+        }
+        if gaps:
+            raise RecordsAfterGap(gaps)
 
         def fresh(position: Any) -> bool:
             return bool(position.offset > before.get((position.topic, position.partition), -1))

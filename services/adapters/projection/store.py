@@ -42,7 +42,13 @@ from services.adapters.projection.inventory_store import (
     write_plan,
 )
 from services.adapters.projection.rows import record_from_row
-from services.domain.batch import CommitHook, LoggedBatch, Partition, PendingCommit
+from services.domain.batch import (
+    CommitHook,
+    LoggedBatch,
+    Partition,
+    PendingCommit,
+    RecordsAfterGap,
+)
 from services.domain.directory import DeviceKey, DeviceRecord, Outcome
 from services.domain.events import DeviceHealthObserved
 from services.domain.inventory.fold import InventoryPlan
@@ -169,6 +175,13 @@ class ProjectionStore:
         async with self._engine.begin() as conn:
             parts = batch.partitions()
             applied_through, last_event_at = await self._lock_progress(conn, parts)
+            gaps = {
+                part: (applied_through[part], first)
+                for part, first in batch.consumed_from.items()
+                if part in applied_through and first > applied_through[part] + 1
+            }
+            if gaps:
+                raise RecordsAfterGap(gaps)  # rolls back: nothing of the batch is written
 
             def fresh_position(position: LogPosition) -> bool:
                 return position.offset > applied_through.get(

@@ -29,6 +29,13 @@ def staleness_threshold(settings: TickSettings) -> float:
     return 2 * settings.tick_interval_seconds + STALE_SLACK_SECONDS
 
 
+def silent_partitions(snap: dict[str, Any]) -> list[int]:
+    """Partitions of the device-health topic the event-time merge has no watermark from yet."""
+    order = snap.get("order") or {}
+    known = order.get("watermarks") or {}
+    return [p for p in range(int(order.get("partitions") or 0)) if str(p) not in known]
+
+
 def governance_status(fleet: FleetStatus, now: datetime, settings: TickSettings) -> GovernanceOut:
     """The status document of ``GET /v1/governance`` at wall-clock time ``now``."""
     threshold = staleness_threshold(settings)
@@ -37,6 +44,14 @@ def governance_status(fleet: FleetStatus, now: datetime, settings: TickSettings)
     stale = age is None or age > threshold
     if not fleet.seen:
         message = "the governor has not recorded any state yet"
+    elif fleet.watermark is None and silent_partitions(snap):
+        order = snap.get("order") or {}
+        message = (
+            f"no watermark yet from device-health partition(s) "
+            f"{', '.join(map(str, silent_partitions(snap)))}: the governor holds "
+            f"{len(order.get('pending') or ())} record(s) until every partition has reported "
+            "(the watcher ticks every partition; is it running, and on this topic?)"
+        )
     elif fleet.watermark is None:
         message = "no watermark yet: the governor has not received the watcher's ticks"
     elif stale:
