@@ -26,6 +26,12 @@ Per batch of records (``stream.take_events``):
 4. only after the commit, raise the table's ranks, so the table never drops an event PostgreSQL
    did not get.
 
+A partition whose batch starts after records the projection never got (faust can hand a record
+prefetched before a rebalance first) is refused by the store
+(:class:`~services.domain.batch.RecordsAfterGap`): its records stay unacknowledged, the partition is
+sought back to just after its recorded offset (:mod:`streams.gaps`), and the batch's other
+partitions are written. Writing it would have moved the recorded offset past the missing records.
+
 ``take_events`` acknowledges the whole batch in a ``finally`` when the body returns, even if it
 raised. So the body never raises for a transient error, and when a batch cannot be written (a
 non-transient error, or shutdown before the write finished) its acks are *withheld*: the offsets
@@ -56,6 +62,7 @@ from streams.deadletter import dead_letter
 from streams.dedup_decode import DecodedBatch, decode_into
 from streams.dedup_table import TABLE_NAME, known_ranks, remember, select_new
 from streams.forward import BatchView, Forwarder
+from streams.gaps import GapRecovery
 from streams.metrics import WorkerMetrics
 
 log = structlog.get_logger(__name__)
@@ -147,6 +154,7 @@ class DeviceDedup:
         self.events_seen = 0
         self.writer = BatchWriter(metrics.db_retries, is_retriable, what="health batch")
         self._halted = False
+        self.gaps = GapRecovery(app)
 
     def begin_shutdown(self) -> None:
         """The worker is stopping: a batch still retrying a transient error gets
@@ -219,8 +227,16 @@ class DeviceDedup:
         try:
             if batch.dead:
                 await asyncio.gather(*batch.dead)
+            starts = await self.gaps.log_starts(first)
             result, cancelled = await self._write(
-                selection.records, highwaters, consumed, event_times, hook, batch.items, first
+                selection.records,
+                highwaters,
+                consumed,
+                event_times,
+                hook,
+                batch.items,
+                first,
+                starts,
             )
         except asyncio.CancelledError:
             self._withhold_acks(events)
@@ -254,6 +270,7 @@ class DeviceDedup:
         self.metrics.gap_batches.inc(len(gap.gaps))
         held = [e for e in events if (e.message.topic, e.message.partition) in gap.gaps]
         self._withhold_acks(held)
+        await self.gaps.read_again(gap)
         rest = [e for e in events if (e.message.topic, e.message.partition) not in gap.gaps]
         if rest:  # dead letters of these were sent by the first attempt
             await self._process(stream, rest, started, _already_sent)
@@ -326,6 +343,7 @@ class DeviceDedup:
         hook: CommitHook | None = None,
         inventory_items: Sequence[tuple[LogPosition, InventoryRecord]] = (),
         first: Mapping[tuple[str, int], int] | None = None,
+        log_start: Mapping[tuple[str, int], int] | None = None,
     ) -> tuple[BatchResult | None, bool]:
         """Commit the batch (:meth:`BatchWriter.write <streams.batchwrite.BatchWriter.write>`:
         retried, shielded). Returns the store's result (``None``: not committed) and whether the
@@ -334,7 +352,13 @@ class DeviceDedup:
         order) make the store maintain the inventory with the directory.
         """
         batch = LoggedBatch(
-            records, highwaters, consumed, event_times, inventory_items, consumed_from=first or {}
+            records,
+            highwaters,
+            consumed,
+            event_times,
+            inventory_items,
+            consumed_from=first or {},
+            log_start=log_start or {},
         )
 
         def apply() -> Awaitable[BatchResult]:

@@ -81,7 +81,10 @@ class LoggedBatch:
     inventory: Sequence[tuple[LogPosition, InventoryRecord]] | None = None
     consumed_from: Mapping[Partition, int] = field(default_factory=dict)
     """Per partition, the first offset the caller consumed in this batch: the store refuses a
-    partition whose batch starts after a gap (:class:`RecordsAfterGap`)."""
+    partition whose batch starts after a gap (:class:`RecordsAfterGap`): past its recorded offset
+    plus one, or, for a partition with nothing recorded yet, past its ``log_start``."""
+    log_start: Mapping[Partition, int] = field(default_factory=dict)
+    """Per partition, the first offset the topic holds (the consumer's earliest offset)."""
 
     @property
     def empty(self) -> bool:
@@ -112,6 +115,26 @@ class Transition:
     position: LogPosition
     change: Change
     event: DeviceHealthObserved
+
+
+def find_gaps(
+    batch: LoggedBatch, recorded: Mapping[Partition, int]
+) -> dict[Partition, tuple[int, int]]:
+    """The partitions where ``batch`` starts after records the sink never got:
+    ``(offset the sink has through, first offset of the batch)`` each (see
+    :class:`RecordsAfterGap`). ``recorded`` is each partition's recorded offset; a partition with
+    none must start at its ``log_start``, when the batch gives it."""
+    gaps = {}
+    for part, first in batch.consumed_from.items():
+        if part in recorded:
+            through = recorded[part]
+        elif part in batch.log_start:
+            through = batch.log_start[part] - 1
+        else:
+            continue
+        if first > through + 1:
+            gaps[part] = (through, first)
+    return gaps
 
 
 @dataclass(frozen=True, slots=True)

@@ -145,6 +145,21 @@ class BatchSinkContract:
         )
         assert stats.applied == 1
 
+    async def test_a_partition_with_nothing_recorded_must_start_at_its_first_offset(
+        self, harness: Harness, observation: ObservationFactory, logged: LogFactory
+    ) -> None:
+        ahead = LoggedBatch(
+            logged([observation(9)], start=511), consumed_from={P0: 511}, log_start={P0: 0}
+        )
+        with pytest.raises(RecordsAfterGap) as refused:
+            await harness.sink.apply_batch(ahead)
+        assert refused.value.gaps == {P0: (-1, 511)}
+        assert await harness.progress() == {}
+        from_start = LoggedBatch(
+            logged([observation(1)], start=0), consumed_from={P0: 0}, log_start={P0: 0}
+        )
+        assert (await harness.sink.apply_batch(from_start)).applied == 1
+
     async def test_positions_already_recorded_are_skipped_whole(
         self, harness: Harness, observation: ObservationFactory, logged: LogFactory
     ) -> None:

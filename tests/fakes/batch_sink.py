@@ -17,6 +17,7 @@ from services.domain.batch import (
     PendingCommit,
     RecordsAfterGap,
     Transition,
+    find_gaps,
 )
 from services.domain.directory import DeviceKey, DeviceRecord, Outcome, apply_event
 from services.domain.events import DeviceHealthObserved
@@ -80,11 +81,7 @@ class FakeSink:
             return BatchStats()
         stored = self.projection
         before = dict(stored.offsets)
-        gaps = {
-            part: (before[part], first)
-            for part, first in batch.consumed_from.items()
-            if part in before and first > before[part] + 1
-        }
+        gaps = find_gaps(batch, before)
         if gaps:
             raise RecordsAfterGap(gaps)
 

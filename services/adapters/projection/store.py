@@ -48,6 +48,7 @@ from services.domain.batch import (
     Partition,
     PendingCommit,
     RecordsAfterGap,
+    find_gaps,
 )
 from services.domain.directory import DeviceKey, DeviceRecord, Outcome
 from services.domain.events import DeviceHealthObserved
@@ -175,11 +176,7 @@ class ProjectionStore:
         async with self._engine.begin() as conn:
             parts = batch.partitions()
             applied_through, last_event_at = await self._lock_progress(conn, parts)
-            gaps = {
-                part: (applied_through[part], first)
-                for part, first in batch.consumed_from.items()
-                if part in applied_through and first > applied_through[part] + 1
-            }
+            gaps = find_gaps(batch, applied_through)
             if gaps:
                 raise RecordsAfterGap(gaps)  # rolls back: nothing of the batch is written
 
