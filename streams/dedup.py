@@ -59,7 +59,7 @@ from services.domain.log import LoggedEvent, LogPosition
 from services.runtime.config import WorkerProcessSettings
 from streams.batchwrite import BatchNotWritten, BatchWriter
 from streams.deadletter import dead_letter
-from streams.dedup_decode import DecodedBatch, decode_into
+from streams.dedup_decode import DecodedBatch, decode_into, record_event_time
 from streams.dedup_table import TABLE_NAME, known_ranks, remember, select_new
 from streams.forward import BatchView, Forwarder
 from streams.gaps import GapRecovery
@@ -188,7 +188,7 @@ class DeviceDedup:
         batch = DecodedBatch(events, skew_seconds=self.settings.max_clock_skew_seconds)
         for event in events:
             decode_into(batch, event, dead_letter)
-        self._record_clock(batch)
+        record_event_time(self.metrics, batch)
 
         known = known_ranks(self.table, stream, batch.records, batch.sources)
         selection = select_new(batch.records, known)
@@ -287,23 +287,6 @@ class DeviceDedup:
             log.warning("batch abandoned at shutdown, not acknowledged", error=repr(exc))
         else:
             self._fail(exc)
-
-    def _record_clock(self, batch: DecodedBatch) -> None:
-        """Count clamped event times and track how far ``observedAt`` runs ahead of the broker."""
-        for position in batch.clamped:
-            self.metrics.clock_clamped.labels(position.topic, str(position.partition)).inc()
-        for (topic, partition), ahead in batch.skews.items():
-            self.metrics.clock_skew.labels(topic, str(partition)).set(ahead)
-        if batch.clamped:
-            first = batch.clamped[0]
-            log.warning(
-                "event time clamped to the broker's clock",
-                records=len(batch.clamped),
-                topic=first.topic,
-                partition=first.partition,
-                offset=first.offset,
-                max_skew_seconds=self.settings.max_clock_skew_seconds,
-            )
 
     async def _dead_letter(self, message: Any, position: LogPosition, reason: str) -> Any:
         log.warning(

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import structlog
+
 from services.adapters.kafka.headers import record_type
 from services.domain.batch import InventoryRecord
 from services.domain.event_time import append_time, bounded
@@ -25,6 +27,9 @@ from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
 from services.domain.records import decode_typed_record
 from streams.forward import LoggedNodeEvent
+from streams.metrics import WorkerMetrics
+
+log = structlog.get_logger(__name__)
 
 DeadLetter = Callable[[Any, LogPosition, str], Awaitable[Any]]
 """``(faust message, its position, reason) -> awaitable`` sending it to the dead-letter topic."""
@@ -84,3 +89,21 @@ def decode_into(batch: DecodedBatch, event: Any, dead_letter: DeadLetter) -> Non
         return
     batch.records.append(LoggedEvent(position, decoded))
     batch.sources.append(event)
+
+
+def record_event_time(metrics: WorkerMetrics, batch: DecodedBatch) -> None:
+    """Count clamped event times and track how far ``observedAt`` runs ahead of the broker."""
+    for position in batch.clamped:
+        metrics.clock_clamped.labels(position.topic, str(position.partition)).inc()
+    for (topic, partition), ahead in batch.skews.items():
+        metrics.clock_skew.labels(topic, str(partition)).set(ahead)
+    if batch.clamped:
+        first = batch.clamped[0]
+        log.warning(
+            "event time clamped to the broker's clock",
+            records=len(batch.clamped),
+            topic=first.topic,
+            partition=first.partition,
+            offset=first.offset,
+            max_skew_seconds=batch.skew_seconds,
+        )
