@@ -10,7 +10,8 @@ issue tracker has several such hangs (faust-streaming/faust#532, #523, robinhood
 :class:`ConsumerWatchdog` is checked every few seconds by the worker. When the agent saw no new
 record for :data:`STALL_SECONDS` while a partition of the health topic has records after the last
 one faust read, it logs ``consumer stalled`` with the consumer's partition sets and where every
-task of the event loop is waiting, then puts the lagging partitions back into the fetch set. It
+task of the event loop is waiting, then puts the lagging partitions back into the fetch set, or,
+when they are in it already, seeks them to the offset after the last one faust read. It
 never drops, skips or acknowledges anything: a partition that was fetchable already is untouched.
 """
 
@@ -38,6 +39,9 @@ class ConsumerWatchdog:
         self.seen = seen
         self._last_seen = -1
         self._quiet_since: float | None = None
+        self._next: dict[Any, int] = {}
+        self.refetch: list[tuple[Any, int]] = []
+        """Partitions to seek to the offset after the last one faust read (:meth:`refetch_now`)."""
         self.kicks = 0
 
     def check(self, now: float) -> bool:
@@ -68,6 +72,8 @@ class ConsumerWatchdog:
                 consumer.on_buffer_drop(tp)
             elif tp not in active and active is getattr(consumer, "_active_partitions", None):
                 consumer._active_partitions.add(tp)
+            else:  # in the fetch set and still nothing comes: fetch it again from where faust read
+                self.refetch.append((tp, self._next.get(tp, 0)))
         self.kicks += 1
         self._quiet_since = now  # give the kick time to work before acting again
         return True
@@ -82,11 +88,25 @@ class ConsumerWatchdog:
             for tp in assigned:
                 highwater = consumer.highwater(tp)
                 last = read.get(tp) if hasattr(read, "get") else None
-                if isinstance(highwater, int) and highwater > (-1 if last is None else last) + 1:
-                    out[tp] = highwater - (-1 if last is None else last) - 1
+                after = 0 if last is None else last + 1
+                if isinstance(highwater, int) and highwater > after:
+                    out[tp] = highwater - after
+                    self._next[tp] = after
             return out
         except Exception:  # no consumer yet, or faust's internals moved: watch nothing
             return {}
+
+    async def refetch_now(self) -> None:
+        """Seek the partitions :meth:`check` found in the fetch set but not fetched back to the
+        offset after the last one faust read (nothing is skipped or read twice by the agent)."""
+        while self.refetch:
+            tp, offset = self.refetch.pop(0)
+            try:
+                await self.app.consumer.seek(tp, offset)
+            except Exception as exc:  # stopping or rebalancing: the next check tries again
+                log.warning("watchdog seek failed", partition=str(tp), error=repr(exc))
+            else:
+                log.warning("watchdog: fetching again", partition=str(tp), offset=offset)
 
 
 def waiting_tasks(limit: int = 40) -> list[str]:

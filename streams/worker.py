@@ -172,7 +172,8 @@ async def _log_progress(built: WorkerApp, stop: asyncio.Event) -> None:
     while not stop.is_set():
         await asyncio.sleep(PROGRESS_LOG_SECONDS)
         events, now = built.dedup.events_seen, time.monotonic()
-        watchdog.check(now)
+        if watchdog.check(now):
+            await watchdog.refetch_now()
         if events != last_events:
             log.info(
                 "progress",

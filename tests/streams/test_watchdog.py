@@ -99,3 +99,24 @@ async def test_waiting_tasks_name_where_each_task_waits() -> None:
         assert "asyncio/tasks.py" in line and "sleep" in line
     finally:
         task.cancel()
+
+
+async def test_a_partition_in_the_fetch_set_that_gets_nothing_is_fetched_again() -> None:
+    app = App()
+    sought: list[tuple[TP, int]] = []
+
+    async def seek(tp: TP, offset: int) -> None:
+        sought.append((tp, offset))
+
+    app.consumer.seek = seek  # type: ignore[attr-defined]
+    dog = ConsumerWatchdog(app, "health", lambda: 7)
+    stuck = TP("health", 2)
+    app.consumer.tps.append(stuck)
+    app.consumer._active_partitions.add(stuck)  # active, not buffered: flow control is not it
+    app.consumer._read_offset[stuck] = 40
+    app.consumer.highwaters[stuck] = 86
+    app.consumer._read_offset[TP("health", 0)] = app.consumer._read_offset[TP("health", 1)] = -1
+    assert not dog.check(0.0)
+    assert dog.check(STALL_SECONDS)
+    await dog.refetch_now()
+    assert sought == [(stuck, 41)] and dog.refetch == []
