@@ -22,10 +22,24 @@ from typing import Any, Final, TypeVar
 import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential_jitter
 
+from services.runtime.config import WorkerSettings
+
 log = structlog.get_logger(__name__)
 
 SHUTDOWN_GRACE_SECONDS: Final = 20.0
-"""How long a batch write in flight may still run once the worker is asked to stop."""
+"""How long a batch write in flight may still run once the worker is asked to stop (when no
+settings say otherwise)."""
+
+WRITE_SHARE_OF_GRACE: Final = 0.75
+"""The share of the worker's shutdown grace a batch write in flight may still use: the rest is for
+faust to stop (commit, leave the group) before the worker's hard bound (:mod:`streams.shutdown`)."""
+
+
+def write_grace_seconds(settings: WorkerSettings) -> float:
+    """Seconds a batch write may still run after SIGTERM: three quarters of
+    ``settings.worker_shutdown_grace_seconds``."""
+    return WRITE_SHARE_OF_GRACE * settings.worker_shutdown_grace_seconds
+
 
 T = TypeVar("T")
 

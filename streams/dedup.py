@@ -57,7 +57,7 @@ from services.adapters.projection.errors import is_transient
 from services.domain.batch import CommitHook, InventoryRecord, LoggedBatch, RecordsAfterGap
 from services.domain.log import LoggedEvent, LogPosition
 from services.runtime.config import WorkerProcessSettings
-from streams.batchwrite import BatchNotWritten, BatchWriter
+from streams.batchwrite import BatchNotWritten, BatchWriter, write_grace_seconds
 from streams.deadletter import dead_letter
 from streams.dedup_decode import DecodedBatch, decode_into, record_event_time
 from streams.dedup_table import TABLE_NAME, known_ranks, remember, select_new
@@ -152,7 +152,12 @@ class DeviceDedup:
         self.agent = app.agent(self.source_topic, name="devicestate.dedup")(self.process)
         self.batches = 0
         self.events_seen = 0
-        self.writer = BatchWriter(metrics.db_retries, is_retriable, what="health batch")
+        self.writer = BatchWriter(
+            metrics.db_retries,
+            is_retriable,
+            what="health batch",
+            grace_seconds=write_grace_seconds(settings),
+        )
         self._halted = False
         self.gaps = GapRecovery(app)
 

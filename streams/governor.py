@@ -52,7 +52,7 @@ from services.domain.governance.machine import refusal
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.runtime.config import WorkerProcessSettings
-from streams.batchwrite import BatchNotWritten, BatchWriter
+from streams.batchwrite import BatchNotWritten, BatchWriter, write_grace_seconds
 from streams.deadletter import dead_letter, dead_letter_record
 from streams.dedup import is_retriable
 from streams.forward import record_key
@@ -141,7 +141,12 @@ class Governor:
         )
         self.send_decisions = send_decisions or self._send_to_topic
         self.agent = app.agent(self.source_topic, name="devicestate.governor")(self.process)
-        self.writer = BatchWriter(metrics.db_retries, _retriable, what="governance batch")
+        self.writer = BatchWriter(
+            metrics.db_retries,
+            _retriable,
+            what="governance batch",
+            grace_seconds=write_grace_seconds(settings),
+        )
         self.state: GovernorState | None = None
         self.applied_through: int | None = None
         """Last offset folded into :attr:`state` and committed (``None``: none yet)."""

@@ -1,7 +1,8 @@
 """Run the stream worker from our own event loop: migrate, ensure topics, start Faust, stop cleanly.
 
 :func:`run_worker` is what ``devicestate worker`` runs. It returns the process exit code: 0 after a
-SIGTERM/SIGINT shutdown, 1 when a batch could not be written (non-transient database error) or
+SIGTERM/SIGINT shutdown (within ``DEVICESTATE_WORKER_SHUTDOWN_GRACE_SECONDS``, see
+:mod:`streams.shutdown`), 1 when a batch could not be written (non-transient database error) or
 Faust crashed. A batch in flight at shutdown is finished (or abandoned unacknowledged) first; see
 :mod:`streams.dedup`.
 """
@@ -23,6 +24,7 @@ from services.adapters.projection.errors import is_transient
 from services.runtime.config import WorkerProcessSettings
 from streams.app import WorkerApp, build_worker_app
 from streams.metrics import WorkerMetrics
+from streams.shutdown import ShutdownBound
 from streams.watchdog import ConsumerWatchdog
 
 log = structlog.get_logger(__name__)
@@ -34,16 +36,15 @@ PROGRESS_LOG_SECONDS: Final = 10.0
 
 
 class _Worker(faust.Worker):  # type: ignore[misc]
-    """faust's Worker with our signal handling (we own the loop and the shutdown)."""
+    """faust's Worker with our signal handling (we own the loop and the shutdown, bounded by
+    :class:`~streams.shutdown.ShutdownBound`)."""
 
-    def __init__(self, *args: Any, on_signal: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, bound: ShutdownBound, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._devicestate_on_signal = on_signal
+        self._devicestate_bound = bound
 
     def install_signal_handlers(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._devicestate_on_signal, sig)
+        self._devicestate_bound.install()
 
 
 async def _retry_start(what: str, fn: Any, *args: Any) -> None:
@@ -117,9 +118,10 @@ async def run_worker(
         metrics=metrics,
         on_fatal=on_fatal,
     )
+    bound = ShutdownBound(loop, settings.worker_shutdown_grace_seconds, on_signal)
     worker = _Worker(
         built.app,
-        on_signal=on_signal,
+        bound=bound,
         loglevel=loglevel or settings.log_level,
         override_logging=False,
         quiet=True,
@@ -153,6 +155,7 @@ async def run_worker(
         progress.cancel()
         await engine.dispose()
         metrics.close()
+        bound.cancel()
         log.info(
             "worker stopped",
             batches=built.dedup.batches,

@@ -156,6 +156,15 @@ class WorkerSettings(SettingsGroup):
         ".stack/worker", description="Faust data directory (RocksDB files of the dedup table)."
     )
     worker_metrics_port: int = Field(9108, description="Prometheus port of the worker (0: off).")
+    worker_shutdown_grace_seconds: float = Field(
+        20.0,
+        ge=1,
+        le=3600,
+        description="Longest time from SIGTERM to the worker's exit (seconds): a batch still "
+        "being written after three quarters of it is abandoned unacknowledged (read again on "
+        "restart), and the process exits at the bound whatever it is doing. Keep it under the "
+        "Pod's terminationGracePeriodSeconds.",
+    )
     max_clock_skew_seconds: float = Field(
         30.0,
         gt=0,
