@@ -22,7 +22,14 @@ Figures, per observation (matched on node and time; see :func:`latencies`):
   partition's watermark passed it + the governor's batch.
 
 p50/p95/max of both and decision/forwarding. Observations published before the first decision was
-read (the worker starting) are left out. A healthy-again flip of a quarantined device may decide
+read (the worker starting) are left out.
+
+``--hot-devices N`` (issue 11: one hot node beside a normal fleet) adds, once the first decision
+was read, a burst of N observations of one node, ``hot-node``, each of another resourceID, as fast
+as the producer takes them, while the load goes on. Repeat the flag (``--hot-devices 0
+--hot-devices 100000``) for a baseline from the same run: the fleet's decision latency during the
+burst against the one without. Reported: when the burst was published and when its last
+``HealthTransition`` was read (or how many were, when not all). A healthy-again flip of a quarantined device may decide
 nothing at once; ``decided`` counts the observations that got a decision.
 """
 
@@ -64,6 +71,8 @@ class Seen:
     published: dict[Sample, float] = field(default_factory=dict)
     forwarded: list[tuple[float, HealthTransition, MergeKey | None]] = field(default_factory=list)
     decisions: list[tuple[float, Decision]] = field(default_factory=list)
+    hot_forwarded: int = 0
+    hot_last_forwarded: float | None = None
 
 
 def latencies(seen: Seen, since: float) -> tuple[list[float], list[float], dict[str, int]]:
@@ -163,6 +172,35 @@ async def load_loop(
             await asyncio.wait_for(stop.wait(), max(due - time.monotonic(), 0))
 
 
+HOT_NODE = "hot-node"
+
+
+async def hot_burst(settings: Settings, devices: int) -> float:
+    """Publish ``devices`` Healthy observations of :data:`HOT_NODE`, one per resourceID; returns
+    the wall-clock time (epoch seconds) the last one was acknowledged."""
+    from services.adapters.kafka.producer import EventPublisher
+    from services.domain.events import ContainerRef, DeviceHealthObserved, DeviceSource, Health
+
+    async with EventPublisher(settings, client_id="bench-hot-node") as publisher:
+        for i in range(devices):
+            await publisher.publish(
+                DeviceHealthObserved(
+                    node=HOT_NODE,
+                    namespace="bench",
+                    pod_name=f"hot-job-{i // 8}",
+                    pod_uid=f"00000000-0000-4000-9000-{i // 8:012d}",
+                    containers=(ContainerRef("main"),),
+                    resource_name="example.com/vdev",
+                    resource_id=f"VDEV-hot-{i}",
+                    health=Health.HEALTHY,
+                    source=DeviceSource.DEVICE_PLUGIN,
+                    status_version=i + 1,
+                    observed_at=datetime.now(UTC),
+                )
+            )
+    return time.time()
+
+
 async def read_loop(settings: Settings, seen: Seen, stop: asyncio.Event) -> None:
     """Read the governance and decisions topics from the beginning until ``stop``."""
     from aiokafka import TopicPartition
@@ -193,6 +231,10 @@ async def read_loop(settings: Settings, seen: Seen, stop: asyncio.Event) -> None
                         continue
                     record, key = decode_keyed(message.value)
                     assert isinstance(record, HealthTransition)
+                    if record.node == HOT_NODE:
+                        seen.hot_forwarded += 1
+                        seen.hot_last_forwarded = read_at
+                        continue
                     seen.forwarded.append((read_at, record, key))
     finally:
         await consumer.stop()
@@ -208,13 +250,14 @@ class Options:
     warmup_timeout: float
 
 
-async def measure(base: Settings, tick: float, opts: Options) -> dict[str, Any]:
-    """One run at tick interval ``tick``: start the worker, tick, load, drain, clean up."""
+async def measure(base: Settings, tick: float, hot: int, opts: Options) -> dict[str, Any]:
+    """One run at tick interval ``tick`` (with a burst of ``hot`` observations of one node):
+    start the worker, tick, load, drain, clean up."""
     from services.adapters.kafka.producer import EventPublisher
 
     run = new_run(None)
     settings = run_settings(base, run, opts.partitions)
-    console.rule(f"tick interval {tick:g} s (run {run.run_id})")
+    console.rule(f"tick interval {tick:g} s, hot node {hot} devices (run {run.run_id})")
     seen = Seen()
     stop_load, stop_ticks, stop_read = asyncio.Event(), asyncio.Event(), asyncio.Event()
     publisher = EventPublisher(settings, linger_ms=0)
@@ -244,7 +287,9 @@ async def measure(base: Settings, tick: float, opts: Options) -> dict[str, Any]:
             await asyncio.sleep(0.2)
         since = time.time()
         console.print(f"  first decision after {time.monotonic() - started:.1f} s; measuring")
+        burst = asyncio.create_task(hot_burst(settings, hot)) if hot else None
         await asyncio.sleep(opts.seconds)
+        hot_published = await burst if burst is not None else None
         stop_load.set()
         await asyncio.sleep(2 * tick + 3)  # ticks go on: the last observations are released
         worker.check()
@@ -262,6 +307,12 @@ async def measure(base: Settings, tick: float, opts: Options) -> dict[str, Any]:
     published = sum(1 for at in seen.published.values() if at >= since)
     result = {
         "tick_interval_seconds": tick,
+        "hot_devices": hot,
+        "hot_published_after_seconds": round(hot_published - since, 1) if hot_published else None,
+        "hot_forwarded": seen.hot_forwarded,
+        "hot_drained_after_seconds": round(seen.hot_last_forwarded - since, 1)
+        if seen.hot_last_forwarded and seen.hot_forwarded >= hot > 0
+        else None,
         "observations": published,
         "forwarding": fwd,
         "decision": dec,
@@ -276,6 +327,11 @@ async def measure(base: Settings, tick: float, opts: Options) -> dict[str, Any]:
 
 def print_result(r: dict[str, Any]) -> None:
     f, d, x = r["forwarding"], r["decision"], r["decision_over_forwarding"]
+    if r["hot_devices"]:
+        console.print(
+            f"  hot node: {r['hot_devices']} published by +{r['hot_published_after_seconds']} s,"
+            f" {r['hot_forwarded']} forwarded, drained by +{r['hot_drained_after_seconds']} s"
+        )
     console.print(
         f"  {r['observations']} observations; forwarded {f['count']}, decided {d['count']}"
         f" ({r['decisions_read']} decisions read; first decisions {r['first_decision_kinds']})"
@@ -295,6 +351,10 @@ def cli(
     nodes: Annotated[int, typer.Option(min=1, help="Nodes the observations are on.")] = 3,
     devices_per_node: Annotated[int, typer.Option(min=1, help="GPUs per node.")] = 2,
     partitions: Annotated[int, typer.Option(min=1, help="Partitions of the topic.")] = 6,
+    hot_devices: Annotated[
+        list[int] | None,
+        typer.Option(help="Devices of a hot node published in a burst; repeat for several runs."),
+    ] = None,
     warmup_timeout: Annotated[
         float, typer.Option(help="Longest wait for a first decision.")
     ] = 120.0,
@@ -302,20 +362,21 @@ def cli(
 ) -> None:
     """Latency of a governance decision with the event-time merge, against the forwarding's."""
     ticks = tick_interval or [1.0, 5.0]
+    hots = hot_devices or [0]
     opts = Options(seconds, rate, nodes, devices_per_node, partitions, warmup_timeout)
     base = stack_settings()
     machine = machine_info()  # its load average at the start
 
     async def main() -> list[dict[str, Any]]:
         await check_stack(base)
-        return [await measure(base, tick, opts) for tick in ticks]
+        return [await measure(base, tick, hot, opts) for tick in ticks for hot in hots]
 
     results = asyncio.run(main())
     console.rule("results (seconds; decision / forwarding)")
     for r in results:
         f, d, x = r["forwarding"], r["decision"], r["decision_over_forwarding"]
         console.print(
-            f"  tick {r['tick_interval_seconds']:>4g} s: forwarding p50/p95/max {f['p50']}/{f['p95']}"
+            f"  tick {r['tick_interval_seconds']:>4g} s, hot {r['hot_devices']}: forwarding p50/p95/max {f['p50']}/{f['p95']}"
             f"/{f['max']}; decision {d['p50']}/{d['p95']}/{d['max']} = "
             f"{x['p50']}x/{x['p95']}x/{x['max']}x ({d['count']} of {r['observations']} decided)"
         )
@@ -324,7 +385,7 @@ def cli(
             "command": command_line(),
             "code": code_version(),
             "machine": machine,
-            "options": {**opts.__dict__, "tick_intervals": ticks},
+            "options": {**opts.__dict__, "tick_intervals": ticks, "hot_devices": hots},
             "at": datetime.now(UTC).isoformat(),
             "results": results,
         }

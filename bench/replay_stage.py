@@ -109,6 +109,7 @@ async def run_replay_stage(
                 schema=run.replay_schema,
                 batch_size=batch_size,
                 progress=lambda done, count: progress.update(done, count or None),
+                max_devices_per_node=settings.max_devices_per_node,
             )
             wall = time.perf_counter() - started
             if profiler is not None and profile is not None:

@@ -58,6 +58,7 @@ from services.domain.batch import CommitHook, InventoryRecord, LoggedBatch, Reco
 from services.domain.log import LoggedEvent, LogPosition
 from services.runtime.config import WorkerProcessSettings
 from streams.batchwrite import BatchNotWritten, BatchWriter, write_grace_seconds
+from streams.ceiling import CEILING_STAGE, dead_lettering_over_ceiling
 from streams.deadletter import dead_letter
 from streams.dedup_decode import DecodedBatch, decode_into, record_event_time
 from streams.dedup_table import TABLE_NAME, known_ranks, remember, select_new
@@ -216,6 +217,7 @@ class DeviceDedup:
         if self.forwarder is not None:
             view = BatchView(batch.order, batch.node_events, dict(times), set(batch.clamped))
             hook = self.forwarder.before_commit(view)
+        hook = dead_lettering_over_ceiling(hook, events, self._dead_letter_over_ceiling)
         if selection.duplicates:
             self.metrics.table_duplicates.labels("duplicate").inc(selection.duplicates)
         if selection.stale:
@@ -305,6 +307,11 @@ class DeviceDedup:
             self.dead_letter_topic, self.metrics, message, stage=DEAD_LETTER_STAGE, reason=reason
         )
 
+    async def _dead_letter_over_ceiling(self, message: Any, reason: str) -> Any:
+        return await dead_letter(
+            self.dead_letter_topic, self.metrics, message, stage=CEILING_STAGE, reason=reason
+        )
+
     def _highwaters(self, events: Sequence[Any]) -> dict[tuple[str, int], int]:
         highwaters: dict[tuple[str, int], int] = {}
         try:
@@ -347,6 +354,7 @@ class DeviceDedup:
             inventory_items,
             consumed_from=first or {},
             log_start=log_start or {},
+            max_devices_per_node=self.settings.max_devices_per_node,
         )
 
         def apply() -> Awaitable[BatchResult]:

@@ -47,8 +47,10 @@ from typing import Any, Protocol
 
 from services.adapters.kafka.headers import type_headers
 from services.domain.batch import PendingCommit, Transition
+from services.domain.device_ceiling import OverCeiling, first_per_node
 from services.domain.directory import DeviceRecord
 from services.domain.event_time import effective_times
+from services.domain.events import DeviceHealthObserved
 from services.domain.governance.input_codec import encode_input
 from services.domain.governance.inputs import (
     DeviceIdentified,
@@ -125,6 +127,28 @@ def health_transition(transition: Transition, identity: Identity | None = None) 
     )
 
 
+def over_ceiling_transition(over: OverCeiling) -> HealthTransition:
+    """The governance record of an observation the directory refused (its node is at the device
+    ceiling): the governor refuses it too, flags the node and dead-letters it. No Pods: the
+    directory holds no allocation of it."""
+    event, position = over.record.event, over.record.position
+    assert isinstance(event, DeviceHealthObserved)  # only observations are over the ceiling
+    return HealthTransition(
+        node=event.node,
+        resource_id=event.resource_id,
+        resource_name=event.resource_name,
+        source=event.source,
+        health=event.health,
+        status_version=event.status_version,
+        observed_at=event.observed_at,
+        partition=position.partition,
+        offset=position.offset,
+        message=event.message,
+        raw_health=event.raw_health,
+        pods=(),
+    )
+
+
 def inventory_conflict(change: ConflictChange) -> InventoryConflict:
     """The governance record of a conflict raised or cleared."""
     row = change.row
@@ -173,6 +197,12 @@ def governance_records(batch: BatchView, commit: PendingCommit, partitions: int)
         if t.position in batch.clamped:
             transition = replace(transition, observed_at=batch.times[t.position])
         ordered.append((batch.order[t.position], t.position, transition))
+    for over in first_per_node(commit.over_ceiling):
+        position = over.record.position
+        refused = over_ceiling_transition(over)
+        if position in batch.clamped:
+            refused = replace(refused, observed_at=batch.times[position])
+        ordered.append((batch.order[position], position, refused))
     for node_event in batch.node_events:
         event = node_event.event
         position = node_event.position

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeAlias
 
+from services.domain.device_ceiling import OverCeiling
 from services.domain.directory import Change
 from services.domain.events import DeviceHealthObserved
 from services.domain.inventory.events import InventoryObserved
@@ -85,6 +86,9 @@ class LoggedBatch:
     plus one, or, for a partition with nothing recorded yet, past its ``log_start``."""
     log_start: Mapping[Partition, int] = field(default_factory=dict)
     """Per partition, the first offset the topic holds (the consumer's earliest offset)."""
+    max_devices_per_node: int | None = None
+    """The device ceiling (:mod:`services.domain.device_ceiling`): an observation of a new device
+    of a node that holds this many already is not applied (``None``: no ceiling)."""
 
     @property
     def empty(self) -> bool:
@@ -146,13 +150,17 @@ class PendingCommit:
     and ``last_event_at`` are each partition's recorded offset and newest event time *before* this
     batch (read with the rows locked until commit; partitions without a row are absent).
     ``inventory`` is what the batch did to the inventory (identities resolved, conflicts raised
-    or cleared), when the batch maintained it (:attr:`LoggedBatch.inventory`).
+    or cleared), when the batch maintained it (:attr:`LoggedBatch.inventory`). ``over_ceiling``:
+    the observations the batch did not apply (:attr:`LoggedBatch.max_devices_per_node`).
     """
 
     transitions: list[Transition]
     applied_through: dict[Partition, int]
     last_event_at: dict[Partition, datetime]
     inventory: InventoryPlan | None = None
+    over_ceiling: Sequence[OverCeiling] = ()
+    """The batch's observations over the device ceiling, in log order: not applied, to be
+    dead-lettered before the commit."""
 
     def fresh(self, position: LogPosition) -> bool:
         """Whether a record at ``position`` is after its partition's recorded offset."""

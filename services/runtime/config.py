@@ -274,10 +274,11 @@ class PolicySettings(SettingsGroup):
     max_devices_per_node: int = Field(
         4096,
         ge=1,
-        description="Ceiling of governed devices per node: a new device of a node that already has "
-        "this many is not governed; its record is dead-lettered with the reason and the node gets "
-        "one DataQualityFlagged decision. Far above any real node; it bounds what one hot node "
-        "costs the fleet's governance.",
+        description="Ceiling of devices per node: an observation of a new device of a node that "
+        "already holds this many is not applied to the directory nor governed; the worker "
+        "dead-letters it with the reason (stage device-ceiling) and the node gets one "
+        "DataQualityFlagged decision. Far above any real node; it bounds what one hot node costs "
+        "the fleet. Give the replay the worker's value.",
     )
     # --- Governance: staged recovery ---------------------------------------------------------
     recovery_probe: bool = Field(True, description="Run the probe stage of recovery.")

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from services.adapters.projection.reads_devices import DeviceReads
 from services.adapters.projection.store import BatchStats, ProjectionStore
 from services.domain.batch import LoggedBatch, Partition, PendingCommit, RecordsAfterGap
+from services.domain.device_ceiling import within_ceiling
 from services.domain.directory import DeviceKey, DeviceRecord, fold
 from services.domain.events import Health
 from services.domain.log import LogPosition
@@ -246,6 +247,71 @@ class BatchSinkContract:
             LoggedBatch(event_times=[(LogPosition(TOPIC, 0, 3), T0.replace(second=50))])
         )
         assert (await harness.progress())[P0] == Progress(7, None, T0.replace(second=30))
+
+    async def test_new_devices_of_a_node_at_the_ceiling_are_not_applied(
+        self, harness: Harness, observation: ObservationFactory, logged: LogFactory
+    ) -> None:
+        """``max_devices_per_node``: the third new device of a node at a ceiling of 2 is refused
+        (in the hook's ``over_ceiling``, with the reason), a known device and another node are
+        not, and a refused record still counts as consumed."""
+        first = [
+            observation(1, resource_id="GPU-0"),
+            observation(2, resource_id="GPU-1"),
+            observation(3, Health.UNHEALTHY, resource_id="GPU-2"),
+            observation(4, Health.UNHEALTHY, resource_id="GPU-0", at=1),
+            observation(5, node="gpu-node-b", resource_id="GPU-9"),
+        ]
+        hook = Hook()
+        stats = await harness.sink.apply_batch(
+            LoggedBatch(logged(first), max_devices_per_node=2), hook
+        )
+        assert stats.over_ceiling == 1 and stats.applied == 4
+        [refused] = hook.seen[0].over_ceiling
+        assert refused.record.event == first[2] and refused.record.position.offset == 2
+        assert "device ceiling: node 'gpu-node-a' already holds 2 devices" in refused.reason
+        assert "GPU-2" in refused.reason
+        devices = await harness.devices()
+        assert set(devices) == {
+            ("gpu-node-a", "GPU-0"),
+            ("gpu-node-a", "GPU-1"),
+            ("gpu-node-b", "GPU-9"),
+        }
+        assert devices[("gpu-node-a", "GPU-0")].health is Health.UNHEALTHY
+        # The next batch: the node still holds 2 (counted from the tables), a known one updates.
+        second = [
+            observation(6, resource_id="GPU-3", at=2),
+            observation(7, Health.UNHEALTHY, resource_id="GPU-1", at=2),
+        ]
+        hook = Hook()
+        stats = await harness.restarted().apply_batch(
+            LoggedBatch(logged(second, start=5), max_devices_per_node=2), hook
+        )
+        assert (stats.over_ceiling, stats.applied) == (1, 1)
+        assert [o.record.event for o in hook.seen[0].over_ceiling] == [second[0]]
+        assert (await harness.progress())[P0].offset == 6
+        # Without a ceiling the same observation is applied.
+        await harness.sink.apply_batch(LoggedBatch(logged([second[0]], start=7)))
+        assert ("gpu-node-a", "GPU-3") in await harness.devices()
+
+    async def test_the_ceiling_refuses_the_same_observations_whatever_the_batch_split(
+        self, harness: Harness, observation: ObservationFactory, logged: LogFactory
+    ) -> None:
+        events = [
+            observation(v, resource_id=f"GPU-{v % 5}", at=v, health=Health(h))
+            for v, h in zip(range(1, 13), ["Healthy", "Unhealthy", "Unknown"] * 4, strict=True)
+        ]
+        log = logged(events)
+        refused: list[int] = []
+        for record in log:  # one record per batch
+            hook = Hook()
+            await harness.sink.apply_batch(LoggedBatch([record], max_devices_per_node=3), hook)
+            refused += [o.record.position.offset for o in hook.seen[0].over_ceiling]
+        whole = [
+            o.record.position.offset for o in within_ceiling(log, set().__contains__, {}, 3)[1]
+        ]
+        assert refused == whole == [3, 4, 8, 9]
+        kept = within_ceiling(log, set().__contains__, {}, 3)[0]
+        assert await harness.devices() == fold([r.event for r in kept])
 
 
 class FakeHarness(Harness):

@@ -19,6 +19,7 @@ from services.domain.batch import (
     Transition,
     find_gaps,
 )
+from services.domain.device_ceiling import within_ceiling
 from services.domain.directory import DeviceKey, DeviceRecord, Outcome, apply_event
 from services.domain.events import DeviceHealthObserved
 from services.domain.log import LoggedEvent
@@ -90,10 +91,14 @@ class FakeSink:
 
         records = [r for r in batch.records if fresh(r.position)]
         devices = dict(stored.devices)
+        held = Counter(node for node, _ in devices)
+        applied, refused = within_ceiling(
+            records, devices.__contains__, held, batch.max_devices_per_node
+        )
         counts: Counter[Outcome] = Counter()
         transitions: list[Transition] = []
         written: set[DeviceKey] = set()
-        for logged in records:
+        for logged in applied:
             for change in apply_event(devices, logged.event):
                 counts[change.outcome] += 1
                 if not change.changed:
@@ -114,7 +119,11 @@ class FakeSink:
                 newest[part] = observed_at
         if before_commit is not None and self.run_hooks:
             # Before anything is kept: an exception leaves the projection as it was.
-            await before_commit(PendingCommit(transitions, before, copy.copy(stored.last_event_at)))
+            await before_commit(
+                PendingCommit(
+                    transitions, before, copy.copy(stored.last_event_at), over_ceiling=refused
+                )
+            )
         stored.devices, stored.offsets, stored.last_event_at = devices, offsets, newest
         for part, highwater in batch.highwaters.items():
             stored.highwaters[part] = max(stored.highwaters.get(part, highwater), highwater)
@@ -127,4 +136,5 @@ class FakeSink:
             transitions=len(transitions),
             devices_written=len(written),
             redelivered=len(batch.records) - len(records),
+            over_ceiling=len(refused),
         )

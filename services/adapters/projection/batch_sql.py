@@ -67,6 +67,11 @@ class BatchStatements:
             "SELECT x.* FROM unnest(CAST(:nodes AS text[]), CAST(:pods AS text[])) "
             f"AS k(node, pod_uid) CROSS JOIN LATERAL ({by_pod}) AS x"
         )
+        # The device ceiling's counts (one index range scan of the primary key per node).
+        self.count_by_node = text(
+            f"SELECT node, count(*) FROM {s}.devices WHERE node = ANY(CAST(:nodes AS text[])) "
+            "GROUP BY node"
+        )
         # Version guard: an observation overwrites only an older (or unordered, rank 0) state.
         self.upsert_observed = text(
             f"INSERT INTO {s}.devices AS d ({_DEVICE_COLUMNS}) "

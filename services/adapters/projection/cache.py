@@ -37,12 +37,13 @@ class DeviceCache:
     only the one writer that owns the tables may use it: nothing here notices other writers.
     """
 
-    __slots__ = ("_devices", "_holders", "_offsets")
+    __slots__ = ("_devices", "_holders", "_offsets", "_per_node")
 
     def __init__(self) -> None:
         self._devices: dict[DeviceKey, DeviceRecord] = {}
         self._holders: dict[tuple[str, str], set[DeviceKey]] = {}
         self._offsets: dict[tuple[str, int], int] = {}
+        self._per_node: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._devices)
@@ -54,6 +55,12 @@ class DeviceCache:
     def offset(self, topic: str, partition: int) -> int | None:
         """The partition's recorded offset (the last applied), or ``None``."""
         return self._offsets.get((topic, partition))
+
+    def node_counts(self, nodes: Iterable[str]) -> dict[str, int]:
+        """How many devices each of ``nodes`` holds (nodes without any are absent), as the
+        store's count of ``devices`` rows per node."""
+        per_node = self._per_node
+        return {node: per_node[node] for node in nodes if node in per_node}
 
     def fresh(self, records: Sequence[LoggedEvent]) -> Sequence[LoggedEvent]:
         """``records`` without those at or before their partition's recorded offset (already
@@ -96,6 +103,8 @@ class DeviceCache:
         holders = self._holders
         for key, new in written.items():
             old = devices.get(key)
+            if old is None:  # rows are never deleted: a node's count only grows
+                self._per_node[key[0]] = self._per_node.get(key[0], 0) + 1
             # Most observations keep the device's Pods, and so its place in the index.
             if old is None or not same_pods(old.allocations, new.allocations):
                 node = key[0]

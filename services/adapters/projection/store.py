@@ -50,6 +50,7 @@ from services.domain.batch import (
     RecordsAfterGap,
     find_gaps,
 )
+from services.domain.device_ceiling import OverCeiling, new_device_nodes, within_ceiling
 from services.domain.directory import DeviceKey, DeviceRecord, Outcome
 from services.domain.events import DeviceHealthObserved
 from services.domain.inventory.fold import InventoryPlan
@@ -74,9 +75,13 @@ class BatchStats:
     devices_written: int = 0
     redelivered: int = 0
     """Records at or before the partition's recorded offset: already applied, skipped whole."""
+    over_ceiling: int = 0
+    """Observations not applied: new devices of a node at the device ceiling."""
 
 
-def _stats(plan: BatchPlan, devices_written: int, redelivered: int) -> BatchStats:
+def _stats(
+    plan: BatchPlan, devices_written: int, redelivered: int, over_ceiling: int = 0
+) -> BatchStats:
     return BatchStats(
         applied=plan.counts[Outcome.APPLIED],
         duplicates=plan.counts[Outcome.DUPLICATE],
@@ -85,6 +90,7 @@ def _stats(plan: BatchPlan, devices_written: int, redelivered: int) -> BatchStat
         transitions=plan.transitions,
         devices_written=devices_written,
         redelivered=redelivered,
+        over_ceiling=over_ceiling,
     )
 
 
@@ -188,7 +194,8 @@ class ProjectionStore:
             records = [r for r in batch.records if fresh_position(r.position)]
             redelivered = len(batch.records) - len(records)
             current = await self._lock_devices(conn, records)
-            plan = plan_batch(current, records)
+            applied, refused = await self._within_ceiling(conn, records, current, batch)
+            plan = plan_batch(current, applied)
             written = await self._write_devices(conn, plan)
             if plan.history:
                 await conn.execute(self._sql.insert_history, history_rows(plan))
@@ -207,12 +214,16 @@ class ProjectionStore:
             if before_commit is not None:
                 await before_commit(
                     PendingCommit(
-                        health_transitions(plan), applied_through, last_event_at, inventory
+                        health_transitions(plan),
+                        applied_through,
+                        last_event_at,
+                        inventory,
+                        refused,
                     )
                 )
         if inventory_items is not None:
             self.inventory.committed(recorded_offsets(progress, applied_through))
-        return _stats(plan, written, redelivered)
+        return _stats(plan, written, redelivered, len(refused))
 
     def prepare_batch(self, batch: LoggedBatch, cache: DeviceCache) -> PreparedBatch:
         """The in-memory half of :meth:`apply_batch` with a ``cache``: drop the records at or before
@@ -231,7 +242,14 @@ class ProjectionStore:
         """
         records = batch.records
         fresh = cache.fresh(records)
-        plan = plan_batch(cache.current(fresh), fresh)
+        current = cache.current(fresh)
+        applied, refused = within_ceiling(
+            fresh,
+            lambda key: key in current,
+            cache.node_counts(new_device_nodes(fresh, lambda key: key in current)),
+            batch.max_devices_per_node,
+        )
+        plan = plan_batch(current, applied)
         inventory = None
         if batch.inventory is not None:
             recorded = {
@@ -260,7 +278,7 @@ class ProjectionStore:
         return PreparedBatch(
             written=plan.written,
             offsets=offsets,
-            stats=_stats(plan, len(plan.written), len(records) - len(fresh)),
+            stats=_stats(plan, len(plan.written), len(records) - len(fresh), len(refused)),
             observed_rows=device_rows(observed) if observed else None,
             released_rows=device_rows(released) if released else None,
             history_rows=history_rows(plan) if plan.history else None,
@@ -304,6 +322,25 @@ class ProjectionStore:
             if last_event_at is not None:
                 times[(topic, partition)] = last_event_at
         return offsets, times
+
+    async def _within_ceiling(
+        self,
+        conn: AsyncConnection,
+        records: Sequence[LoggedEvent],
+        current: dict[DeviceKey, DeviceRecord],
+        batch: LoggedBatch,
+    ) -> tuple[list[LoggedEvent], list[OverCeiling]]:
+        """:func:`~services.domain.device_ceiling.within_ceiling` over the locked rows, with the
+        device counts of the nodes that get a new device (one query; none without a ceiling)."""
+        ceiling = batch.max_devices_per_node
+        if ceiling is None:
+            return list(records), []
+        nodes = new_device_nodes(records, current.__contains__)
+        counts: dict[str, int] = {}
+        if nodes:
+            result = await conn.execute(self._sql.count_by_node, {"nodes": sorted(nodes)})
+            counts = {node: int(count) for node, count in result}
+        return within_ceiling(records, current.__contains__, counts, ceiling)
 
     async def _lock_devices(
         self, conn: AsyncConnection, records: Sequence[LoggedEvent]

@@ -212,6 +212,7 @@ async def _run(
                         batch_size=batch_size,
                         progress=on_progress,
                         on_start=on_start,
+                        max_devices_per_node=settings.max_devices_per_node,
                     )
         except (ReplayError, ValueError) as exc:
             typer.echo(f"error: {exc}", err=True)

@@ -204,8 +204,13 @@ async def replay(
     batch_size: int = 5000,
     progress: ProgressCallback | None = None,
     on_start: Callable[[int], None] | None = None,
+    max_devices_per_node: int | None = None,
 ) -> ReplaySummary:
     """Rebuild the projection in ``schema`` from ``settings.topic``.
+
+    ``max_devices_per_node`` is the worker's device ceiling (``DEVICESTATE_MAX_DEVICES_PER_NODE``,
+    :mod:`services.domain.device_ceiling`): give the worker's, so the replay leaves out the
+    observations the worker dead-lettered (``None``: no ceiling).
 
     Without ``in_place`` the schema must not exist yet (it is created and migrated); with it, the
     schema is migrated and its tables truncated first (stop the worker meanwhile). ``on_start`` gets
@@ -218,7 +223,15 @@ async def replay(
     if in_place:
         await migrate(database_url, schema)
         await truncate_projection(engine, schema, settings.topic)
-        return await _rebuild(settings, engine, schema, batch_size, progress, on_start)
+        return await _rebuild(
+            settings,
+            engine,
+            schema,
+            batch_size,
+            progress,
+            on_start,
+            max_devices_per_node=max_devices_per_node,
+        )
     if await schema_exists(engine, schema):
         raise ReplayError(
             f"schema {schema!r} already exists; pick another name, drop it, or use --in-place"
@@ -229,7 +242,14 @@ async def replay(
         # at the end rather than maintained row by row (about 40% of PostgreSQL's work).
         deferred = await drop_secondary_indexes(engine, schema)
         return await _rebuild(
-            settings, engine, schema, batch_size, progress, on_start, deferred_indexes=deferred
+            settings,
+            engine,
+            schema,
+            batch_size,
+            progress,
+            on_start,
+            deferred_indexes=deferred,
+            max_devices_per_node=max_devices_per_node,
         )
     except Exception:
         await drop_schema(engine, schema)  # a half-built replay schema is of no use
@@ -245,6 +265,7 @@ async def _rebuild(
     on_start: Callable[[int], None] | None,
     *,
     deferred_indexes: Sequence[str] = (),
+    max_devices_per_node: int | None = None,
 ) -> ReplaySummary:
     """Read, fold and write the log as a pipeline of three stages that overlap: the reader task
     fetches and decodes batch n+2 and a worker thread folds batch n+1 over the cache (and
@@ -308,7 +329,12 @@ async def _rebuild(
                 if batch.records or batch.items:
                     # In a thread, so that the event loop keeps driving the write in flight and
                     # the reader meanwhile (the GIL changes hands every few milliseconds).
-                    logged = LoggedBatch(batch.records, summary.end_offsets, inventory=batch.items)
+                    logged = LoggedBatch(
+                        batch.records,
+                        summary.end_offsets,
+                        inventory=batch.items,
+                        max_devices_per_node=max_devices_per_node,
+                    )
                     prepared = await asyncio.to_thread(
                         functools.partial(store.prepare_batch, logged, cache)
                     )
