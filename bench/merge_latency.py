@@ -22,15 +22,16 @@ Figures, per observation (matched on node and time; see :func:`latencies`):
   partition's watermark passed it + the governor's batch.
 
 p50/p95/max of both and decision/forwarding. Observations published before the first decision was
-read (the worker starting) are left out.
+read (the worker starting) are left out. A healthy-again flip of a quarantined device may decide
+nothing at once; ``decided`` counts the observations that got a decision.
 
 ``--hot-devices N`` (issue 11: one hot node beside a normal fleet) adds, once the first decision
 was read, a burst of N observations of one node, ``hot-node``, each of another resourceID, as fast
 as the producer takes them, while the load goes on. Repeat the flag (``--hot-devices 0
 --hot-devices 100000``) for a baseline from the same run: the fleet's decision latency during the
-burst against the one without. Reported: when the burst was published and when its last
-``HealthTransition`` was read (or how many were, when not all). A healthy-again flip of a quarantined device may decide
-nothing at once; ``decided`` counts the observations that got a decision.
+burst against the one without. Reported: when the burst was published, how many of its
+``HealthTransition``s were read (those over the device ceiling are not forwarded) and when the
+worker had committed the whole health topic as it stood once the burst was published.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from typing import Annotated, Any
 import typer
 
 from bench.console import console
-from bench.kafka_admin import create_topic
+from bench.kafka_admin import admin_client, committed_offsets, create_topic, end_offsets
 from bench.load import percentile
 from bench.machine import code_version, command_line, machine_info
 from bench.processes import Child, free_port, start_child
@@ -72,7 +73,6 @@ class Seen:
     forwarded: list[tuple[float, HealthTransition, MergeKey | None]] = field(default_factory=list)
     decisions: list[tuple[float, Decision]] = field(default_factory=list)
     hot_forwarded: int = 0
-    hot_last_forwarded: float | None = None
 
 
 def latencies(seen: Seen, since: float) -> tuple[list[float], list[float], dict[str, int]]:
@@ -175,9 +175,11 @@ async def load_loop(
 HOT_NODE = "hot-node"
 
 
-async def hot_burst(settings: Settings, devices: int) -> float:
+async def hot_burst(settings: Settings, devices: int) -> tuple[float, float | None]:
     """Publish ``devices`` Healthy observations of :data:`HOT_NODE`, one per resourceID; returns
-    the wall-clock time (epoch seconds) the last one was acknowledged."""
+    the wall-clock times (epoch seconds) the last one was acknowledged and the worker's consumer
+    group had committed every partition up to the end offsets of that moment (``None``: not
+    within 300 s)."""
     from services.adapters.kafka.producer import EventPublisher
     from services.domain.events import ContainerRef, DeviceHealthObserved, DeviceSource, Health
 
@@ -198,7 +200,15 @@ async def hot_burst(settings: Settings, devices: int) -> float:
                     observed_at=datetime.now(UTC),
                 )
             )
-    return time.time()
+    published = time.time()
+    ends = await end_offsets(settings.kafka_bootstrap_servers, settings.topic)
+    async with admin_client(settings.kafka_bootstrap_servers) as admin:
+        while time.time() - published < 300:
+            done = await committed_offsets(admin, settings.consumer_group, settings.topic)
+            if all(done.get(p, 0) >= end for p, end in ends.items()):
+                return published, time.time()
+            await asyncio.sleep(0.5)
+    return published, None
 
 
 async def read_loop(settings: Settings, seen: Seen, stop: asyncio.Event) -> None:
@@ -233,7 +243,6 @@ async def read_loop(settings: Settings, seen: Seen, stop: asyncio.Event) -> None
                     assert isinstance(record, HealthTransition)
                     if record.node == HOT_NODE:
                         seen.hot_forwarded += 1
-                        seen.hot_last_forwarded = read_at
                         continue
                     seen.forwarded.append((read_at, record, key))
     finally:
@@ -289,7 +298,7 @@ async def measure(base: Settings, tick: float, hot: int, opts: Options) -> dict[
         console.print(f"  first decision after {time.monotonic() - started:.1f} s; measuring")
         burst = asyncio.create_task(hot_burst(settings, hot)) if hot else None
         await asyncio.sleep(opts.seconds)
-        hot_published = await burst if burst is not None else None
+        hot_published, hot_drained = await burst if burst is not None else (None, None)
         stop_load.set()
         await asyncio.sleep(2 * tick + 3)  # ticks go on: the last observations are released
         worker.check()
@@ -310,9 +319,7 @@ async def measure(base: Settings, tick: float, hot: int, opts: Options) -> dict[
         "hot_devices": hot,
         "hot_published_after_seconds": round(hot_published - since, 1) if hot_published else None,
         "hot_forwarded": seen.hot_forwarded,
-        "hot_drained_after_seconds": round(seen.hot_last_forwarded - since, 1)
-        if seen.hot_last_forwarded and seen.hot_forwarded >= hot > 0
-        else None,
+        "hot_drained_after_seconds": round(hot_drained - since, 1) if hot_drained else None,
         "observations": published,
         "forwarding": fwd,
         "decision": dec,

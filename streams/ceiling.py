@@ -20,6 +20,8 @@ import structlog
 
 from services.domain.batch import CommitHook, PendingCommit
 from services.domain.device_ceiling import first_per_node
+from services.domain.directory import DeviceKey
+from services.domain.events import DeviceHealthObserved
 
 log = structlog.get_logger(__name__)
 
@@ -31,14 +33,24 @@ SendDeadLetter = Callable[[Any, str], Awaitable[Any]]
 
 
 def dead_lettering_over_ceiling(
-    forward: CommitHook | None, events: Sequence[Any], send: SendDeadLetter
+    forward: CommitHook | None,
+    events: Sequence[Any],
+    send: SendDeadLetter,
+    refused: set[DeviceKey],
 ) -> CommitHook:
     """A commit hook that dead-letters the batch's observations over the ceiling, then runs
     ``forward`` (the forwarder's hook, when there is one). ``events`` are the batch's faust
-    events (their ``message`` gives each record's original key and bytes)."""
+    events (their ``message`` gives each record's original key and bytes); the refused devices
+    are added to ``refused`` (the dedup table must not remember them: the projection has not
+    applied them)."""
 
     async def hook(commit: PendingCommit) -> None:
         if commit.over_ceiling:
+            refused.update(
+                o.record.event.device_key
+                for o in commit.over_ceiling
+                if isinstance(o.record.event, DeviceHealthObserved)
+            )
             messages = {
                 (e.message.topic, e.message.partition, e.message.offset): e.message for e in events
             }

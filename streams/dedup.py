@@ -55,6 +55,7 @@ import structlog
 from services.adapters.kafka.clients import is_broker_unavailable
 from services.adapters.projection.errors import is_transient
 from services.domain.batch import CommitHook, InventoryRecord, LoggedBatch, RecordsAfterGap
+from services.domain.directory import DeviceKey
 from services.domain.log import LoggedEvent, LogPosition
 from services.runtime.config import WorkerProcessSettings
 from streams.batchwrite import BatchNotWritten, BatchWriter, write_grace_seconds
@@ -217,7 +218,8 @@ class DeviceDedup:
         if self.forwarder is not None:
             view = BatchView(batch.order, batch.node_events, dict(times), set(batch.clamped))
             hook = self.forwarder.before_commit(view)
-        hook = dead_lettering_over_ceiling(hook, events, self._dead_letter_over_ceiling)
+        refused: set[DeviceKey] = set()
+        hook = dead_lettering_over_ceiling(hook, events, self._dead_letter_over_ceiling, refused)
         if selection.duplicates:
             self.metrics.table_duplicates.labels("duplicate").inc(selection.duplicates)
         if selection.stale:
@@ -260,7 +262,7 @@ class DeviceDedup:
         if result is None:  # shutdown came first and the write was abandoned
             self._withhold_acks(events)
             raise asyncio.CancelledError
-        remember(self.table, stream, selection, batch.sources)
+        remember(self.table, stream, selection, batch.sources, refused)
         self._record(result, events, highwaters, started)
         if cancelled:
             raise asyncio.CancelledError

@@ -12,12 +12,12 @@ from (:func:`current_event`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from services.domain.directory import version_rank
+from services.domain.directory import DeviceKey, version_rank
 from services.domain.events import DeviceHealthObserved
 from services.domain.log import LoggedEvent
 
@@ -100,9 +100,19 @@ def known_ranks(
     return known
 
 
-def remember(table: Any, stream: Any, selection: Selection, sources: Sequence[Any]) -> None:
-    """After the commit: raise the table's ranks (the changelog goes to the source's partition)."""
+def remember(
+    table: Any,
+    stream: Any,
+    selection: Selection,
+    sources: Sequence[Any],
+    refused: Collection[DeviceKey] = (),
+) -> None:
+    """After the commit: raise the table's ranks (the changelog goes to the source's partition),
+    except those of ``refused`` devices (over the device ceiling: not in the projection)."""
+    skipped = {table_key(node, resource_id) for node, resource_id in refused}
     for key, (rank, index) in selection.ranks.items():
+        if key in skipped:
+            continue
         with current_event(stream, sources[index]):
             table[key] = str(rank)
 
