@@ -298,8 +298,8 @@ async def test_metrics_report_freshness_lag_and_devices_by_health(api: httpx.Asy
     assert "devicestate_api_database_up 1.0" in text
     assert 'devicestate_devices{health="Unhealthy"} 1.0' in text
     assert 'devicestate_devices{health="Healthy"} 4.0' in text
-    # 9 events at offsets 0..8, highwater 14: 5 records not applied yet.
-    assert f'devicestate_consumer_lag{{partition="0",topic="{TOPIC}"}} 5.0' in text
+    # 9 events at offsets 0..8, highwater 14: the worker last saw 5 records it had not applied.
+    assert f'devicestate_projection_recorded_lag{{partition="0",topic="{TOPIC}"}} 5.0' in text
     freshness = next(
         line for line in text.splitlines() if line.startswith("devicestate_projection_freshness")
     )

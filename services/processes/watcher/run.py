@@ -53,6 +53,8 @@ SHUTDOWN_FLUSH_SECONDS: Final = 20.0
 
 
 async def _wait_for_topics(settings: GovernanceTopicSettings) -> None:
+    # Every topic of the service, created if missing (unless told not to) and checked: a wrong
+    # one raises TopicCheckError naming the fix, at once (not retriable).
     def before_sleep(state: object) -> None:
         log.info("waiting for kafka", bootstrap_servers=settings.kafka_bootstrap_servers)
 
@@ -64,7 +66,7 @@ async def _wait_for_topics(settings: GovernanceTopicSettings) -> None:
         reraise=True,
     ):
         with attempt:
-            await ensure_topics(settings)
+            await ensure_topics(settings, create=settings.topics_create_missing)
 
 
 def _file_kinds(settings: WatchSettings) -> frozenset[str]:
@@ -99,7 +101,8 @@ async def run_watch(
     ``from_file``: a recorded JSONL watch stream, read to its end (``_CLOCK`` directives set
     ``observedAt`` and send ticks; without one the wall clock is used). ``None``: the live cluster
     (kubeconfig from ``settings``) until SIGTERM/SIGINT. Waits for Kafka at start; raises
-    ``services.adapters.kube.errors.ApiRejected`` if the API refuses the watcher (RBAC),
+    :class:`~services.adapters.kafka.topics.TopicCheckError` when the topics are missing (and
+    not to be created) or wrong, ``services.adapters.kube.errors.ApiRejected`` if the API refuses the watcher (RBAC),
     ``OSError`` if the file cannot be read.
     """
     metrics = WatcherMetrics()
