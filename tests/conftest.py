@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -250,10 +250,6 @@ async def stream_settings(
         names = [t for t in await kafka_admin.list_topics() if tag in t]
         if names:
             await kafka_admin.delete_topics(names)
-
-
-HEALTH_TOPIC_CONFIGS: Final = {"message.timestamp.type": "LogAppendTime"}
-"""As ``ensure_topics`` creates the device-health topic: the broker stamps each record."""
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
