@@ -71,9 +71,12 @@ async def test_the_worker_and_the_watcher_stop(wrong: Settings) -> None:
     with pytest.raises(TopicCheckError) as raised:
         await asyncio.wait_for(prepare(wrong), 60)
     assert_names_the_fix(raised, wrong.governance_topic)
+    # The watcher writes only the event and dead-letter topics: 3 partitions, it is told 2.
+    told_two = wrong.model_copy(update={"topic_partitions": 2})
     with pytest.raises(TopicCheckError) as raised:
-        await asyncio.wait_for(run_watch(wrong, from_file=DEMO_STREAM), 60)
-    assert_names_the_fix(raised, wrong.decisions_topic)
+        await asyncio.wait_for(run_watch(told_two, from_file=DEMO_STREAM), 60)
+    assert [p.problem for p in raised.value.problems] == ["has 3 partitions, needs 2"] * 2
+    assert "set DEVICESTATE_TOPIC_PARTITIONS=3" in raised.value.problems[0].fix
 
 
 async def test_the_api_does_not_start(wrong: Settings) -> None:
