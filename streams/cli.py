@@ -27,14 +27,16 @@ def worker(
         bool,
         typer.Option(
             "--skip-prepare",
-            help="Do not run the database migrations or create the topics before starting.",
+            help="Do not run the database migrations or create missing topics before starting "
+            "(the topics are still checked).",
         ),
     ] = False,
 ) -> None:
     """Consume device-health events from Kafka, drop duplicates, and write the PostgreSQL projection.
 
-    Migrates the projection schema and creates the topics first. Stops cleanly on SIGTERM/SIGINT
-    (a batch being written is finished first); exits 1 when a batch cannot be written.
+    Migrates the projection schema and creates missing topics first, then checks them (exit 2
+    naming the fix when one is wrong). Stops cleanly on SIGTERM/SIGINT (a batch being written is
+    finished first); exits 1 when a batch cannot be written.
     """
     from services.runtime.logs import configure_logging
     from streams.worker import run_worker
@@ -47,7 +49,13 @@ def worker(
     settings = WorkerProcessSettings(**overrides)  # type: ignore[arg-type]
     configure_logging(settings)
     tune_gc()
-    code = run(run_worker(settings, prepare_first=not skip_prepare))
+    from services.adapters.kafka.topics import TopicCheckError
+
+    try:
+        code = run(run_worker(settings, prepare_first=not skip_prepare))
+    except TopicCheckError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     if code:
         raise typer.Exit(code)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import signal
 import time
 from typing import Any, Final
@@ -73,12 +74,20 @@ def _startup_transient(exc: BaseException) -> bool:
 
 
 async def prepare(settings: WorkerProcessSettings) -> None:
-    """Bring the projection schema up to date and make sure the topics exist."""
-    from services.adapters.kafka.topics import ensure_topics
+    """Bring the projection schema up to date and make sure the topics exist (created when
+    missing unless ``settings.topics_create_missing`` is false) and are as the worker needs them
+    (raises :class:`~services.adapters.kafka.topics.TopicCheckError` naming the fix)."""
     from services.adapters.projection.migrate import migrate
 
     await _retry_start("postgresql", migrate, settings.database_url, settings.database_schema)
-    await _retry_start("kafka", ensure_topics, settings)
+    await check_topics(settings, create=settings.topics_create_missing)
+
+
+async def check_topics(settings: WorkerProcessSettings, *, create: bool) -> None:
+    """The four topics the worker reads and writes, checked (created first if ``create``)."""
+    from services.adapters.kafka.topics import ensure_topics
+
+    await _retry_start("kafka", functools.partial(ensure_topics, settings, create=create))
 
 
 async def run_worker(
@@ -93,6 +102,8 @@ async def run_worker(
     started = time.monotonic()
     if prepare_first:
         await prepare(settings)
+    else:  # the topics are checked all the same: a wrong one would stop the worker later
+        await check_topics(settings, create=False)
 
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -221,12 +221,12 @@ async def kafka_admin(kafka_bootstrap: str) -> AsyncIterator[Any]:
 async def stream_settings(
     kafka_admin: Any, fresh_schema: str, tmp_path: Any
 ) -> AsyncIterator[Settings]:
-    """Settings private to one test: topics ``t<tag>.events`` (3 partitions) and
-    ``t<tag>.dead-letter`` (created, as ``ensure_topics`` would), ``t<tag>.governance`` and
-    ``t<tag>.decisions`` (named only; the worker's ``ensure_topics`` creates them), consumer group
+    """Settings private to one test: topics ``t<tag>.events`` (3 partitions),
+    ``t<tag>.dead-letter``, ``t<tag>.governance`` and ``t<tag>.decisions``, created by the
+    service's own ``ensure_topics`` (the broker auto-creates nothing), consumer group
     ``t<tag>.worker``, the test's fresh schema, a RocksDB data directory under ``tmp_path``,
     metrics off, small batches. No test worker touches the shared default topics."""
-    from aiokafka.admin import NewTopic
+    from services.adapters.kafka.topics import ensure_topics
 
     tag = f"t{uuid4().hex[:12]}"
     settings = Settings(
@@ -243,22 +243,13 @@ async def stream_settings(
         worker_batch_size=500,
         worker_batch_within_seconds=0.2,
     )
-    await kafka_admin.create_topics(
-        [
-            NewTopic(settings.topic, 3, 1, topic_configs=HEALTH_TOPIC_CONFIGS),
-            NewTopic(settings.dead_letter_topic, 3, 1),
-        ]
-    )
+    await ensure_topics(settings)
     try:
         yield settings
     finally:
         names = [t for t in await kafka_admin.list_topics() if tag in t]
         if names:
             await kafka_admin.delete_topics(names)
-
-
-HEALTH_TOPIC_CONFIGS: Final = {"message.timestamp.type": "LogAppendTime"}
-"""As ``ensure_topics`` creates the device-health topic: the broker stamps each record."""
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

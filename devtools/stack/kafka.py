@@ -82,7 +82,7 @@ transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
-auto.create.topics.enable=true
+auto.create.topics.enable=false
 delete.topic.enable=true
 
 # Consumer groups form at once (tests would otherwise wait 3 s per new group).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import typer
 
+from services.cli.topics import topics
 from services.client.directory import devices
 from services.client.operator import register as register_operator_commands
 from services.processes.alerts.cli import alerts
@@ -38,6 +39,7 @@ register_operator_commands(app)  # quarantine, automation, breaker, governance, 
 app.command("alerts")(alerts)
 app.command("recovery")(recovery)
 app.command("enforce")(enforce)
+app.add_typer(topics)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -182,6 +182,20 @@ class ApiSettings(SettingsGroup):
     api_access_log: bool = Field(
         False, description="Log every request (costs ~0.1 ms of CPU per request)."
     )
+    ready_max_lag_records: int = Field(
+        100_000,
+        ge=0,
+        description="/readyz fails when a partition of the event or governance topic has more "
+        "records than this after the worker group's committed offset (the broker's end offset "
+        "minus the committed one).",
+    )
+    ready_max_lag_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="/readyz fails when the oldest record the worker group has not consumed "
+        "waited longer than this (seconds: wall clock minus its Kafka timestamp, the broker's "
+        "append time on the event topic): a worker fallen behind, or stopped while records wait.",
+    )
 
 
 class GovernanceTopicSettings(KafkaSettings):
@@ -197,6 +211,13 @@ class GovernanceTopicSettings(KafkaSettings):
     decisions_topic: str = Field(
         "devicestate.decisions.v1",
         description="Output topic: every governance decision, for alerting and other consumers.",
+    )
+    topics_create_missing: bool = Field(
+        True,
+        description="Every process but replay creates the topics it needs when they are missing "
+        "(partitions, replicas and configs as the service needs them) and checks them on start; "
+        "false: it only checks, and a missing topic stops it naming `devicestate topics create`. "
+        "A topic that exists but differs (partitions, replicas, configs) always stops it.",
     )
 
 

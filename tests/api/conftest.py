@@ -50,12 +50,14 @@ def bearer(role: str) -> dict[str, str]:
 
 
 @pytest.fixture
-async def governance_topic(kafka_admin: Any) -> AsyncIterator[str]:
-    """A private single-partition governance topic, deleted afterwards."""
-    from aiokafka.admin import NewTopic
+async def governance_topic(kafka_admin: Any, kafka_bootstrap: str) -> AsyncIterator[str]:
+    """A private single-partition governance topic (made by the service's ``ensure_topics``, as
+    the API checks it on start), deleted afterwards."""
+    from services.adapters.kafka.topics import TopicRole, ensure_topics
 
     name = f"t{uuid4().hex[:12]}.governance"
-    await kafka_admin.create_topics([NewTopic(name, 1, 1)])
+    kafka = Settings(kafka_bootstrap_servers=kafka_bootstrap, governance_topic=name)
+    await ensure_topics(kafka, (TopicRole.GOVERNANCE,))
     try:
         yield name
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from uuid import uuid4
 
 import httpx
 import pytest
@@ -28,10 +29,25 @@ def client_for(settings: Settings) -> tuple[Any, httpx.AsyncClient]:
 
 
 @pytest.fixture
-async def api(database_url: str, fresh_schema: str) -> AsyncIterator[httpx.AsyncClient]:
-    app, client = client_for(Settings(database_url=database_url, database_schema=fresh_schema))
-    async with app.router.lifespan_context(app), client:
-        yield client
+async def api(
+    database_url: str, fresh_schema: str, kafka_admin: Any
+) -> AsyncIterator[httpx.AsyncClient]:
+    # Private event and governance topics and group: /readyz measures their lag on the broker
+    # (the shared default topics may hold records of another run). The API creates them.
+    tag = f"t{uuid4().hex[:12]}"
+    settings = Settings(
+        database_url=database_url,
+        database_schema=fresh_schema,
+        topic=f"{tag}.events",
+        governance_topic=f"{tag}.governance",
+        consumer_group=f"{tag}.worker",
+    )
+    app, client = client_for(settings)
+    try:
+        async with app.router.lifespan_context(app), client:
+            yield client
+    finally:
+        await kafka_admin.delete_topics([t for t in await kafka_admin.list_topics() if tag in t])
 
 
 @pytest.fixture
@@ -274,6 +290,29 @@ async def test_readyz_needs_partition_progress(
     ]
 
 
+async def test_readyz_is_503_while_the_lag_cannot_be_measured(
+    database_url: str,
+    fresh_schema: str,
+    store: ProjectionStore,
+    observation: ObservationFactory,
+    logged: LogFactory,
+) -> None:
+    await store.apply_batch(LoggedBatch(logged([observation(1)]), highwaters={(TOPIC, 0): 1}))
+    # Port 9 (discard): no broker answers; the projection alone would say "caught up".
+    settings = Settings(
+        database_url=database_url,
+        database_schema=fresh_schema,
+        kafka_bootstrap_servers="127.0.0.1:9",
+    )
+    app, client = client_for(settings)
+    async with app.router.lifespan_context(app), client:
+        response = await client.get("/readyz")
+        assert response.status_code == 503
+        assert response.json()["reason"].startswith("projection lag unknown: Kafka did not answer")
+        assert response.json()["partitions"][0]["lag"] == 0
+        assert "devicestate_api_lag_up 0.0" in (await client.get("/metrics")).text
+
+
 async def test_database_unreachable_gives_503_with_a_reason() -> None:
     # Port 9 (discard) on loopback: nothing listens, the connection is refused at once.
     settings = Settings(database_url="postgresql+asyncpg://nobody:x@127.0.0.1:9/none")
@@ -298,8 +337,8 @@ async def test_metrics_report_freshness_lag_and_devices_by_health(api: httpx.Asy
     assert "devicestate_api_database_up 1.0" in text
     assert 'devicestate_devices{health="Unhealthy"} 1.0' in text
     assert 'devicestate_devices{health="Healthy"} 4.0' in text
-    # 9 events at offsets 0..8, highwater 14: 5 records not applied yet.
-    assert f'devicestate_consumer_lag{{partition="0",topic="{TOPIC}"}} 5.0' in text
+    # 9 events at offsets 0..8, highwater 14: the worker last saw 5 records it had not applied.
+    assert f'devicestate_projection_recorded_lag{{partition="0",topic="{TOPIC}"}} 5.0' in text
     freshness = next(
         line for line in text.splitlines() if line.startswith("devicestate_projection_freshness")
     )

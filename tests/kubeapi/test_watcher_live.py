@@ -53,7 +53,7 @@ from services.domain.inventory.objects import (
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 from services.domain.records import TopicRecord, decode_record
 from services.runtime.config import Settings
-from tests.conftest import HEALTH_TOPIC_CONFIGS, settings_env
+from tests.conftest import settings_env
 from tests.kubeapi.kube_rest import (
     KubeREST,
     apply_identities,
@@ -671,10 +671,10 @@ async def test_live_watcher_publishes_what_the_cluster_does(
 # --- 410 Gone: stop the watcher, delete Pods, compact etcd, resume --------------------------------
 @pytest.fixture
 async def topic_settings(kafka_admin: Any) -> AsyncIterator[Settings]:
-    """Settings with event and dead-letter topics private to the test (created here, 3
-    partitions, before any consumer could have the broker auto-create them); every topic named
-    after the test is deleted afterwards."""
-    from aiokafka.admin import NewTopic
+    """Settings with event and dead-letter topics private to the test (created here as the
+    service creates them, 3 partitions); every topic named after the test is deleted
+    afterwards."""
+    from services.adapters.kafka.topics import TopicRole, ensure_topics
 
     tag = f"t{uuid4().hex[:12]}"
     settings = Settings().model_copy(
@@ -684,12 +684,7 @@ async def topic_settings(kafka_admin: Any) -> AsyncIterator[Settings]:
             "topic_partitions": 3,
         }
     )
-    await kafka_admin.create_topics(
-        [
-            NewTopic(settings.topic, 3, 1, topic_configs=HEALTH_TOPIC_CONFIGS),
-            NewTopic(settings.dead_letter_topic, 3, 1),
-        ]
-    )
+    await ensure_topics(settings, (TopicRole.EVENTS, TopicRole.DEAD_LETTER))
     yield settings
     names = [t for t in await kafka_admin.list_topics() if tag in t]
     if names:

@@ -34,7 +34,7 @@ HOLDER = "test-host/1/feedbeef"
 
 @pytest.fixture
 async def topics(kafka_admin: Any) -> AsyncIterator[Settings]:
-    from aiokafka.admin import NewTopic
+    from services.adapters.kafka.topics import TopicRole, ensure_topics
 
     tag = f"t{uuid4().hex[:12]}"
     settings = Settings(
@@ -42,9 +42,8 @@ async def topics(kafka_admin: Any) -> AsyncIterator[Settings]:
         governance_topic=f"{tag}.governance",
         recovery_executor="inprocess",
     )
-    await kafka_admin.create_topics(
-        [NewTopic(settings.decisions_topic, 1, 1), NewTopic(settings.governance_topic, 1, 1)]
-    )
+    # As the service creates them: recovery checks them on start.
+    await ensure_topics(settings, (TopicRole.DECISIONS, TopicRole.GOVERNANCE))
     try:
         yield settings
     finally:

@@ -109,3 +109,10 @@ def test_connection_settings_point_at_the_compose_servers(compose: dict[str, Any
         assert url.username == postgres_env["POSTGRES_USER"]
         assert url.password == postgres_env["POSTGRES_PASSWORD"]
         assert url.path == "/" + postgres_env["POSTGRES_DB"]
+
+
+def test_the_compose_broker_creates_no_topic_by_itself(compose: dict[str, Any]) -> None:
+    # A command POSTed before the worker's first start made it create a 6-partition governance
+    # topic (issue 11 item 6): the processes create and check their topics instead.
+    kafka_env = _environment(compose["services"]["kafka"])
+    assert kafka_env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"

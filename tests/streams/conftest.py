@@ -15,7 +15,7 @@ from uuid import uuid4
 import pytest
 
 from services.runtime.config import Settings
-from tests.conftest import HEALTH_TOPIC_CONFIGS, SchemaFactory
+from tests.conftest import SchemaFactory
 
 TopicSets = Callable[..., Awaitable[Settings]]
 """``await topic_sets(**updates)``: settings of one more private run (see :func:`topic_sets`)."""
@@ -39,10 +39,11 @@ async def topic_sets(
     kafka_admin: Any, new_schema: SchemaFactory, tmp_path: Any
 ) -> AsyncIterator[TopicSets]:
     """More private runs like ``stream_settings``: each call makes topics ``t<tag>.events`` (3
-    partitions, as ``ensure_topics`` makes it) and ``t<tag>.dead-letter``, names governance and
-    decisions topics, a consumer group, a fresh schema and a data directory, with ``updates``
-    applied; everything is deleted after the test."""
-    from aiokafka.admin import NewTopic
+    partitions), ``t<tag>.dead-letter``, ``t<tag>.governance`` and ``t<tag>.decisions`` (through
+    the service's ``ensure_topics``: the broker auto-creates nothing), a consumer group, a fresh
+    schema and a data directory, with ``updates`` applied; everything is deleted after the
+    test."""
+    from services.adapters.kafka.topics import ensure_topics
 
     tags: list[str] = []
 
@@ -62,13 +63,7 @@ async def topic_sets(
                 worker_batch_within_seconds=0.2,
             ).model_copy(update=updates)
         )
-        partitions = settings.topic_partitions
-        await kafka_admin.create_topics(
-            [
-                NewTopic(settings.topic, partitions, 1, topic_configs=HEALTH_TOPIC_CONFIGS),
-                NewTopic(settings.dead_letter_topic, partitions, 1),
-            ]
-        )
+        await ensure_topics(settings)
         return settings
 
     yield make

@@ -8,5 +8,7 @@
 - :mod:`.reader`: :class:`~.reader.TopicSnapshot` (a topic from its beginning up to the end
   captured at the start: the replays) and the admin questions (partitions, group members, lag);
 - :mod:`.headers`: the record headers (the record type, the dead-letter reason);
-- :mod:`.producer`: the watcher's producer; :mod:`.topics`: topic creation.
+- :mod:`.producer`: the watcher's producer; :mod:`.topics`: topic creation and the start-up
+  check of every process (what each topic must be: :mod:`.topic_check`);
+- :mod:`.lag`: a consumer group's true lag from the broker (records and seconds per partition).
 """

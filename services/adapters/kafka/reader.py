@@ -19,6 +19,7 @@ from typing import Any
 from aiokafka import ConsumerRecord, TopicPartition
 
 from services.adapters.kafka.clients import KafkaTarget, make_admin, make_consumer
+from services.adapters.kafka.lag import GroupLagProbe
 
 
 class TopicMissing(LookupError):
@@ -64,29 +65,15 @@ async def group_member_ids(target: KafkaTarget, group: str, *, client_id: str) -
 async def group_lag(
     target: KafkaTarget, topic: str, group: str, *, client_id: str
 ) -> dict[int, int]:
-    """Per partition of ``topic``: end offset minus ``group``'s committed offset (0: caught up;
-    a partition without a committed offset counts its whole length). Raises ``RuntimeError``
-    when the topic cannot be described, aiokafka's errors when no broker answers."""
-    consumer = make_consumer(target, client_id=client_id)
-    admin = make_admin(target, client_id=client_id)
-    await consumer.start()
-    await admin.start()
+    """Per partition of ``topic``: records after ``group``'s committed offset (0: caught up; a
+    partition without a committed offset counts all it holds), from
+    :class:`~services.adapters.kafka.lag.GroupLagProbe`. Raises ``RuntimeError`` when the topic
+    cannot be described, aiokafka's errors when no broker answers."""
+    probe = GroupLagProbe(target, group, [topic], client_id=client_id)
     try:
-        [described] = await admin.describe_topics([topic])
-        if described.get("error_code") or not described.get("partitions"):
-            raise RuntimeError(f"topic {topic!r} cannot be described: {described}")
-        tps = sorted(TopicPartition(topic, p["partition"]) for p in described["partitions"])
-        ends = await consumer.end_offsets(tps)
-        committed = await admin.list_consumer_group_offsets(group, partitions=tps)
-        lag = {}
-        for tp in tps:
-            meta = committed.get(tp)
-            done = meta.offset if meta is not None and meta.offset >= 0 else 0
-            lag[tp.partition] = max(ends[tp] - done, 0)
-        return lag
+        return {lag.partition: lag.records for lag in await probe.measure()}
     finally:
-        await admin.close()
-        await consumer.stop()
+        await probe.close()
 
 
 class TopicSnapshot:

@@ -1,4 +1,4 @@
-"""Create the topics if they are missing (aiokafka admin client).
+"""Create the service's topics on purpose, and check them on every process's start.
 
 - the device-health event topic and the dead-letter topic, ``settings.topic_partitions`` each;
 - the governance topic (``settings.governance_topic``): the governor's log, ONE partition (a total
@@ -6,45 +6,68 @@
   offset 0);
 - the decisions topic (``settings.decisions_topic``): ONE partition, in the governor's order.
 
+What each must be (partitions, replicas, configs) is :mod:`.topic_check`'s :func:`topic_specs`.
 Every topic is created with ``max.message.bytes`` = ``settings.max_message_bytes`` (1 MiB by
 default), set on purpose rather than left to the broker's default (1 MiB + 12 bytes): it is the
 figure the watcher's producer uses as its ``max_request_size`` and fits its events to
 (:mod:`services.domain.record_size`), so a record the producer lets through fits the topic, and
-one it refuses is dead-lettered instead of stopping the watcher.
+one it refuses is dead-lettered instead of stopping the watcher. The device-health topic is
+created with ``message.timestamp.type=LogAppendTime``: each record's Kafka timestamp is the
+broker's clock at append, the independent clock that bounds event time
+(:mod:`services.domain.event_time`, issue 10).
 
-The device-health topic is created with ``message.timestamp.type=LogAppendTime``: each record's
-Kafka timestamp is the broker's clock at append, the independent clock that bounds event time
-(:mod:`services.domain.event_time`, issue 10). A topic created before keeps its own type
-(``CreateTime``: the producer's clock), which bounds event time less well; change it with
-``kafka-configs.sh --alter --add-config message.timestamp.type=LogAppendTime``.
-
-Idempotent: an existing topic is left as it is. Its partition count is never changed, even when it
-differs from the wanted count: adding partitions would move node keys to other partitions and
-break the per-node order of the log (a warning is logged instead). A governance topic with more
-than one partition is refused (:class:`TopicCreationError`): the governor needs a total order.
+:func:`ensure_topics` creates the missing topics (unless told not to) and then checks them all:
+an existing topic is never changed (its partition count least of all: adding partitions would
+move node keys to other partitions and break the per-node order of the log), so a topic that
+differs raises :class:`~.topic_check.TopicCheckError` naming the fix. :func:`prepare_topics` is
+the same, retried while no broker answers: what the processes run on start (issue 11: a command
+POSTed before the worker's first start used to auto-create a 6-partition governance topic).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from enum import StrEnum
-from typing import Any, Final
+from typing import Final
 
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from services.adapters.kafka.clients import make_admin
+from services.adapters.kafka.clients import START_MAX_DELAY_SECONDS, is_retriable, make_admin
+from services.adapters.kafka.topic_check import (
+    ALL_ROLES,
+    TopicCheckError,
+    TopicProblem,
+    TopicRole,
+    TopicSpec,
+    broker_count,
+    inspect_topics,
+    replication_factor,
+    topic_specs,
+)
 from services.runtime.config import GovernanceTopicSettings
 
 log = structlog.get_logger(__name__)
 
+__all__ = [
+    "TopicCheckError",
+    "TopicCreationError",
+    "TopicProblem",
+    "TopicRole",
+    "TopicState",
+    "check_topics",
+    "ensure_topics",
+    "prepare_topics",
+    "wanted_topics",
+]
+
 TOPIC_ALREADY_EXISTS: Final = 36
 """Kafka error code ``TOPIC_ALREADY_EXISTS`` (another process created it between list and create)."""
 
-MAX_REPLICATION_FACTOR: Final = 3
 
-EVENT_TOPIC_CONFIG: Final = {"retention.ms": "-1"}
-"""The event topic is the system of record: ``devicestate replay`` rebuilds from offset 0, so its
-records are kept forever (the volume is one record per health change, not per watch event)."""
+METADATA_WAIT_SECONDS: Final = 10.0
+"""Longest wait (seconds) for created topics to show in the metadata before they are checked."""
 
 
 class TopicState(StrEnum):
@@ -58,111 +81,137 @@ class TopicCreationError(RuntimeError):
     """The broker refused to create a topic for a reason other than "already exists"."""
 
 
-def _replication_factor(broker_count: int) -> int:
-    # One copy per broker up to three: 1 on the local single-node stack, 3 in a real cluster.
-    return max(1, min(MAX_REPLICATION_FACTOR, broker_count))
-
-
 def wanted_topics(settings: GovernanceTopicSettings) -> dict[str, int]:
-    """Every topic the services need, with its partition count when created."""
-    return {
-        settings.topic: settings.topic_partitions,
-        settings.dead_letter_topic: settings.topic_partitions,
-        settings.governance_topic: 1,
-        settings.decisions_topic: 1,
-    }
+    """Every topic the services need, with its partition count."""
+    return {name: spec.partitions for name, spec in topic_specs(settings, 1).items()}
 
 
-def _topic_configs(
-    name: str, settings: GovernanceTopicSettings, replication: int
-) -> dict[str, str]:
-    kept_forever = name in (settings.topic, settings.governance_topic)
-    configs = dict(EVENT_TOPIC_CONFIG) if kept_forever else {}
-    # Equal to the producer's max_request_size (producer.py): the two limits are one setting.
-    configs["max.message.bytes"] = str(settings.max_message_bytes)
-    if name == settings.topic:
-        # The broker's clock, not the producer's, stamps each record: the bound of event time.
-        configs["message.timestamp.type"] = "LogAppendTime"
-    if replication >= MAX_REPLICATION_FACTOR:
-        # With acks=all, a write survives the loss of one broker only if two copies confirm it.
-        configs["min.insync.replicas"] = "2"
-    return configs
+async def check_topics(
+    settings: GovernanceTopicSettings,
+    roles: tuple[TopicRole, ...] = ALL_ROLES,
+    *,
+    request_timeout_ms: int = 15000,
+) -> list[TopicProblem]:
+    """Every way the topics of ``roles`` differ from what the service needs (empty: all right);
+    creates nothing. Raises aiokafka's ``KafkaConnectionError`` when no broker answers within
+    ``request_timeout_ms`` (milliseconds)."""
+    admin = make_admin(
+        settings, client_id="devicestate-admin", request_timeout_ms=request_timeout_ms
+    )
+    await admin.start()
+    try:
+        replication = replication_factor(await broker_count(admin))
+        return await inspect_topics(admin, topic_specs(settings, replication, roles), replication)
+    finally:
+        await admin.close()
 
 
 async def ensure_topics(
-    settings: GovernanceTopicSettings, *, request_timeout_ms: int = 15000
+    settings: GovernanceTopicSettings,
+    roles: tuple[TopicRole, ...] = ALL_ROLES,
+    *,
+    create: bool = True,
+    request_timeout_ms: int = 15000,
 ) -> dict[str, TopicState]:
-    """Make sure the topics of :func:`wanted_topics` exist (``settings.topic`` and
-    ``settings.dead_letter_topic`` with ``settings.topic_partitions`` partitions, the governance
-    and decisions topics with one), with a replication factor of min(3, brokers).
+    """Create the missing topics of ``roles`` (all four by default; none when ``create`` is
+    false) with a replication factor of min(3, brokers), then check every one of them.
 
-    Returns each topic's :class:`TopicState`. Raises :class:`TopicCreationError` when the broker
-    refuses a creation or the governance topic has more than one partition, and aiokafka's ``KafkaConnectionError`` when no broker answers within
-    ``request_timeout_ms`` (milliseconds); callers retry at start-up.
+    Returns each topic's :class:`TopicState`. Raises :class:`TopicCheckError` when a topic is
+    missing (``create`` false) or differs from what the service needs (partitions, replicas,
+    configs: each problem names its fix), :class:`TopicCreationError` when the broker refuses a
+    creation, and aiokafka's ``KafkaConnectionError`` when no broker answers within
+    ``request_timeout_ms`` (milliseconds); callers retry that at start-up.
     """
     admin = make_admin(
         settings, client_id="devicestate-admin", request_timeout_ms=request_timeout_ms
     )
     await admin.start()
     try:
-        counts = wanted_topics(settings)
-        wanted = list(counts)
+        replication = replication_factor(await broker_count(admin))
+        specs = topic_specs(settings, replication, roles)
         existing = set(await admin.list_topics())
-        states = {name: TopicState.EXISTED for name in wanted if name in existing}
-        missing = [name for name in wanted if name not in existing]
-        if missing:
-            cluster: dict[str, Any] = await admin.describe_cluster()
-            replication = _replication_factor(len(cluster.get("brokers") or []))
-            response = await admin.create_topics(
-                [
-                    NewTopic(
-                        name,
-                        counts[name],
-                        replication,
-                        topic_configs=_topic_configs(name, settings, replication),
-                    )
-                    for name in missing
-                ]
-            )
-            for error in response.to_object()["topic_errors"]:
-                name, code = error["topic"], error["error_code"]
-                if code == 0:
-                    states[name] = TopicState.CREATED
-                    log.info(
-                        "topic created",
-                        topic=name,
-                        partitions=counts[name],
-                        replication_factor=replication,
-                    )
-                elif code == TOPIC_ALREADY_EXISTS:
-                    states[name] = TopicState.EXISTED
-                else:
-                    raise TopicCreationError(
-                        f"cannot create topic {name!r}: error {code} {error.get('error_message')}"
-                    )
-        await _check_partitions(admin, settings, counts)
+        states = {name: TopicState.EXISTED for name in specs if name in existing}
+        missing = [specs[name] for name in specs if name not in existing]
+        if missing and create:
+            states |= await _create(admin, missing, replication)
+            await _until_listed(admin, [spec.name for spec in missing])
+        problems = await inspect_topics(admin, specs, replication)
+        if problems:
+            raise TopicCheckError(problems)
         return states
     finally:
         await admin.close()
 
 
-async def _check_partitions(
-    admin: AIOKafkaAdminClient, settings: GovernanceTopicSettings, counts: dict[str, int]
-) -> None:
-    for described in await admin.describe_topics(list(counts)):
-        name = described.get("topic")
-        partitions = len(described.get("partitions") or [])
-        wanted = counts.get(name, settings.topic_partitions)
-        if not partitions or partitions == wanted:
-            continue
-        if name == settings.governance_topic:
-            raise TopicCreationError(
-                f"governance topic {name!r} has {partitions} partitions; it must have exactly 1 "
-                "(the governor folds one total order)"
+async def _until_listed(admin: AIOKafkaAdminClient, names: list[str]) -> None:
+    # A created topic reaches the brokers' metadata a moment after the controller answered.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + METADATA_WAIT_SECONDS
+    while loop.time() < deadline:
+        if set(names) <= set(await admin.list_topics()):
+            return
+        await asyncio.sleep(0.1)
+
+
+async def _create(
+    admin: AIOKafkaAdminClient, missing: list[TopicSpec], replication: int
+) -> dict[str, TopicState]:
+    response = await admin.create_topics(
+        [
+            NewTopic(spec.name, spec.partitions, replication, topic_configs=spec.create_configs())
+            for spec in missing
+        ]
+    )
+    states = {}
+    partitions = {spec.name: spec.partitions for spec in missing}
+    for error in response.to_object()["topic_errors"]:
+        name, code = error["topic"], error["error_code"]
+        if code == 0:
+            states[name] = TopicState.CREATED
+            log.info(
+                "topic created",
+                topic=name,
+                partitions=partitions[name],
+                replication_factor=replication,
             )
-        log.warning(
-            "topic partition count differs from settings; left unchanged",
-            topic=name,
-            partitions=partitions,
-            configured=wanted,
-        )
+        elif code == TOPIC_ALREADY_EXISTS:
+            states[name] = TopicState.EXISTED
+        else:
+            raise TopicCreationError(
+                f"cannot create topic {name!r}: error {code} {error.get('error_message')}"
+            )
+    return states
+
+
+async def prepare_topics(
+    settings: GovernanceTopicSettings,
+    roles: tuple[TopicRole, ...],
+    *,
+    create: bool | None = None,
+    stop: asyncio.Event | None = None,
+    what: str = "topics",
+) -> bool:
+    """:func:`ensure_topics` for a process's start: the topics of ``roles``, created when missing
+    if ``create`` (default: ``settings.topics_create_missing``), retried with a doubling delay (at
+    most 15 s) while no broker answers, until ``stop`` is set.
+
+    Returns ``True`` once the topics are right, ``False`` when ``stop`` was set first. Raises
+    :class:`TopicCheckError` (missing or wrong topics, each named with its fix) and
+    :class:`TopicCreationError` at once: retrying would not fix them."""
+    create = settings.topics_create_missing if create is None else create
+    delay = 0.5
+    while stop is None or not stop.is_set():
+        try:
+            await ensure_topics(settings, roles, create=create)
+            return True
+        except Exception as exc:
+            if not is_retriable(exc):
+                raise
+            log.warning("kafka unavailable, retrying", what=what, error=repr(exc), retry_in=delay)
+        if stop is None:
+            await asyncio.sleep(delay)
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+        delay = min(delay * 2, START_MAX_DELAY_SECONDS)
+    return False

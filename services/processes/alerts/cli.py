@@ -47,20 +47,25 @@ def alerts(
         )
         raise typer.Exit(2)
     configure_logging(settings)
+    from services.adapters.kafka.topics import TopicCheckError
     from services.processes.alerts.service import (  # the Kafka client only when running
         AlertOptions,
         run_alerts,
     )
     from services.runtime.loop import run
 
-    run(
-        run_alerts(
-            settings,
-            AlertOptions(
-                group_id=group,
-                resend_interval_seconds=resend_interval,
-                generator_base_url=generator_url,
-                metrics_port=metrics_port,
-            ),
+    try:
+        run(
+            run_alerts(
+                settings,
+                AlertOptions(
+                    group_id=group,
+                    resend_interval_seconds=resend_interval,
+                    generator_base_url=generator_url,
+                    metrics_port=metrics_port,
+                ),
+            )
         )
-    )
+    except TopicCheckError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None

@@ -28,6 +28,7 @@ import structlog
 
 from services.adapters.kafka.clients import TopicPartition
 from services.adapters.kafka.follow import Received, Start, TopicFollower
+from services.adapters.kafka.topics import TopicRole, prepare_topics
 from services.domain.governance.decisions import Decision, decode_decision
 from services.processes.alerts.mapping import ActiveAlerts, Alert
 from services.processes.alerts.metrics import AlertMetrics
@@ -266,6 +267,9 @@ async def run_alerts(
         on_retry=metrics.retried.inc,
     )
     try:
+        # Checked (created if missing) first: a consumer of a missing topic waits silently.
+        if not await prepare_topics(settings, (TopicRole.DECISIONS,), stop=stop):
+            return
         if not await follower.start(stop):
             return
         log.info(

@@ -1,7 +1,10 @@
 """The directory API application: ``create_app(settings)``.
 
 The database engine and the command producer are created when the app starts (lifespan) and
-closed when it stops; nothing connects at import time. The API only reads the projection (the
+closed when it stops; nothing connects at import time. The producer's first connection checks
+(and, with ``DEVICESTATE_TOPICS_CREATE_MISSING``, creates) the event and governance topics: wrong
+ones stop the app at start (:class:`~services.adapters.kafka.topics.TopicCheckError`, naming the
+fix), or make writes 503 when Kafka only answered later. The API only reads the projection (the
 stream worker and the governor write it); operator writes are commands appended to the governance
 topic (:mod:`services.processes.api.command_submit`). ``create_app`` raises
 :class:`~services.processes.api.auth.TokenConfigError` for an invalid token configuration, so a
@@ -45,6 +48,7 @@ from services.processes.api.hardening import (
     validation_failed,
 )
 from services.processes.api.idempotency import KeyRegistry
+from services.processes.api.readiness import LagReader
 from services.processes.api.routes_ops import GovernanceGaugeCache
 from services.runtime.config import ApiProcessSettings
 
@@ -147,10 +151,12 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
         app.state.inventory = InventoryReads(engine, settings.database_schema)
         publisher = CommandPublisher(settings)
         app.state.publisher = publisher
-        await publisher.start()
+        app.state.lag = LagReader.of(settings)
         try:
+            await publisher.start()  # raises TopicCheckError: the topics are wrong
             yield
         finally:
+            await app.state.lag.close()
             await publisher.close()
             await engine.dispose()
 

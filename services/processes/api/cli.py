@@ -27,7 +27,8 @@ def api(
     Reads the projection in DEVICESTATE_DATABASE_SCHEMA of DEVICESTATE_DATABASE_URL; appends
     operator commands to DEVICESTATE_GOVERNANCE_TOPIC. Bearer tokens come from
     DEVICESTATE_API_TOKENS / DEVICESTATE_API_TOKENS_FILE (JSON of names, roles and SHA-256
-    digests; see `devicestate token --help`); an invalid token configuration stops it at once.
+    digests; see `devicestate token --help`); an invalid token configuration stops it at once
+    (exit 2), and so do wrong Kafka topics (exit 3, the log names the fix).
     On SIGTERM or SIGINT it stops accepting connections, lets requests in flight finish, then
     closes the pool.
     """
@@ -57,4 +58,7 @@ def api(
         proxy_headers=False,
         access_log=settings.api_access_log,
     )
-    uvicorn.Server(config).run()
+    server = uvicorn.Server(config)
+    server.run()
+    if not server.started:  # the lifespan failed (wrong Kafka topics: logged with their fix)
+        raise typer.Exit(3)

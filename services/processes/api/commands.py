@@ -8,6 +8,8 @@ Operator writes never touch the projection: each is an
 Idempotent producer (:func:`~services.adapters.kafka.clients.make_producer`), ``acks=all``: a command the API answered 202 for is on every in-sync
 replica. The producer is started with the app (lifespan); when Kafka is down then, the API still
 starts (reads keep working) and each write tries to connect again, answering 503 while it cannot.
+Its first connection checks the event and governance topics (creating them if missing and
+``topics_create_missing``): wrong topics stop the API at start, or answer writes 503 naming the fix.
 """
 
 from __future__ import annotations
@@ -19,6 +21,12 @@ import structlog
 
 from services.adapters.kafka.clients import KafkaError, Producer, make_producer
 from services.adapters.kafka.headers import type_headers
+from services.adapters.kafka.topics import (
+    TopicCheckError,
+    TopicCreationError,
+    TopicRole,
+    ensure_topics,
+)
 from services.domain.governance.input_codec import encode_input
 from services.domain.governance.inputs import OperatorCommand
 from services.runtime.config import GovernanceTopicSettings
@@ -50,6 +58,8 @@ class CommandPublisher:
         send_timeout_seconds: float = SEND_TIMEOUT_SECONDS,
     ) -> None:
         self.topic = settings.governance_topic
+        self._settings = settings
+        self._topics_checked = False
         self._bootstrap_servers = settings.kafka_bootstrap_servers
         self._options: dict[str, Any] = dict(
             client_id="devicestate-api",
@@ -68,10 +78,15 @@ class CommandPublisher:
         return self._producer is not None
 
     async def start(self) -> None:
-        """Connect now if Kafka answers; otherwise log it and connect on the first write."""
+        """Connect now if Kafka answers; otherwise log it and connect on the first write. Raises
+        :class:`~services.adapters.kafka.topics.TopicCheckError` when Kafka answers and the
+        topics are wrong (or missing and not to be created): the API must not start."""
         try:
             await self._connect()
         except CommandLogUnavailable as exc:
+            if isinstance(exc.__cause__, TopicCheckError | TopicCreationError):
+                log.error("kafka topics not as the service needs them", error=str(exc.__cause__))
+                raise exc.__cause__ from None
             log.warning(
                 "command producer not connected; writes get 503 until it is", error=str(exc)
             )
@@ -87,6 +102,12 @@ class CommandPublisher:
             try:
                 async with asyncio.timeout(self._connect_timeout):
                     await producer.start()
+                    await self._check_topics()
+            except (TopicCheckError, TopicCreationError) as exc:
+                await _stop_quietly(producer)
+                self._failed_at = loop.time()
+                self._failure = str(exc)
+                raise CommandLogUnavailable(self._failure) from exc
             except (KafkaError, OSError, TimeoutError) as exc:
                 await _stop_quietly(producer)
                 self._failed_at = loop.time()
@@ -100,6 +121,18 @@ class CommandPublisher:
             self._producer = producer
             log.info("command producer connected", topic=self.topic)
             return producer
+
+    async def _check_topics(self) -> None:
+        # Before the first command: a producer's send to a missing topic would make a broker
+        # that auto-creates topics create it with its default partitions (issue 11).
+        if not self._topics_checked:
+            await ensure_topics(
+                self._settings,
+                (TopicRole.EVENTS, TopicRole.GOVERNANCE),
+                create=self._settings.topics_create_missing,
+                request_timeout_ms=int(self._connect_timeout * 1000),
+            )
+            self._topics_checked = True
 
     async def publish(self, command: OperatorCommand) -> None:
         """Append ``command`` and wait for its acknowledgement (``acks=all``). Raises

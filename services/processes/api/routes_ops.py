@@ -1,5 +1,6 @@
-"""Operational endpoints: ``/healthz`` (process alive), ``/readyz`` (database reachable and
-projection lag known), ``/metrics`` (Prometheus text, read from the projection per scrape).
+"""Operational endpoints: ``/healthz`` (process alive), ``/readyz`` (database reachable, the
+worker's true lag known and under its thresholds), ``/metrics`` (Prometheus text, read from the
+projection and the broker per scrape).
 
 The stream worker exports its own counters on its own port; these gauges describe the projection
 as the API sees it, so they are right whichever worker process wrote it.
@@ -17,12 +18,14 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 
+from services.adapters.kafka.lag import PartitionLag
 from services.adapters.projection.errors import DatabaseError
 from services.adapters.projection.reads_governance import FleetStatus, GovernanceReads
+from services.processes.api.readiness import LagUnavailable, lag_problem
 from services.processes.api.routes_devices import Store
 from services.processes.api.routes_extender import extender_metrics
 from services.processes.api.routes_inventory import CAPACITY_NODE_VIEW_METRICS, inventory_gauges
-from services.processes.api.schemas import PartitionOut, ReadyOut
+from services.processes.api.schemas import LagOut, PartitionOut, ReadyOut
 
 log = structlog.get_logger(__name__)
 
@@ -62,9 +65,12 @@ async def healthz() -> dict[str, str]:
     response_model=ReadyOut,
     responses={503: {"model": ReadyOut, "description": "Not ready; `reason` says why."}},
 )
-async def readyz(store: Store) -> ReadyOut | JSONResponse:
-    """Ready when the database answers and the projection's lag is known (the worker has recorded
-    progress for at least one partition); 503 with a reason otherwise."""
+async def readyz(request: Request, store: Store) -> ReadyOut | JSONResponse:
+    """Ready when the database answers, the worker has recorded progress for at least one
+    partition, and the broker says the worker group is not behind: on no partition of the event
+    and governance topics more than ``DEVICESTATE_READY_MAX_LAG_RECORDS`` records after its
+    committed offset, nor a waiting record older than ``DEVICESTATE_READY_MAX_LAG_SECONDS``
+    (a dead worker with records waiting). 503 with a reason (and the figures) otherwise."""
     try:
         progress = await store.partition_progress()
     except DATABASE_ERRORS as exc:
@@ -72,11 +78,35 @@ async def readyz(store: Store) -> ReadyOut | JSONResponse:
         return _unavailable(f"database unreachable or not migrated: {type(exc).__name__}")
     if not progress:
         return _unavailable("projection lag unknown: no partition progress recorded yet")
-    return ReadyOut(status="ready", partitions=[PartitionOut.of(p) for p in progress])
+    partitions = [PartitionOut.of(p) for p in progress]
+    try:
+        lags = await request.app.state.lag.read()
+    except LagUnavailable as exc:
+        log.warning("readiness check: lag unknown", error=str(exc))
+        return _unavailable(f"projection lag unknown: {exc}", partitions)
+    now = request.app.state.clock()
+    lag = [_lag_out(one, now) for one in lags]
+    problem = lag_problem(lags, now, request.app.state.settings)
+    if problem is not None:
+        return _unavailable(problem, partitions, lag)
+    return ReadyOut(status="ready", partitions=partitions, lag=lag)
 
 
-def _unavailable(reason: str) -> JSONResponse:
-    body = ReadyOut(status="unavailable", reason=reason)
+def _lag_out(lag: PartitionLag, now: datetime) -> LagOut:
+    return LagOut(
+        topic=lag.topic,
+        partition=lag.partition,
+        end_offset=lag.end,
+        committed_offset=lag.committed,
+        records=lag.records,
+        seconds=lag.seconds(now),
+    )
+
+
+def _unavailable(
+    reason: str, partitions: list[PartitionOut] | None = None, lag: list[LagOut] | None = None
+) -> JSONResponse:
+    body = ReadyOut(status="unavailable", reason=reason, partitions=partitions or [], lag=lag or [])
     return JSONResponse(body.model_dump(mode="json", by_alias=True), status_code=503)
 
 
@@ -95,9 +125,15 @@ async def metrics(
     """Prometheus metrics of the projection, read when scraped.
 
     ``devicestate_projection_freshness_seconds``: now minus the newest applied event's
-    ``observedAt`` (absent before the first batch; negative if the watcher's clock runs ahead); ``devicestate_consumer_lag{topic,partition}``: records not yet applied
-    (highwater - offset - 1); ``devicestate_devices{health}``: devices by health;
-    ``devicestate_api_database_up``: 1 when the reads succeeded.
+    ``observedAt`` (absent before the first batch; negative if the watcher's clock runs ahead);
+    ``devicestate_projection_recorded_lag{topic,partition}``: records seen and not applied when
+    the worker last wrote (highwater - offset - 1); ``devicestate_devices{health}``: devices by
+    health; ``devicestate_api_database_up``: 1 when the reads succeeded.
+
+    True lag, from the broker (at most every 2 s), per partition of the event and governance
+    topics: ``devicestate_consumer_lag{topic,partition}`` (records after the worker group's
+    committed offset), ``devicestate_consumer_lag_seconds{topic,partition}`` (how long the oldest
+    of them has waited); ``devicestate_api_lag_up``: 1 when the broker answered.
 
     Governance (read at most every 5 s): ``devicestate_quarantines_active`` (active or
     recovering), ``devicestate_devices_by_governance_state{state}``,
@@ -136,15 +172,16 @@ async def metrics(
                 "Seconds since the observedAt of the newest event applied to the projection.",
                 registry=registry,
             ).set((clock() - newest).total_seconds())
-        lag = Gauge(
-            "devicestate_consumer_lag",
-            "Records of the partition not yet applied to the projection (highwater-offset-1).",
+        recorded = Gauge(
+            "devicestate_projection_recorded_lag",
+            "Records of the partition the worker saw and had not applied when it last wrote "
+            "(highwater-offset-1; stays put when the worker stops: see devicestate_consumer_lag).",
             ["topic", "partition"],
             registry=registry,
         )
         for p in progress:
             if p.lag is not None:
-                lag.labels(p.topic, str(p.partition)).set(p.lag)
+                recorded.labels(p.topic, str(p.partition)).set(p.lag)
         devices = Gauge(
             "devicestate_devices",
             "Devices in the directory by health.",
@@ -153,11 +190,44 @@ async def metrics(
         )
         for health, count in fleet.by_health.items():
             devices.labels(health.value).set(count)
+    await _lag_gauges(request, registry, clock())
     await _governance_gauges(request, registry, clock())
     await inventory_gauges(request, registry, capacity_node_view, DATABASE_ERRORS)
     if request.app.state.settings.scheduler_extender:
         extender_metrics(request, registry)
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+async def _lag_gauges(request: Request, registry: CollectorRegistry, now: datetime) -> None:
+    up = Gauge(
+        "devicestate_api_lag_up",
+        "1 when the API could measure the worker group's lag on the broker for this scrape.",
+        registry=registry,
+    )
+    try:
+        lags = await request.app.state.lag.read()
+    except LagUnavailable as exc:
+        log.warning("lag metrics read failed", error=str(exc))
+        up.set(0)
+        return
+    up.set(1)
+    records = Gauge(
+        "devicestate_consumer_lag",
+        "Records of the partition after the worker group's committed offset (broker's end "
+        "offset minus the committed one).",
+        ["topic", "partition"],
+        registry=registry,
+    )
+    seconds = Gauge(
+        "devicestate_consumer_lag_seconds",
+        "Seconds the oldest record the worker group has not consumed has waited (wall clock "
+        "minus its Kafka timestamp; 0 when none waits).",
+        ["topic", "partition"],
+        registry=registry,
+    )
+    for lag in lags:
+        records.labels(lag.topic, str(lag.partition)).set(lag.records)
+        seconds.labels(lag.topic, str(lag.partition)).set(lag.seconds(now))
 
 
 async def _governance_gauges(request: Request, registry: CollectorRegistry, now: datetime) -> None:

@@ -271,10 +271,29 @@ class PartitionOut(ApiModel):
         )
 
 
+class LagOut(ApiModel):
+    """The worker group's lag on one partition, from the broker (records; seconds: how long the
+    oldest record it has not consumed has waited)."""
+
+    topic: str
+    partition: int
+    end_offset: int
+    committed_offset: int | None
+    records: int
+    seconds: float
+
+
 class ReadyOut(ApiModel):
     status: str = Field(description="ready or unavailable.")
     reason: str | None = None
-    partitions: list[PartitionOut] = []
+    partitions: list[PartitionOut] = Field(
+        [], description="What the projection recorded of its progress (as the worker last wrote)."
+    )
+    lag: list[LagOut] = Field(
+        [],
+        description="The worker group's lag per partition of the event and governance topics, "
+        "from the broker's end offsets and the group's committed offsets.",
+    )
 
 
 class ErrorOut(ApiModel):

@@ -44,19 +44,24 @@ def enforce(
     if live is not None:
         settings = settings.model_copy(update={"enforce_dry_run": not live})
     configure_logging(settings)
+    from services.adapters.kafka.topics import TopicCheckError
     from services.processes.enforcement.run import EnforceOptions, run_enforcer
     from services.runtime.loop import run
 
-    result = run(
-        run_enforcer(
-            settings,
-            EnforceOptions(
-                interval_seconds=interval,
-                metrics_port=metrics_port,
-                follow_decisions=follow_decisions,
-                once=once,
-            ),
+    try:
+        result = run(
+            run_enforcer(
+                settings,
+                EnforceOptions(
+                    interval_seconds=interval,
+                    metrics_port=metrics_port,
+                    follow_decisions=follow_decisions,
+                    once=once,
+                ),
+            )
         )
-    )
+    except TopicCheckError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     if once and result is not None and (result.failed or result.errors):
         raise typer.Exit(1)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from services.adapters.kafka.topics import TopicRole, prepare_topics
 from services.domain.governance.decisions import Decision
 from services.processes.enforcement.kube import TaintRuleApi
 from services.processes.enforcement.metrics import EnforcementMetrics
@@ -139,6 +140,9 @@ async def _loop(
     wake = asyncio.Event()
     expectations = Expectations(options.expectation_seconds)
     if decisions is None and options.follow_decisions:
+        # The decisions topic must be right before it is followed (TopicCheckError otherwise).
+        if not await prepare_topics(settings, (TopicRole.DECISIONS,), stop=stop):
+            return None
         decisions = kafka_decisions(settings, stop)
     follower = (
         asyncio.create_task(follow_decisions(decisions, expectations, wake, metrics))

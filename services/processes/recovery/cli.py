@@ -73,21 +73,26 @@ def recovery(
         raise typer.BadParameter("only with the inprocess executor", param_hint="--fail")
     devices = tuple(_device(item) for item in fail)
     configure_logging(settings)
+    from services.adapters.kafka.topics import TopicCheckError
     from services.processes.recovery.run import (  # the Kafka client when running
         RecoveryOptions,
         run_recovery,
     )
     from services.runtime.loop import run
 
-    run(
-        run_recovery(
-            settings,
-            RecoveryOptions(
-                group_id=group,
-                holder=holder,
-                max_concurrent=max_concurrent,
-                metrics_port=metrics_port,
-                fail=devices,
-            ),
+    try:
+        run(
+            run_recovery(
+                settings,
+                RecoveryOptions(
+                    group_id=group,
+                    holder=holder,
+                    max_concurrent=max_concurrent,
+                    metrics_port=metrics_port,
+                    fail=devices,
+                ),
+            )
         )
-    )
+    except TopicCheckError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None

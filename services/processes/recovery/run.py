@@ -26,6 +26,7 @@ import structlog
 
 from services.adapters.kafka.clients import TopicPartition, start_until_stopped
 from services.adapters.kafka.follow import Start, TopicFollower
+from services.adapters.kafka.topics import TopicRole, prepare_topics
 from services.domain.governance.decisions import Decision, decode_decision
 from services.domain.governance.device_state import DeviceKey
 from services.processes.recovery.checks import Executor
@@ -146,6 +147,9 @@ async def run_recovery(
         async with contextlib.AsyncExitStack() as stack:
             if executor is None:
                 executor = await stack.enter_async_context(open_executor(settings, options))
+            topics = (TopicRole.DECISIONS, TopicRole.GOVERNANCE)
+            if not await prepare_topics(settings, topics, stop=stop):
+                return
             if not await start_until_stopped(publisher, stop, what="producer"):
                 return
             if not await follower.start(stop):

@@ -157,6 +157,7 @@ async def _run(
         TimeRemainingColumn,
     )
 
+    from services.adapters.kafka.topics import TopicCheckError, TopicRole, ensure_topics
     from services.adapters.projection.schema_admin import drop_schema, next_replay_schema
     from services.processes.replay.governance import replay_governance, verify_governance
     from services.processes.replay.run import ReplayError, make_engine, replay
@@ -191,6 +192,10 @@ async def _run(
 
         summary: Any
         try:
+            # The topic it reads must be as the service made it (never created here: a replay
+            # of a topic nobody wrote has nothing to read).
+            role = TopicRole.GOVERNANCE if governance else TopicRole.EVENTS
+            await ensure_topics(settings, (role,), create=False)
             with bar:
                 if governance:
                     summary = await replay_governance(
@@ -214,7 +219,7 @@ async def _run(
                         on_start=on_start,
                         max_devices_per_node=settings.max_devices_per_node,
                     )
-        except (ReplayError, ValueError) as exc:
+        except (ReplayError, TopicCheckError, ValueError) as exc:
             typer.echo(f"error: {exc}", err=True)
             return EXIT_ERROR
         code = 0

@@ -60,10 +60,15 @@ def watch(
     }
     settings = WatcherProcessSettings().model_copy(update=overrides)
     configure_logging(settings)
+    from services.adapters.kafka.topics import TopicCheckError
     from services.processes.watcher.run import (
         run_watch,  # the Kafka and Kubernetes clients only when running
     )
 
-    summary = asyncio.run(run_watch(settings, from_file=from_file))
+    try:
+        summary = asyncio.run(run_watch(settings, from_file=from_file))
+    except TopicCheckError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     if from_file is not None:
         typer.echo(summary.line())

@@ -28,7 +28,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_never, wait_random_
 
 from services.adapters.kafka.clients import is_retriable
 from services.adapters.kafka.producer import EventPublisher
-from services.adapters.kafka.topics import ensure_topics
+from services.adapters.kafka.topics import TopicRole, ensure_topics
 from services.domain.watch.inventory_tracker import INVENTORY_KINDS
 from services.domain.watch.node_tracker import NodeTracker
 from services.processes.watcher.file_source import read_watch_file, source_of
@@ -48,11 +48,16 @@ log = structlog.get_logger(__name__)
 RECORD_TOO_LARGE: Final = "record-too-large"
 """Problem code of a record the producer dead-lettered as too large for the topic."""
 
+WATCHER_TOPICS: Final = (TopicRole.EVENTS, TopicRole.DEAD_LETTER)
+"""The topics the watcher writes (and checks on start)."""
+
 SHUTDOWN_FLUSH_SECONDS: Final = 20.0
 """Longest wait (seconds) for Kafka acknowledgements when live mode stops."""
 
 
 async def _wait_for_topics(settings: GovernanceTopicSettings) -> None:
+    # The topics it writes, created if missing (unless told not to) and checked: a wrong one
+    # raises TopicCheckError naming the fix, at once (not retriable).
     def before_sleep(state: object) -> None:
         log.info("waiting for kafka", bootstrap_servers=settings.kafka_bootstrap_servers)
 
@@ -64,7 +69,7 @@ async def _wait_for_topics(settings: GovernanceTopicSettings) -> None:
         reraise=True,
     ):
         with attempt:
-            await ensure_topics(settings)
+            await ensure_topics(settings, WATCHER_TOPICS, create=settings.topics_create_missing)
 
 
 def _file_kinds(settings: WatchSettings) -> frozenset[str]:
@@ -99,7 +104,8 @@ async def run_watch(
     ``from_file``: a recorded JSONL watch stream, read to its end (``_CLOCK`` directives set
     ``observedAt`` and send ticks; without one the wall clock is used). ``None``: the live cluster
     (kubeconfig from ``settings``) until SIGTERM/SIGINT. Waits for Kafka at start; raises
-    ``services.adapters.kube.errors.ApiRejected`` if the API refuses the watcher (RBAC),
+    :class:`~services.adapters.kafka.topics.TopicCheckError` when the topics are missing (and
+    not to be created) or wrong, ``services.adapters.kube.errors.ApiRejected`` if the API refuses the watcher (RBAC),
     ``OSError`` if the file cannot be read.
     """
     metrics = WatcherMetrics()
