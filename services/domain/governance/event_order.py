@@ -62,6 +62,11 @@ class EventOrder:
     last_clamped_at: datetime | None = None
     """Key time of the last clamped record."""
     _pending_sources: set[tuple[int, int, int]] = field(default_factory=set)
+    _encoded: dict[tuple[int, int, int], dict[str, Any]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """Wire form of each pending record by source, made once: a partition that lags keeps many
+    records pending, and the snapshot of every batch writes them all."""
 
     # -- input ----------------------------------------------------------------------------------
 
@@ -123,6 +128,7 @@ class EventOrder:
                 return
             heapq.heappop(self.pending)
             self._pending_sources.discard(key.source)
+            self._encoded.pop(key.source, None)
             self.released[p] = (offset, index)
             yield key, record
 
@@ -134,7 +140,7 @@ class EventOrder:
         return {
             "partitions": self.partitions,
             "watermarks": {str(p): format_time(t) for p, t in sorted(self.watermarks.items())},
-            "pending": [encode(record, key) for _, key, record in sorted(self.pending)],
+            "pending": [self._wire(encode, key, record) for _, key, record in sorted(self.pending)],
             "released": {str(p): list(v) for p, v in sorted(self.released.items())},
             "nextSeq": self.next_seq,
             "clamped": self.clamped,
@@ -142,6 +148,12 @@ class EventOrder:
             if self.last_clamped_at is None
             else format_time(self.last_clamped_at),
         }
+
+    def _wire(self, encode: Any, key: MergeKey, record: GovernanceInput) -> dict[str, Any]:
+        wire = self._encoded.get(key.source)
+        if wire is None:
+            wire = self._encoded[key.source] = encode(record, key)
+        return wire
 
     @classmethod
     def from_json(cls, obj: dict[str, Any] | None, decode: Any) -> EventOrder:
