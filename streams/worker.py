@@ -21,7 +21,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 from services.adapters.kafka.clients import is_connection_error
 from services.adapters.projection.errors import is_transient
 from services.runtime.config import WorkerProcessSettings
-from streams.app import WorkerApp, build_worker_app
+from streams.app import WorkerApp, assignor_topic, build_worker_app
 from streams.metrics import WorkerMetrics
 from streams.watchdog import ConsumerWatchdog
 
@@ -46,9 +46,9 @@ class _Worker(faust.Worker):  # type: ignore[misc]
             loop.add_signal_handler(sig, self._devicestate_on_signal, sig)
 
 
-async def _retry_start(what: str, fn: Any, *args: Any) -> None:
+async def _retry_start(what: str, fn: Any, *args: Any) -> Any:
     """Call ``await fn(*args)`` until it succeeds or :data:`STARTUP_WAIT_SECONDS` pass, retrying
-    transient (connection) errors."""
+    transient (connection) errors; returns what it returned."""
 
     def before_sleep(state: Any) -> None:
         exc = state.outcome.exception() if state.outcome else None
@@ -63,7 +63,8 @@ async def _retry_start(what: str, fn: Any, *args: Any) -> None:
     )
     async for attempt in retrying:
         with attempt:
-            await fn(*args)
+            return await fn(*args)
+    raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
 
 
 def _startup_transient(exc: BaseException) -> bool:
@@ -72,12 +73,18 @@ def _startup_transient(exc: BaseException) -> bool:
 
 
 async def prepare(settings: WorkerProcessSettings) -> None:
-    """Bring the projection schema up to date and make sure the topics exist."""
-    from services.adapters.kafka.topics import ensure_topics
+    """Bring the projection schema up to date and make sure the topics exist (faust's assignor
+    topic too, so it gets the replication of the others)."""
     from services.adapters.projection.migrate import migrate
 
     await _retry_start("postgresql", migrate, settings.database_url, settings.database_schema)
-    await _retry_start("kafka", ensure_topics, settings)
+    await _retry_start("kafka", _ensure_topics, settings)
+
+
+async def _ensure_topics(settings: WorkerProcessSettings) -> None:
+    from services.adapters.kafka.topics import ensure_topics
+
+    await ensure_topics(settings, extra={assignor_topic(settings): 1})
 
 
 async def run_worker(
@@ -85,6 +92,7 @@ async def run_worker(
 ) -> int:
     """Run until SIGTERM/SIGINT (exit code 0) or a fatal error (1). ``prepare_first`` runs
     :func:`prepare` (migrations, topics) before starting."""
+    from services.adapters.kafka.topics import replication_factor
     from services.adapters.projection.engine import create_engine
     from services.adapters.projection.governance_store import GovernanceStore
     from services.adapters.projection.store import ProjectionStore
@@ -92,6 +100,8 @@ async def run_worker(
     started = time.monotonic()
     if prepare_first:
         await prepare(settings)
+    # The changelogs faust creates get the replication of the topics (min(3, brokers) unless set).
+    replication: int = await _retry_start("kafka", replication_factor, settings)
 
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
@@ -116,6 +126,7 @@ async def run_worker(
         governance_sink=GovernanceStore(engine, settings.database_schema),
         metrics=metrics,
         on_fatal=on_fatal,
+        replication=replication,
     )
     worker = _Worker(
         built.app,

@@ -18,14 +18,24 @@ Kafka timestamp is the broker's clock at append, the independent clock that boun
 (``CreateTime``: the producer's clock), which bounds event time less well; change it with
 ``kafka-configs.sh --alter --add-config message.timestamp.type=LogAppendTime``.
 
+Replication: every topic gets ``settings.kafka_replication_factor`` replicas, or, when it is 0 (the
+default), one per broker up to three (:func:`replication_factor`: 1 on the single-node dev stack,
+3 on ``devicestate-dev stack up --brokers 3`` or a real cluster), and ``min.insync.replicas`` 2
+from three replicas on, 1 below (:func:`replication_configs`): with the producers' ``acks=all``
+a write counts once two brokers have it, and the topic stays writable with one broker down. The
+worker gives its changelog topics the same (``streams/app.py``) and has its assignor topic
+created here (``extra``).
+
 Idempotent: an existing topic is left as it is. Its partition count is never changed, even when it
 differs from the wanted count: adding partitions would move node keys to other partitions and
-break the per-node order of the log (a warning is logged instead). A governance topic with more
+break the per-node order of the log (a warning is logged instead); one with fewer replicas than
+wanted is logged too (``kafka-reassign-partitions.sh`` adds replicas). A governance topic with more
 than one partition is refused (:class:`TopicCreationError`): the governor needs a total order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Final
 
@@ -33,7 +43,7 @@ import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from services.adapters.kafka.clients import make_admin
-from services.runtime.config import GovernanceTopicSettings
+from services.runtime.config import GovernanceTopicSettings, KafkaSettings
 
 log = structlog.get_logger(__name__)
 
@@ -58,9 +68,35 @@ class TopicCreationError(RuntimeError):
     """The broker refused to create a topic for a reason other than "already exists"."""
 
 
-def _replication_factor(broker_count: int) -> int:
+def _replication_factor(setting: int, broker_count: int) -> int:
+    if setting > 0:
+        return setting
     # One copy per broker up to three: 1 on the local single-node stack, 3 in a real cluster.
     return max(1, min(MAX_REPLICATION_FACTOR, broker_count))
+
+
+def replication_configs(replication: int) -> dict[str, str]:
+    """Topic configs that go with ``replication`` replicas: ``min.insync.replicas`` 2 from
+    :data:`MAX_REPLICATION_FACTOR` replicas on, else 1 (two replicas must not stop every write
+    when one broker is down)."""
+    return {"min.insync.replicas": "2" if replication >= MAX_REPLICATION_FACTOR else "1"}
+
+
+async def replication_factor(settings: KafkaSettings, *, request_timeout_ms: int = 15000) -> int:
+    """The replicas of every topic the services create: ``settings.kafka_replication_factor``, or
+    min(3, the brokers the cluster names now) when it is 0. Raises aiokafka's
+    ``KafkaConnectionError`` when no broker answers within ``request_timeout_ms`` (ms)."""
+    if settings.kafka_replication_factor > 0:
+        return settings.kafka_replication_factor
+    admin = make_admin(
+        settings, client_id="devicestate-admin", request_timeout_ms=request_timeout_ms
+    )
+    await admin.start()
+    try:
+        cluster: dict[str, Any] = await admin.describe_cluster()
+    finally:
+        await admin.close()
+    return _replication_factor(0, len(cluster.get("brokers") or []))
 
 
 def wanted_topics(settings: GovernanceTopicSettings) -> dict[str, int]:
@@ -83,18 +119,21 @@ def _topic_configs(
     if name == settings.topic:
         # The broker's clock, not the producer's, stamps each record: the bound of event time.
         configs["message.timestamp.type"] = "LogAppendTime"
-    if replication >= MAX_REPLICATION_FACTOR:
-        # With acks=all, a write survives the loss of one broker only if two copies confirm it.
-        configs["min.insync.replicas"] = "2"
+    # With acks=all, a write survives the loss of one broker only if two copies confirm it.
+    configs.update(replication_configs(replication))
     return configs
 
 
 async def ensure_topics(
-    settings: GovernanceTopicSettings, *, request_timeout_ms: int = 15000
+    settings: GovernanceTopicSettings,
+    *,
+    extra: Mapping[str, int] | None = None,
+    request_timeout_ms: int = 15000,
 ) -> dict[str, TopicState]:
     """Make sure the topics of :func:`wanted_topics` exist (``settings.topic`` and
     ``settings.dead_letter_topic`` with ``settings.topic_partitions`` partitions, the governance
-    and decisions topics with one), with a replication factor of min(3, brokers).
+    and decisions topics with one), and the ``extra`` ones (name -> partitions, created like the
+    dead-letter topic), with the replication of the module docstring.
 
     Returns each topic's :class:`TopicState`. Raises :class:`TopicCreationError` when the broker
     refuses a creation or the governance topic has more than one partition, and aiokafka's ``KafkaConnectionError`` when no broker answers within
@@ -105,14 +144,15 @@ async def ensure_topics(
     )
     await admin.start()
     try:
-        counts = wanted_topics(settings)
+        counts = {**wanted_topics(settings), **(extra or {})}
         wanted = list(counts)
         existing = set(await admin.list_topics())
         states = {name: TopicState.EXISTED for name in wanted if name in existing}
         missing = [name for name in wanted if name not in existing]
         if missing:
             cluster: dict[str, Any] = await admin.describe_cluster()
-            replication = _replication_factor(len(cluster.get("brokers") or []))
+            brokers = len(cluster.get("brokers") or [])
+            replication = _replication_factor(settings.kafka_replication_factor, brokers)
             response = await admin.create_topics(
                 [
                     NewTopic(
@@ -133,6 +173,7 @@ async def ensure_topics(
                         topic=name,
                         partitions=counts[name],
                         replication_factor=replication,
+                        min_insync_replicas=replication_configs(replication)["min.insync.replicas"],
                     )
                 elif code == TOPIC_ALREADY_EXISTS:
                     states[name] = TopicState.EXISTED
@@ -153,6 +194,16 @@ async def _check_partitions(
         name = described.get("topic")
         partitions = len(described.get("partitions") or [])
         wanted = counts.get(name, settings.topic_partitions)
+        replicas = min(
+            (len(p.get("replicas") or []) for p in described.get("partitions") or []), default=0
+        )
+        if 0 < replicas < settings.kafka_replication_factor:
+            log.warning(
+                "topic has fewer replicas than settings; left unchanged",
+                topic=name,
+                replicas=replicas,
+                configured=settings.kafka_replication_factor,
+            )
         if not partitions or partitions == wanted:
             continue
         if name == settings.governance_topic:
