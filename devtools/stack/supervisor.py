@@ -1,4 +1,6 @@
-"""Bookkeeping shared by the stack's servers: where things live, pid files, waiting, locks.
+"""Bookkeeping shared by the stack's servers: where things live (:class:`StackLayout`), pid files;
+the helpers for waiting (ports, log lines, locks, progress) are :mod:`devtools.stack.waiting`'s,
+re-exported here.
 
 The local stack records the PID of each server it started in ``<state dir>/run/<name>.pid``
 (JSON: the PID, the process's start time in clock ticks as ``/proc/<pid>/stat`` gives it, and the

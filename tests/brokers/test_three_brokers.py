@@ -4,8 +4,8 @@ A private cluster of three KRaft nodes (``three_brokers``, the stack's ``--broke
 service creates its topics (``ensure_topics``, the worker its changelog and assignor topics) with
 three replicas and ``min.insync.replicas=2`` set on each topic. Events are published while the
 worker runs; one broker (the leader of the event topic's partition 0) is SIGKILLed mid-stream,
-more events go in while it is down, then it is started again. Afterwards the log holds every
-record once, the projection equals the fold of the log (history rows: none lost, none doubled),
+more events go in while it is down, then it is started again (and catches up: every replica back
+in sync). Afterwards the log holds every record once, the projection equals the fold of the log (history rows: none lost, none doubled),
 and ``replay --verify`` finds the rebuilt projection identical.
 """
 
@@ -147,6 +147,8 @@ async def test_one_broker_of_three_killed_mid_stream_loses_and_doubles_nothing(
         assert any(t.endswith("-changelog") for t in topics), topics
         assert any(t.endswith("-__assignor-__leader") for t in topics), topics
         assert len(topics) >= 6, topics
+        # The restarted broker caught up: every replica is in sync again.
+        await asyncio.to_thread(brokers.wait_in_sync, three_brokers, topics, timeout=120)
         replication = await replication_of(admin, topics)
         assert replication == dict.fromkeys(topics, ({3}, "2", TOPIC_CONFIG_SOURCE))
     finally:
