@@ -345,9 +345,20 @@ def stop_node(
         with contextlib.suppress(ProcessLookupError):
             os.kill(record.pid, signal.SIGKILL)
     terminate(record.pid, node.name, report, timeout=60)
+    _wait_ports_closed(node)
     layout.pid_file(node.name).unlink(missing_ok=True)
     report(f"{node.name}: stopped ({time.monotonic() - started:.1f} s)")
     return record.pid
+
+
+def _wait_ports_closed(node: KafkaNode, seconds: float = 15.0) -> None:
+    # A killed JVM's main thread is a zombie before its other threads have closed its sockets:
+    # a restart right away would find its ports still taken.
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and (
+        port_listening(node.port) or port_listening(node.controller_port)
+    ):
+        time.sleep(0.1)
 
 
 def stop(layout: StackLayout, report: Reporter, *, kill: bool = False) -> None:
