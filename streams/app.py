@@ -7,12 +7,14 @@ the dedup agent (:mod:`streams.dedup`, which forwards to the governance topic th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import faust
+from faust.transport.drivers.aiokafka import Producer as AiokafkaProducer
 
+from services.adapters.kafka.topics import replication_configs
 from services.domain.governance.intake import StepFn
 from services.runtime.config import KafkaSettings, WorkerProcessSettings
 from streams.dedup import BatchSink, DeviceDedup
@@ -44,8 +46,24 @@ def broker_urls(bootstrap_servers: str) -> list[str]:
     ]
 
 
-def faust_settings(settings: WorkerProcessSettings) -> dict[str, Any]:
-    """Faust configuration for the worker.
+def assignor_topic(settings: KafkaSettings) -> str:
+    """The topic faust's partition assignor declares for the group (``<app id>-__assignor-__leader``,
+    one partition); the worker has it created with the other topics, so it gets their replication."""
+    return f"{settings.consumer_group}-__assignor-__leader"
+
+
+class IdempotentProducer(AiokafkaProducer):  # type: ignore[misc]
+    """faust's producer, idempotent like every producer of the service (``acks="all"`` and
+    ``enable_idempotence``; faust makes it so only for exactly-once): a dead letter, changelog
+    entry or forwarded record that is sent again after a broker failover is written once."""
+
+    def _settings_extra(self) -> Mapping[str, Any]:
+        return {**super()._settings_extra(), "acks": "all", "enable_idempotence": True}
+
+
+def faust_settings(settings: WorkerProcessSettings, replication: int = 1) -> dict[str, Any]:
+    """Faust configuration for the worker; ``replication``: the replicas of the topics faust
+    creates (changelogs), as :func:`~services.adapters.kafka.topics.cluster_replication_factor` gives.
 
     - ``consumer_auto_offset_reset="earliest"``: a new group starts from the topic's beginning,
       and table recovery never skips changelog segments (see the stack notes).
@@ -62,7 +80,7 @@ def faust_settings(settings: WorkerProcessSettings) -> dict[str, Any]:
         "store": settings.worker_store,
         "datadir": settings.worker_data_dir,
         "topic_partitions": settings.topic_partitions,
-        "topic_replication_factor": 1,
+        "topic_replication_factor": replication,
         "consumer_auto_offset_reset": "earliest",
         "producer_acks": -1,
         "processing_guarantee": "at_least_once",
@@ -88,8 +106,14 @@ def build_worker_app(
     metrics: WorkerMetrics | None = None,
     on_fatal: Callable[[BaseException], None] | None = None,
     step: StepFn | None = None,
+    replication: int | None = None,
 ) -> WorkerApp:
     """Build the Faust app with the dedup and governor agents.
+
+    ``replication``: replicas of the changelog topics faust creates (with the
+    ``min.insync.replicas`` of :func:`~services.adapters.kafka.topics.replication_configs`);
+    ``None``: ``settings.kafka_replication_factor``, or 1 when that is 0 (the worker resolves 0
+    against the cluster first: :func:`streams.worker.prepare`).
 
     ``sink`` defaults to a :class:`~services.adapters.projection.store.ProjectionStore` and
     ``governance_sink`` to a :class:`~services.adapters.projection.governance_store.GovernanceStore`, on
@@ -107,7 +131,10 @@ def build_worker_app(
         if governance_sink is None:
             governance_sink = GovernanceStore(engine, settings.database_schema)
     metrics = metrics if metrics is not None else WorkerMetrics()
-    app = faust.App(settings.consumer_group, **faust_settings(settings))
+    if replication is None:
+        replication = settings.kafka_replication_factor or 1
+    app = faust.App(settings.consumer_group, **faust_settings(settings, replication))
+    app.transport.Producer = IdempotentProducer  # before app.producer builds the first one
     # Table writes are buffered by faust's producer; when the buffer holds more than
     # ``max_messages`` (100 by default, sized for one write per event) faust stalls the stream
     # until it drains, one message at a time. A batch writes up to one changelog entry per event,
@@ -121,7 +148,15 @@ def build_worker_app(
         partitions=lambda: health_partitions(app, settings),
         on_sent=lambda kind, count: metrics.forwarded.labels(kind).inc(count),
     )
-    dedup = DeviceDedup(app, settings, sink, metrics, on_fatal=on_fatal, forwarder=forwarder)
+    dedup = DeviceDedup(
+        app,
+        settings,
+        sink,
+        metrics,
+        on_fatal=on_fatal,
+        forwarder=forwarder,
+        changelog_configs=replication_configs(replication),
+    )
     governor = Governor(
         app,
         settings,

@@ -126,6 +126,7 @@ class DeviceDedup:
         metrics: WorkerMetrics,
         on_fatal: Callable[[BaseException], None] | None = None,
         forwarder: Forwarder | None = None,
+        changelog_configs: Mapping[str, str] | None = None,
     ) -> None:
         self.app = app
         self.settings = settings
@@ -149,6 +150,7 @@ class DeviceDedup:
             default=None,
             schema=faust.Schema(key_serializer="raw", value_serializer="raw"),
             partitions=settings.topic_partitions,
+            extra_topic_configs=dict(changelog_configs or {}),  # min.insync.replicas
             help="Highest statusVersion rank committed to the projection, per device.",
         )
         self.agent = app.agent(self.source_topic, name="devicestate.dedup")(self.process)

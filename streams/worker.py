@@ -23,7 +23,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 from services.adapters.kafka.clients import is_connection_error
 from services.adapters.projection.errors import is_transient
 from services.runtime.config import WorkerProcessSettings
-from streams.app import WorkerApp, build_worker_app
+from streams.app import WorkerApp, assignor_topic, build_worker_app
 from streams.metrics import WorkerMetrics
 from streams.shutdown import ShutdownBound
 from streams.watchdog import ConsumerWatchdog
@@ -48,9 +48,9 @@ class _Worker(faust.Worker):  # type: ignore[misc]
         self._devicestate_bound.install()
 
 
-async def _retry_start(what: str, fn: Any, *args: Any) -> None:
+async def _retry_start(what: str, fn: Any, *args: Any) -> Any:
     """Call ``await fn(*args)`` until it succeeds or :data:`STARTUP_WAIT_SECONDS` pass, retrying
-    transient (connection) errors."""
+    transient (connection) errors; returns what it returned."""
 
     def before_sleep(state: Any) -> None:
         exc = state.outcome.exception() if state.outcome else None
@@ -65,7 +65,8 @@ async def _retry_start(what: str, fn: Any, *args: Any) -> None:
     )
     async for attempt in retrying:
         with attempt:
-            await fn(*args)
+            return await fn(*args)
+    raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
 
 
 def _startup_transient(exc: BaseException) -> bool:
@@ -75,12 +76,17 @@ def _startup_transient(exc: BaseException) -> bool:
 
 async def prepare(settings: WorkerProcessSettings) -> None:
     """Bring the projection schema up to date and make sure the topics exist (created when
-    missing unless ``settings.topics_create_missing`` is false) and are as the worker needs them
-    (raises :class:`~services.adapters.kafka.topics.TopicCheckError` naming the fix)."""
+    missing unless ``settings.topics_create_missing`` is false; faust's assignor topic too, so it
+    gets the replication of the others) and are as the worker needs them (raises
+    :class:`~services.adapters.kafka.topics.TopicCheckError` naming the fix)."""
+    from services.adapters.kafka.topics import ensure_internal_topics
     from services.adapters.projection.migrate import migrate
 
     await _retry_start("postgresql", migrate, settings.database_url, settings.database_schema)
     await check_topics(settings, create=settings.topics_create_missing)
+    await _retry_start(
+        "kafka", functools.partial(ensure_internal_topics, settings, {assignor_topic(settings): 1})
+    )
 
 
 async def check_topics(settings: WorkerProcessSettings, *, create: bool) -> None:
@@ -95,6 +101,7 @@ async def run_worker(
 ) -> int:
     """Run until SIGTERM/SIGINT (exit code 0) or a fatal error (1). ``prepare_first`` runs
     :func:`prepare` (migrations, topics) before starting."""
+    from services.adapters.kafka.topics import cluster_replication_factor
     from services.adapters.projection.engine import create_engine
     from services.adapters.projection.governance_store import GovernanceStore
     from services.adapters.projection.store import ProjectionStore
@@ -104,6 +111,8 @@ async def run_worker(
         await prepare(settings)
     else:  # the topics are checked all the same: a wrong one would stop the worker later
         await check_topics(settings, create=False)
+    # The changelogs faust creates get the replication of the topics (min(3, brokers) unless set).
+    replication: int = await _retry_start("kafka", cluster_replication_factor, settings)
 
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
@@ -128,6 +137,7 @@ async def run_worker(
         governance_sink=GovernanceStore(engine, settings.database_schema),
         metrics=metrics,
         on_fatal=on_fatal,
+        replication=replication,
     )
     bound = ShutdownBound(loop, settings.worker_shutdown_grace_seconds, on_signal)
     worker = _Worker(

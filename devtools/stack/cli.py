@@ -11,18 +11,19 @@ import logging
 import sys
 import time
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
 
 from devtools.stack import kafka, postgres
-from devtools.stack.supervisor import HOST, StackError, StackLayout, file_lock
+from devtools.stack.supervisor import HOST, PidRecord, StackError, StackLayout, file_lock
 
 app = typer.Typer(
     help=(
-        "Run the local development stack without Docker: a single-node Apache Kafka (KRaft) on "
-        "127.0.0.1:9092 and a private PostgreSQL on 127.0.0.1:55432, with state in ./.stack "
-        "(DEVICESTATE_STACK_DIR)."
+        "Run the local development stack without Docker: Apache Kafka (KRaft; one node on "
+        "127.0.0.1:9092, or --brokers 3 on 9092/9094/9096) and a private PostgreSQL on "
+        "127.0.0.1:55432, with state in ./.stack (DEVICESTATE_STACK_DIR)."
     ),
     no_args_is_help=True,
 )
@@ -49,9 +50,10 @@ def _selected(only: Component | None) -> tuple[Component, ...]:
     return (only,) if only is not None else (Component.kafka, Component.postgres)
 
 
-def _layout() -> StackLayout:
+def _layout(brokers: int | None = None) -> StackLayout:
     try:
-        return StackLayout.from_env()
+        layout = StackLayout.from_env()
+        return layout if brokers is None else layout.with_brokers(brokers)
     except StackError as exc:
         _fail(exc)
 
@@ -72,12 +74,22 @@ def up(
     timeout: Annotated[
         float, typer.Option(help="Seconds to wait for each server to become ready.")
     ] = 180.0,
+    brokers: Annotated[
+        int | None,
+        typer.Option(
+            help="Kafka brokers (KRaft nodes, each broker and controller) on 127.0.0.1: broker i "
+            "on DEVICESTATE_STACK_KAFKA_PORT + 2(i-1). Default: DEVICESTATE_STACK_KAFKA_BROKERS, "
+            "else as the stack was first started, else 1. With 3, every topic the brokers create "
+            "has 3 replicas and min.insync.replicas=2.",
+            min=1,
+        ),
+    ] = None,
 ) -> None:
     """Start Kafka and PostgreSQL (fetching and initialising on first use) and wait until ready.
 
     Does nothing for a server that already runs and answers. Prints the connection settings.
     """
-    layout = _layout()
+    layout = _layout(brokers)
     _quiet_client_logs()
     started = time.monotonic()
     selected = _selected(only)
@@ -138,27 +150,32 @@ def status(only: Only = None) -> None:
     all_ready = True
     for component in _selected(only):
         if component is Component.kafka:
-            record = kafka.running(layout, _report)
-            address = f"{HOST}:{layout.kafka_port}"
-            ready = record is not None and asyncio.run(
-                kafka.metadata_answers(layout.kafka_bootstrap_servers, seconds=5.0)
-            )
-            log = kafka.server_log(layout)
+            for node, record in kafka.running(layout, _report):
+                ready = record is not None and asyncio.run(
+                    kafka.metadata_answers(node.bootstrap_servers, seconds=5.0)
+                )
+                _print_status(node.name, node.bootstrap_servers, record, ready, node.server_log)
+                all_ready = all_ready and ready
         else:
-            record = postgres.running(layout, _report)
-            address = f"{HOST}:{layout.postgres_port}"
-            ready = record is not None and asyncio.run(
+            pg = postgres.running(layout, _report)
+            ready = pg is not None and asyncio.run(
                 postgres.select_one(layout.postgres_port, seconds=5.0)
             )
-            log = postgres.log_file(layout)
-        if record is None:
-            state = "stopped"
-        else:
-            state = f"running pid {record.pid}, " + ("ready" if ready else "NOT ready")
-        print(f"{component.value:<9} {address:<16} {state}  (log {log})")
-        all_ready = all_ready and ready
+            address = f"{HOST}:{layout.postgres_port}"
+            _print_status(component.value, address, pg, ready, postgres.log_file(layout))
+            all_ready = all_ready and ready
     if not all_ready:
         raise typer.Exit(EXIT_NOT_RUNNING)
+
+
+def _print_status(
+    name: str, address: str, record: PidRecord | None, ready: bool, log: Path
+) -> None:
+    if record is None:
+        state = "stopped"
+    else:
+        state = f"running pid {record.pid}, " + ("ready" if ready else "NOT ready")
+    print(f"{name:<9} {address:<16} {state}  (log {log})")
 
 
 @app.command()

@@ -1,4 +1,6 @@
-"""Bookkeeping shared by the stack's servers: where things live, pid files, waiting, locks.
+"""Bookkeeping shared by the stack's servers: where things live (:class:`StackLayout`), pid files;
+the helpers for waiting (ports, log lines, locks, progress) are :mod:`devtools.stack.waiting`'s,
+re-exported here.
 
 The local stack records the PID of each server it started in ``<state dir>/run/<name>.pid``
 (JSON: the PID, the process's start time in clock ticks as ``/proc/<pid>/stat`` gives it, and the
@@ -10,29 +12,35 @@ processes found by name.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
+import dataclasses
 import hashlib
 import json
 import os
 import signal
-import socket
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-Reporter = Callable[[str], None]
-"""Receives one line of progress for the person running the command."""
+from devtools.stack.waiting import HOST as HOST
+from devtools.stack.waiting import Progress as Progress
+from devtools.stack.waiting import Reporter as Reporter
+from devtools.stack.waiting import file_contains as file_contains
+from devtools.stack.waiting import file_lock as file_lock
+from devtools.stack.waiting import file_size as file_size
+from devtools.stack.waiting import port_listening as port_listening
+from devtools.stack.waiting import tail as tail
 
 DEFAULT_KAFKA_VERSION = "4.1.1"
 DEFAULT_KAFKA_PORT = 9092
 DEFAULT_KAFKA_CONTROLLER_PORT = 9093
 DEFAULT_KAFKA_PARTITIONS = 6
 DEFAULT_KAFKA_HEAP = "512m"
+MAX_KAFKA_BROKERS = 5
+BROKERS_FILE = "brokers"
+"""``<state>/kafka/brokers``: how many brokers the stack's Kafka storage was formatted for."""
 DEFAULT_POSTGRES_PORT = 55432
-HOST = "127.0.0.1"
 
 DB_NAME = "devicestate"
 DB_USER = "devicestate"
@@ -96,7 +104,9 @@ class StackLayout:
 
     Read from the environment (``DEVICESTATE_STACK_*``) by :meth:`from_env`; the defaults give
     Kafka on 127.0.0.1:9092 (controller 9093) and PostgreSQL on 127.0.0.1:55432, with all state in
-    ``./.stack`` and the Kafka jars in ``~/.cache/devicestate``.
+    ``./.stack`` and the Kafka jars in ``~/.cache/devicestate``. With ``kafka_brokers`` = N > 1,
+    broker i (1..N) listens on ``kafka_port + 2(i-1)``, its controller on
+    ``kafka_controller_port + 2(i-1)`` (9092/9094/9096, controllers 9093/9095/9097).
     """
 
     state_dir: Path
@@ -107,6 +117,7 @@ class StackLayout:
     kafka_partitions: int = DEFAULT_KAFKA_PARTITIONS
     kafka_heap: str = DEFAULT_KAFKA_HEAP
     postgres_port: int = DEFAULT_POSTGRES_PORT
+    kafka_brokers: int = 1
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> StackLayout:
@@ -130,9 +141,40 @@ class StackLayout:
             kafka_heap=env.get("DEVICESTATE_STACK_KAFKA_HEAP") or DEFAULT_KAFKA_HEAP,
             postgres_port=_env_int(env, "DEVICESTATE_STACK_POSTGRES_PORT", DEFAULT_POSTGRES_PORT),
         )
-        if layout.kafka_port == layout.kafka_controller_port:
-            raise StackError("the Kafka port and the Kafka controller port must differ")
+        # Explicit, else what `stack up --brokers N` formatted the storage for, else one.
+        recorded = layout.recorded_kafka_brokers()
+        brokers = _env_int(env, "DEVICESTATE_STACK_KAFKA_BROKERS", recorded or 1)
+        return layout.with_brokers(brokers)
+
+    def with_brokers(self, brokers: int) -> StackLayout:
+        """This layout with ``brokers`` Kafka nodes (1..:data:`MAX_KAFKA_BROKERS`); raises
+        :class:`StackError` when it is out of range or two of the nodes' ports coincide."""
+        if not 1 <= brokers <= MAX_KAFKA_BROKERS:
+            raise StackError(f"--brokers {brokers}: from 1 to {MAX_KAFKA_BROKERS} brokers")
+        layout = dataclasses.replace(self, kafka_brokers=brokers)
+        ports = [port for pair in layout.kafka_node_ports for port in pair]
+        if len(set(ports)) != len(ports) or any(port >= 65536 for port in ports):
+            raise StackError(
+                f"the Kafka ports {ports} must be distinct and below 65536: broker i listens on "
+                "DEVICESTATE_STACK_KAFKA_PORT + 2(i-1), its controller on "
+                "DEVICESTATE_STACK_KAFKA_CONTROLLER_PORT + 2(i-1)"
+            )
         return layout
+
+    def recorded_kafka_brokers(self) -> int | None:
+        """The broker count the Kafka storage was formatted for (None: not formatted yet)."""
+        try:
+            return int((self.kafka_dir / BROKERS_FILE).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    @property
+    def kafka_node_ports(self) -> list[tuple[int, int]]:
+        """(broker port, controller port) of nodes 1..N."""
+        return [
+            (self.kafka_port + 2 * i, self.kafka_controller_port + 2 * i)
+            for i in range(self.kafka_brokers)
+        ]
 
     # --- directories ---------------------------------------------------------------------------
     @property
@@ -174,7 +216,7 @@ class StackLayout:
     # --- what clients use ----------------------------------------------------------------------
     @property
     def kafka_bootstrap_servers(self) -> str:
-        return f"{HOST}:{self.kafka_port}"
+        return ",".join(f"{HOST}:{port}" for port, _ in self.kafka_node_ports)
 
     @property
     def database_url(self) -> str:
@@ -314,93 +356,3 @@ def _reap(pid: int) -> None:
     """Collect the exit status if ``pid`` is our own child, so it does not linger as a zombie."""
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
-
-
-# --- network and files -----------------------------------------------------------------------------
-def port_listening(port: int, host: str = HOST, timeout: float = 0.5) -> bool:
-    """Something accepts TCP connections on host:port."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def tail(path: Path, lines: int = 40, offset: int = 0) -> str:
-    """The last ``lines`` lines of a text file after byte ``offset`` ("" if it is missing)."""
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            if not 0 <= offset <= size:  # unknown, or rotated or truncated since
-                offset = 0
-            handle.seek(max(offset, size - 1024 * 1024))
-            data = handle.read()
-    except OSError:
-        return ""
-    text = data.decode("utf-8", errors="replace")
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def file_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
-
-
-def file_contains(path: Path, needle: str, offset: int = 0) -> bool:
-    """``needle`` occurs in ``path`` after byte ``offset`` (from the start if the file shrank)."""
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            if handle.tell() < offset:
-                offset = 0
-            handle.seek(offset)
-            return needle.encode() in handle.read()
-    except OSError:
-        return False
-
-
-@contextlib.contextmanager
-def file_lock(path: Path, report: Reporter, what: str) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` (created if needed) for the duration of the block."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            report(f"waiting for another process holding {path} ({what})...")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-class Progress:
-    """Prints "still waiting" lines every ``every`` seconds while something starts."""
-
-    def __init__(self, what: str, report: Reporter, timeout: float, every: float = 10.0) -> None:
-        self.what = what
-        self.report = report
-        self.timeout = timeout
-        self.every = every
-        self.started = time.monotonic()
-        self._next = self.started + every
-
-    @property
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-    @property
-    def expired(self) -> bool:
-        return self.elapsed >= self.timeout
-
-    def tick(self, state: str) -> None:
-        now = time.monotonic()
-        if now >= self._next:
-            self.report(f"{self.what}: {state} ({self.elapsed:.0f} s of {self.timeout:.0f} s)")
-            self._next = now + self.every

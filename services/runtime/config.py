@@ -51,6 +51,14 @@ class KafkaSettings(SettingsGroup):
     topic_partitions: int = Field(
         6, ge=1, description="Partitions of the event topic when the service creates it."
     )
+    kafka_replication_factor: int = Field(
+        0,
+        ge=0,
+        description="Replicas of every topic the services create, the worker's changelog and "
+        "assignor topics included (0: one per broker up to three, counted when the topics are "
+        "created). From 3 replicas on, topics get min.insync.replicas=2: with acks=all a write "
+        "is on two brokers before it counts, and one broker may be down.",
+    )
     consumer_group: str = Field(
         "devicestate-worker", description="Kafka consumer group (Faust app id) of the worker."
     )

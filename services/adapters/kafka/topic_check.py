@@ -98,8 +98,11 @@ class TopicCheckError(RuntimeError):
         )
 
 
-def replication_factor(broker_count: int) -> int:
-    """Replicas per partition: one copy per broker up to three (1 on the local stack)."""
+def replication_factor(broker_count: int, setting: int = 0) -> int:
+    """Replicas per partition: ``setting`` (``DEVICESTATE_KAFKA_REPLICATION_FACTOR``) when above 0,
+    else one copy per broker up to three (1 on the local stack)."""
+    if setting > 0:
+        return setting
     return max(1, min(MAX_REPLICATION_FACTOR, broker_count))
 
 

@@ -22,12 +22,21 @@ move node keys to other partitions and break the per-node order of the log), so 
 differs raises :class:`~.topic_check.TopicCheckError` naming the fix. :func:`prepare_topics` is
 the same, retried while no broker answers: what the processes run on start (issue 11: a command
 POSTed before the worker's first start used to auto-create a 6-partition governance topic).
+
+Replication: every topic gets ``settings.kafka_replication_factor`` replicas, or, when it is 0 (the
+default), one per broker up to three (1 on the single-node dev stack, 3 on ``devicestate-dev stack
+up --brokers 3`` or a real cluster), and ``min.insync.replicas=2`` from three replicas on
+(:func:`replication_configs`): with the producers' ``acks=all`` a write counts once two brokers
+have it, and the topic stays writable with one broker down. The worker gives its changelog topics
+the same (``streams/app.py``, :func:`cluster_replication_factor`) and has its assignor topic
+created here (:func:`ensure_internal_topics`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Final
 
@@ -37,6 +46,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from services.adapters.kafka.clients import START_MAX_DELAY_SECONDS, is_retriable, make_admin
 from services.adapters.kafka.topic_check import (
     ALL_ROLES,
+    MAX_REPLICATION_FACTOR,
     TopicCheckError,
     TopicProblem,
     TopicRole,
@@ -46,7 +56,7 @@ from services.adapters.kafka.topic_check import (
     replication_factor,
     topic_specs,
 )
-from services.runtime.config import GovernanceTopicSettings
+from services.runtime.config import GovernanceTopicSettings, KafkaSettings
 
 log = structlog.get_logger(__name__)
 
@@ -81,6 +91,64 @@ class TopicCreationError(RuntimeError):
     """The broker refused to create a topic for a reason other than "already exists"."""
 
 
+def replication_configs(replication: int) -> dict[str, str]:
+    """Topic configs that go with ``replication`` replicas: ``min.insync.replicas`` 2 from
+    :data:`~.topic_check.MAX_REPLICATION_FACTOR` replicas on, else 1 (two replicas must not stop
+    every write when one broker is down)."""
+    return {"min.insync.replicas": "2" if replication >= MAX_REPLICATION_FACTOR else "1"}
+
+
+async def cluster_replication_factor(
+    settings: KafkaSettings, *, request_timeout_ms: int = 15000
+) -> int:
+    """The replicas of every topic the services create: ``settings.kafka_replication_factor``, or
+    min(3, the brokers the cluster names now) when it is 0. Raises aiokafka's
+    ``KafkaConnectionError`` when no broker answers within ``request_timeout_ms`` (ms)."""
+    if settings.kafka_replication_factor > 0:
+        return settings.kafka_replication_factor
+    admin = make_admin(
+        settings, client_id="devicestate-admin", request_timeout_ms=request_timeout_ms
+    )
+    await admin.start()
+    try:
+        return replication_factor(await broker_count(admin))
+    finally:
+        await admin.close()
+
+
+async def ensure_internal_topics(
+    settings: GovernanceTopicSettings, topics: Mapping[str, int], *, request_timeout_ms: int = 15000
+) -> dict[str, TopicState]:
+    """Create the missing ones of ``topics`` (name -> partitions; a framework's own topics, such
+    as faust's assignor topic) with the replication of the service's topics and its
+    ``max.message.bytes``; existing ones are left as they are. Raises
+    :class:`TopicCreationError` and aiokafka's ``KafkaConnectionError`` as :func:`ensure_topics`."""
+    admin = make_admin(
+        settings, client_id="devicestate-admin", request_timeout_ms=request_timeout_ms
+    )
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        states = {name: TopicState.EXISTED for name in topics if name in existing}
+        missing = [name for name in topics if name not in existing]
+        if missing:
+            replication = replication_factor(
+                await broker_count(admin), settings.kafka_replication_factor
+            )
+            configs = {
+                **replication_configs(replication),
+                "max.message.bytes": str(settings.max_message_bytes),
+            }
+            specs = [
+                TopicSpec(TopicRole.DEAD_LETTER, name, topics[name], configs, 0) for name in missing
+            ]
+            states |= await _create(admin, specs, replication, configs)
+            await _until_listed(admin, missing)
+        return states
+    finally:
+        await admin.close()
+
+
 def wanted_topics(settings: GovernanceTopicSettings) -> dict[str, int]:
     """Every topic the services need, with its partition count."""
     return {name: spec.partitions for name, spec in topic_specs(settings, 1).items()}
@@ -100,7 +168,9 @@ async def check_topics(
     )
     await admin.start()
     try:
-        replication = replication_factor(await broker_count(admin))
+        replication = replication_factor(
+            await broker_count(admin), settings.kafka_replication_factor
+        )
         return await inspect_topics(admin, topic_specs(settings, replication, roles), replication)
     finally:
         await admin.close()
@@ -127,7 +197,9 @@ async def ensure_topics(
     )
     await admin.start()
     try:
-        replication = replication_factor(await broker_count(admin))
+        replication = replication_factor(
+            await broker_count(admin), settings.kafka_replication_factor
+        )
         specs = topic_specs(settings, replication, roles)
         existing = set(await admin.list_topics())
         states = {name: TopicState.EXISTED for name in specs if name in existing}
@@ -154,11 +226,20 @@ async def _until_listed(admin: AIOKafkaAdminClient, names: list[str]) -> None:
 
 
 async def _create(
-    admin: AIOKafkaAdminClient, missing: list[TopicSpec], replication: int
+    admin: AIOKafkaAdminClient,
+    missing: list[TopicSpec],
+    replication: int,
+    configs: dict[str, str] | None = None,
 ) -> dict[str, TopicState]:
+    # ``configs`` replaces the specs' own (internal topics: no max.message.bytes floor to check).
     response = await admin.create_topics(
         [
-            NewTopic(spec.name, spec.partitions, replication, topic_configs=spec.create_configs())
+            NewTopic(
+                spec.name,
+                spec.partitions,
+                replication,
+                topic_configs=configs if configs is not None else spec.create_configs(),
+            )
             for spec in missing
         ]
     )
