@@ -33,7 +33,12 @@ from services.adapters.projection.batch_plan import (
     progress_params,
     recorded_offsets,
 )
-from services.adapters.projection.batch_sql import BatchStatements, device_rows, history_rows
+from services.adapters.projection.batch_sql import (
+    BatchStatements,
+    device_rows,
+    history_rows,
+    tombstone_rows,
+)
 from services.adapters.projection.cache import DeviceCache
 from services.adapters.projection.errors import ProjectionConflictError
 from services.adapters.projection.inventory_store import (
@@ -51,9 +56,10 @@ from services.domain.batch import (
     find_gaps,
 )
 from services.domain.directory import DeviceKey, DeviceRecord, Outcome
-from services.domain.events import DeviceHealthObserved
+from services.domain.events import DeviceHealthObserved, PodsListed
 from services.domain.inventory.fold import InventoryPlan
 from services.domain.log import LoggedEvent, LogPosition
+from services.domain.tombstones import TOMBSTONE_RETENTION, Tombstone
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +80,14 @@ class BatchStats:
     devices_written: int = 0
     redelivered: int = 0
     """Records at or before the partition's recorded offset: already applied, skipped whole."""
+    tombstoned: int = 0
+    """Applied observations of released Pods (older than the release) whose allocation was not
+    added back (:mod:`services.domain.tombstones`)."""
 
 
 def _stats(plan: BatchPlan, devices_written: int, redelivered: int) -> BatchStats:
     return BatchStats(
+        tombstoned=plan.tombstoned,
         applied=plan.counts[Outcome.APPLIED],
         duplicates=plan.counts[Outcome.DUPLICATE],
         stale=plan.counts[Outcome.STALE],
@@ -105,6 +115,8 @@ class PreparedBatch:
     progress: dict[str, list[Any]]
     inventory: InventoryPlan | None = None
     """The inventory rows to write (when the batch carries :attr:`LoggedBatch.inventory`)."""
+    tombstones: dict[str, Tombstone] | None = None
+    """The tombstones the batch leaves (by Pod UID), when it leaves any."""
 
 
 class ProjectionStore:
@@ -170,7 +182,7 @@ class ProjectionStore:
                 raise ValueError("apply_batch: before_commit cannot be used with a cache")
             prepared = self.prepare_batch(batch, cache)
             stats = await self.write_prepared(prepared)
-            cache.update(prepared.written, prepared.offsets)
+            cache.update(prepared.written, prepared.offsets, prepared.tombstones)
             return stats
         inventory_items = batch.inventory
         async with self._engine.begin() as conn:
@@ -187,11 +199,12 @@ class ProjectionStore:
 
             records = [r for r in batch.records if fresh_position(r.position)]
             redelivered = len(batch.records) - len(records)
-            current = await self._lock_devices(conn, records)
-            plan = plan_batch(current, records)
+            current, tombstones = await self._lock_devices(conn, records)
+            plan = plan_batch(current, records, tombstones)
             written = await self._write_devices(conn, plan)
             if plan.history:
                 await conn.execute(self._sql.insert_history, history_rows(plan))
+            await self._write_tombstones(conn, plan.tombstones)
             times = [(p, t) for p, t in batch.event_times if fresh_position(p)]
             progress = progress_params(records, batch.highwaters, batch.consumed_through, times)
             await conn.execute(self._sql.upsert_progress, progress)
@@ -231,7 +244,7 @@ class ProjectionStore:
         """
         records = batch.records
         fresh = cache.fresh(records)
-        plan = plan_batch(cache.current(fresh), fresh)
+        plan = plan_batch(cache.current(fresh), fresh, cache.tombstones(fresh))
         inventory = None
         if batch.inventory is not None:
             recorded = {
@@ -266,6 +279,7 @@ class ProjectionStore:
             history_rows=history_rows(plan) if plan.history else None,
             progress=progress,
             inventory=inventory,
+            tombstones=plan.tombstones or None,
         )
 
     async def write_prepared(self, prepared: PreparedBatch) -> BatchStats:
@@ -282,7 +296,22 @@ class ProjectionStore:
             await conn.execute(self._sql.upsert_progress, prepared.progress)
             if prepared.inventory is not None:
                 await write_plan(conn, self.inventory.sql, prepared.inventory)
+            if prepared.tombstones:
+                await self._write_tombstones(conn, prepared.tombstones)
         return prepared.stats
+
+    async def _write_tombstones(
+        self, conn: AsyncConnection, tombstones: dict[str, Tombstone]
+    ) -> None:
+        """Upsert the batch's tombstones, then drop those past the retention."""
+        if not tombstones:
+            return
+        ordered = [tombstones[uid] for uid in sorted(tombstones)]
+        await conn.execute(self._sql.upsert_tombstones, tombstone_rows(ordered))
+        await conn.execute(
+            self._sql.purge_tombstones,
+            {"retention_seconds": TOMBSTONE_RETENTION.total_seconds()},
+        )
 
     async def _lock_progress(
         self, conn: AsyncConnection, partitions: Iterable[Partition]
@@ -307,14 +336,20 @@ class ProjectionStore:
 
     async def _lock_devices(
         self, conn: AsyncConnection, records: Sequence[LoggedEvent]
-    ) -> dict[DeviceKey, DeviceRecord]:
-        """Lock and load the observed devices (by key) and the devices released Pods hold."""
+    ) -> tuple[dict[DeviceKey, DeviceRecord], dict[str, Tombstone]]:
+        """Lock and load the observed devices (by key), the devices released Pods hold, every
+        device a Pod holds on a snapshot's node, and the tombstones of the observed Pods."""
         keys: set[DeviceKey] = set()
         pods: set[tuple[str, str]] = set()
+        nodes: set[str] = set()
+        uids: set[str] = set()
         for logged in records:
             event = logged.event
             if isinstance(event, DeviceHealthObserved):
                 keys.add(event.device_key)
+                uids.add(event.pod_uid)
+            elif isinstance(event, PodsListed):
+                nodes.add(event.node)
             else:
                 pods.add((event.node, event.pod_uid))
         current: dict[DeviceKey, DeviceRecord] = {}
@@ -328,7 +363,16 @@ class ProjectionStore:
             params = {"nodes": [n for n, _ in ordered], "pods": [p for _, p in ordered]}
             result = await conn.execute(self._sql.lock_by_pod, params)
             current.update((r.key, r) for r in map(record_from_row, result))
-        return current
+        if nodes:
+            result = await conn.execute(self._sql.lock_by_node, {"nodes": sorted(nodes)})
+            current.update((r.key, r) for r in map(record_from_row, result))
+        tombstones: dict[str, Tombstone] = {}
+        if uids:
+            result = await conn.execute(self._sql.load_tombstones, {"uids": sorted(uids)})
+            for uid, node, version, released_at in result:
+                version = None if version is None else int(version)
+                tombstones[uid] = Tombstone(uid, node, version, released_at)
+        return current, tombstones
 
     async def _write_devices(self, conn: AsyncConnection, plan: BatchPlan) -> int:
         observed = [r for k, r in plan.written.items() if k in plan.observed]
