@@ -18,7 +18,6 @@ from services.adapters.projection.batch_plan import BatchPlan
 from services.adapters.projection.tables import quoted_schema
 from services.domain.directory import DeviceRecord
 from services.domain.events import DeviceHealthObserved, PodsListed
-from services.domain.tombstones import Tombstone
 
 _DEVICE_COLUMNS = (
     "node, resource_id, resource_name, source, health, raw_health, message, status_version, "
@@ -74,28 +73,6 @@ class BatchStatements:
         self.lock_by_node = text(
             "SELECT x.* FROM unnest(CAST(:nodes AS text[])) AS k(node) "
             f"CROSS JOIN LATERAL ({by_node}) AS x"
-        )
-        self.load_tombstones = text(
-            f"SELECT t.pod_uid, t.node, t.status_version, t.released_at FROM {s}.pod_tombstones "
-            "AS t WHERE t.pod_uid = ANY(CAST(:uids AS text[])) ORDER BY t.pod_uid FOR UPDATE"
-        )
-        # The guard is services.domain.tombstones.later: the higher key, then the later time.
-        self.upsert_tombstones = text(
-            f"INSERT INTO {s}.pod_tombstones AS t (pod_uid, node, status_version, released_at) "
-            "SELECT u.pod_uid, u.node, u.status_version, u.released_at FROM "
-            "jsonb_to_recordset(CAST(:rows AS jsonb)) AS u(pod_uid text, node text, "
-            "status_version numeric, released_at timestamptz) "
-            "ON CONFLICT (pod_uid) DO UPDATE SET node = EXCLUDED.node, "
-            "status_version = EXCLUDED.status_version, released_at = EXCLUDED.released_at "
-            "WHERE (COALESCE(EXCLUDED.status_version, 0), EXCLUDED.released_at) > "
-            "(COALESCE(t.status_version, 0), t.released_at)"
-        )
-        # Retention (services.domain.tombstones.retained): relative to the newest tombstone,
-        # so the rows kept do not depend on how the log was split into batches.
-        self.purge_tombstones = text(
-            f"DELETE FROM {s}.pod_tombstones WHERE released_at < "
-            f"(SELECT max(released_at) FROM {s}.pod_tombstones) - "
-            "make_interval(secs => :retention_seconds)"
         )
         # Version guard: an observation overwrites only an older (or unordered, rank 0) state.
         self.upsert_observed = text(
@@ -229,18 +206,3 @@ def history_rows(plan: BatchPlan) -> dict[str, str]:
             common["raw_health"] = None
         append(common)
     return _json_rows(rows)
-
-
-def tombstone_rows(tombstones: Iterable[Tombstone]) -> dict[str, str]:
-    """The ``:rows`` parameter of ``upsert_tombstones``: one object per tombstone."""
-    return _json_rows(
-        [
-            {
-                "pod_uid": t.pod_uid,
-                "node": t.node,
-                "status_version": None if t.status_version is None else str(t.status_version),
-                "released_at": t.released_at,
-            }
-            for t in tombstones
-        ]
-    )

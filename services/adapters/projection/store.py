@@ -33,12 +33,7 @@ from services.adapters.projection.batch_plan import (
     progress_params,
     recorded_offsets,
 )
-from services.adapters.projection.batch_sql import (
-    BatchStatements,
-    device_rows,
-    history_rows,
-    tombstone_rows,
-)
+from services.adapters.projection.batch_sql import BatchStatements, device_rows, history_rows
 from services.adapters.projection.cache import DeviceCache
 from services.adapters.projection.errors import ProjectionConflictError
 from services.adapters.projection.inventory_store import (
@@ -47,6 +42,11 @@ from services.adapters.projection.inventory_store import (
     write_plan,
 )
 from services.adapters.projection.rows import record_from_row
+from services.adapters.projection.tombstone_sql import (
+    TombstoneStatements,
+    load_tombstones,
+    write_tombstones,
+)
 from services.domain.batch import (
     CommitHook,
     LoggedBatch,
@@ -59,7 +59,7 @@ from services.domain.directory import DeviceKey, DeviceRecord, Outcome
 from services.domain.events import DeviceHealthObserved, PodsListed
 from services.domain.inventory.fold import InventoryPlan
 from services.domain.log import LoggedEvent, LogPosition
-from services.domain.tombstones import TOMBSTONE_RETENTION, Tombstone
+from services.domain.tombstones import Tombstone
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +130,7 @@ class ProjectionStore:
         self._engine = engine
         self._schema = schema
         self._sql = BatchStatements(schema)
+        self._tombstones = TombstoneStatements(schema)
         self.inventory = InventoryProjection(schema)
         """The inventory this store maintains when batches carry :attr:`LoggedBatch.inventory`."""
 
@@ -204,7 +205,7 @@ class ProjectionStore:
             written = await self._write_devices(conn, plan)
             if plan.history:
                 await conn.execute(self._sql.insert_history, history_rows(plan))
-            await self._write_tombstones(conn, plan.tombstones)
+            await write_tombstones(conn, self._tombstones, plan.tombstones)
             times = [(p, t) for p, t in batch.event_times if fresh_position(p)]
             progress = progress_params(records, batch.highwaters, batch.consumed_through, times)
             await conn.execute(self._sql.upsert_progress, progress)
@@ -297,21 +298,8 @@ class ProjectionStore:
             if prepared.inventory is not None:
                 await write_plan(conn, self.inventory.sql, prepared.inventory)
             if prepared.tombstones:
-                await self._write_tombstones(conn, prepared.tombstones)
+                await write_tombstones(conn, self._tombstones, prepared.tombstones)
         return prepared.stats
-
-    async def _write_tombstones(
-        self, conn: AsyncConnection, tombstones: dict[str, Tombstone]
-    ) -> None:
-        """Upsert the batch's tombstones, then drop those past the retention."""
-        if not tombstones:
-            return
-        ordered = [tombstones[uid] for uid in sorted(tombstones)]
-        await conn.execute(self._sql.upsert_tombstones, tombstone_rows(ordered))
-        await conn.execute(
-            self._sql.purge_tombstones,
-            {"retention_seconds": TOMBSTONE_RETENTION.total_seconds()},
-        )
 
     async def _lock_progress(
         self, conn: AsyncConnection, partitions: Iterable[Partition]
@@ -366,13 +354,7 @@ class ProjectionStore:
         if nodes:
             result = await conn.execute(self._sql.lock_by_node, {"nodes": sorted(nodes)})
             current.update((r.key, r) for r in map(record_from_row, result))
-        tombstones: dict[str, Tombstone] = {}
-        if uids:
-            result = await conn.execute(self._sql.load_tombstones, {"uids": sorted(uids)})
-            for uid, node, version, released_at in result:
-                version = None if version is None else int(version)
-                tombstones[uid] = Tombstone(uid, node, version, released_at)
-        return current, tombstones
+        return current, await load_tombstones(conn, self._tombstones, uids)
 
     async def _write_devices(self, conn: AsyncConnection, plan: BatchPlan) -> int:
         observed = [r for k, r in plan.written.items() if k in plan.observed]
