@@ -206,7 +206,8 @@ def apply_release(current: DeviceRecord, event: PodDevicesReleased) -> Change | 
 def _without(current: DeviceRecord, gone: list[Allocation]) -> Change | None:
     if not gone:
         return None
-    kept = tuple(a for a in current.allocations if a not in gone)
+    dropped = {id(a) for a in gone}
+    kept = tuple(a for a in current.allocations if id(a) not in dropped)
     return Change(
         current.key, Outcome.RELEASED, replace(current, allocations=kept), released=tuple(gone)
     )
@@ -215,7 +216,7 @@ def _without(current: DeviceRecord, gone: list[Allocation]) -> Change | None:
 def _vanished(allocation: Allocation, event: PodsListed) -> bool:
     """Whether the snapshot says the allocation's Pod was gone at the LIST: in its UID range, not
     listed, and observed at or before the LIST (unordered allocations count as before)."""
-    if not event.covers(allocation.pod_uid) or allocation.pod_uid in event.pod_uids:
+    if not event.covers(allocation.pod_uid) or event.lists(allocation.pod_uid):
         return False
     version = allocation.status_version
     return version is None or version <= version_rank(event.list_version)

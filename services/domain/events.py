@@ -20,6 +20,7 @@ valid JSON, has an unknown ``schema`` or ``type``, or lacks a required field rai
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -174,9 +175,20 @@ class PodsListed:
         """The ordering key of the snapshot, as of the other events: ``list_version``."""
         return self.list_version
 
+    def __post_init__(self) -> None:
+        # Sorted, so that lists() is a binary search (a node may list thousands of Pods).
+        if any(a > b for a, b in zip(self.pod_uids, self.pod_uids[1:], strict=False)):
+            object.__setattr__(self, "pod_uids", tuple(sorted(self.pod_uids)))
+
     def covers(self, pod_uid: str) -> bool:
         """Whether ``pod_uid`` lies in this snapshot's UID range."""
         return pod_uid >= self.uid_from and (self.uid_to is None or pod_uid < self.uid_to)
+
+    def lists(self, pod_uid: str) -> bool:
+        """Whether the LIST found ``pod_uid`` on the node."""
+        uids = self.pod_uids
+        at = bisect_left(uids, pod_uid)
+        return at < len(uids) and uids[at] == pod_uid
 
 
 Event: TypeAlias = DeviceHealthObserved | PodDevicesReleased | PodsListed
