@@ -84,6 +84,8 @@ class BatchResult(Protocol):
     def stale(self) -> int: ...
     @property
     def released(self) -> int: ...
+    @property
+    def tombstoned(self) -> int: ...
 
 
 class BatchSink(Protocol):
@@ -399,6 +401,8 @@ class DeviceDedup:
             metrics.db_noops.labels("duplicate").inc(result.duplicates)
         if result.stale:
             metrics.db_noops.labels("stale").inc(result.stale)
+        if result.tombstoned:
+            metrics.db_noops.labels("tombstoned").inc(result.tombstoned)
         last: dict[tuple[str, int], int] = {}
         for event in events:
             message = event.message

@@ -46,7 +46,8 @@ class WorkerMetrics:
         )
         self.db_noops = Counter(
             "devicestate_worker_db_noops",
-            "Observations the projection's version guard found duplicate or stale.",
+            "Observations the projection's version guard found duplicate or stale, and "
+            "(kind tombstoned) observations of released Pods whose allocation was not added back.",
             ["kind"],
             registry=r,
         )

@@ -9,6 +9,14 @@ Ordering rule (the dedup key is ``(node, resourceID, statusVersion)``): an obser
 only when its statusVersion is greater than the device's; an equal one is a duplicate, a smaller
 one is stale. An unordered observation (no comparable resourceVersion) ranks 0: it may create a
 device but never overwrites one (see ``../shared/examples/stream-10`` lines 15-16).
+
+Releases (issue 11 item 7): a ``PodDevicesReleased`` removes the Pod's allocations on its node; a
+``PodsListed`` snapshot removes those of the Pods on its node (in its UID range) it does not list,
+observed at or before the LIST. Both leave a tombstone per released Pod UID
+(:mod:`services.domain.tombstones`, :func:`tombstones_of`): an applied observation the Pod's
+tombstone covers (older than the release) still sets the device's health, as any observation of
+the device at that version does, but adds no allocation back (``Change.tombstoned``). Keeping the
+device's version rule untouched keeps the worker's early dedup (a rank per device) exact.
 """
 
 from __future__ import annotations
@@ -26,7 +34,9 @@ from services.domain.events import (
     Event,
     Health,
     PodDevicesReleased,
+    PodsListed,
 )
+from services.domain.tombstones import Tombstone, merged
 
 DeviceKey = tuple[str, str]
 """``(node, resourceID)``."""
@@ -90,7 +100,7 @@ class Outcome(StrEnum):
     APPLIED = "applied"  # an observation newer than the device's state
     DUPLICATE = "duplicate"  # same statusVersion as the device's state: a no-op
     STALE = "stale"  # older statusVersion than the device's state: a no-op
-    RELEASED = "released"  # a Pod's allocation was removed
+    RELEASED = "released"  # a Pod's allocation was removed (a release or a snapshot)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,13 +108,17 @@ class Change:
     """The effect of one event on one device.
 
     ``record`` is the device's state after the event (unchanged for a no-op). ``transition`` is true
-    when the observation changed the device's health (or created the device).
+    when the observation changed the device's health (or created the device). ``tombstoned``: an
+    applied observation of a released Pod (its tombstone covers it) whose allocation was not
+    added back. ``released``: the allocations a release or snapshot removed.
     """
 
     key: DeviceKey
     outcome: Outcome
     record: DeviceRecord
     transition: bool = False
+    tombstoned: bool = False
+    released: tuple[Allocation, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -130,9 +144,15 @@ def _allocation_of(event: DeviceHealthObserved) -> Allocation:
     )
 
 
-def apply_observation(current: DeviceRecord | None, event: DeviceHealthObserved) -> Change:
-    """Apply one observation to one device's state (``None``: the device is not known yet)."""
-    allocation = _allocation_of(event)
+def apply_observation(
+    current: DeviceRecord | None,
+    event: DeviceHealthObserved,
+    tombstone: Tombstone | None = None,
+) -> Change:
+    """Apply one observation to one device's state (``None``: the device is not known yet).
+
+    ``tombstone``: the Pod's, when it was released; if it covers the observation, the device's
+    allocations stay as they were (``Change.tombstoned``)."""
     if current is not None:
         new_rank, old_rank = (
             version_rank(event.status_version),
@@ -144,6 +164,12 @@ def apply_observation(current: DeviceRecord | None, event: DeviceHealthObserved)
             return Change(current.key, Outcome.STALE, current)
     transition = current is None or current.health is not event.health
     previous_allocations = () if current is None else current.allocations
+    tombstoned = tombstone is not None and tombstone.covers(event)
+    allocations = (
+        previous_allocations
+        if tombstoned
+        else _with_allocation(previous_allocations, _allocation_of(event))
+    )
     record = DeviceRecord(
         node=event.node,
         resource_id=event.resource_id,
@@ -157,10 +183,10 @@ def apply_observation(current: DeviceRecord | None, event: DeviceHealthObserved)
         last_transition_at=event.observed_at
         if transition or current is None
         else current.last_transition_at,
-        allocations=_with_allocation(previous_allocations, allocation),
+        allocations=allocations,
         flags=event.flags,
     )
-    return Change(record.key, Outcome.APPLIED, record, transition=transition)
+    return Change(record.key, Outcome.APPLIED, record, transition=transition, tombstoned=tombstoned)
 
 
 def _released_by(allocation: Allocation, event: PodDevicesReleased) -> bool:
@@ -174,10 +200,36 @@ def _released_by(allocation: Allocation, event: PodDevicesReleased) -> bool:
 
 def apply_release(current: DeviceRecord, event: PodDevicesReleased) -> Change | None:
     """Remove the Pod's allocation from one device; ``None`` when the Pod did not hold it."""
-    kept = tuple(a for a in current.allocations if not _released_by(a, event))
-    if len(kept) == len(current.allocations):
+    return _without(current, [a for a in current.allocations if _released_by(a, event)])
+
+
+def _without(current: DeviceRecord, gone: list[Allocation]) -> Change | None:
+    if not gone:
         return None
-    return Change(current.key, Outcome.RELEASED, replace(current, allocations=kept))
+    dropped = {id(a) for a in gone}
+    kept = tuple(a for a in current.allocations if id(a) not in dropped)
+    return Change(
+        current.key, Outcome.RELEASED, replace(current, allocations=kept), released=tuple(gone)
+    )
+
+
+def _vanished(allocation: Allocation, event: PodsListed) -> bool:
+    """Whether the snapshot says the allocation's Pod was gone at the LIST: in its UID range, not
+    listed, and observed at or before the LIST (unordered allocations count as before)."""
+    if not event.covers(allocation.pod_uid) or event.lists(allocation.pod_uid):
+        return False
+    version = allocation.status_version
+    return version is None or version <= version_rank(event.list_version)
+
+
+def apply_snapshot(current: DeviceRecord, event: PodsListed) -> Change | None:
+    """Remove from one device (on the snapshot's node) the allocations of the Pods the snapshot
+    says vanished before its LIST; ``None`` when there are none. A snapshot without a
+    comparable ``list_version`` cannot tell an older Pod from a newer one and releases nothing.
+    """
+    if event.list_version is None:
+        return None
+    return _without(current, [a for a in current.allocations if _vanished(a, event)])
 
 
 def devices_held_by(
@@ -194,16 +246,37 @@ def devices_held_by(
     )
 
 
-def apply_event(devices: Mapping[DeviceKey, DeviceRecord], event: Event) -> list[Change]:
+_NO_TOMBSTONES: Mapping[str, Tombstone] = {}
+
+
+def apply_event(
+    devices: Mapping[DeviceKey, DeviceRecord],
+    event: Event,
+    tombstones: Mapping[str, Tombstone] = _NO_TOMBSTONES,
+) -> list[Change]:
     """Apply one event to the directory ``devices`` (not modified) and return its effects.
 
-    For an observation, ``devices`` must hold the device's current record if it exists; for a
-    release, every device on the event's node that the Pod holds. Returns one :class:`Change` for
-    an observation and one per released device for a release (none if the Pod held nothing).
+    For an observation, ``devices`` must hold the device's current record if it exists (and
+    ``tombstones``, by Pod UID, the observed Pod's tombstone if it has one); for a release, every
+    device on the event's node that the Pod holds; for a snapshot, every device on its node that
+    any Pod holds. Returns one :class:`Change` for an observation and one per released device for
+    a release or a snapshot (none if nothing was released).
     """
     if isinstance(event, DeviceHealthObserved):
-        return [apply_observation(devices.get(event.device_key), event)]
+        return [
+            apply_observation(devices.get(event.device_key), event, tombstones.get(event.pod_uid))
+        ]
     changes = []
+    if isinstance(event, PodsListed):
+        held = sorted(
+            (d for d in devices.values() if d.node == event.node and d.allocations),
+            key=lambda d: d.key,
+        )
+        for record in held:
+            change = apply_snapshot(record, event)
+            if change is not None:
+                changes.append(change)
+        return changes
     for record in devices_held_by(devices, event.node, event.pod_uid):
         change = apply_release(record, event)
         if change is not None:
@@ -211,17 +284,38 @@ def apply_event(devices: Mapping[DeviceKey, DeviceRecord], event: Event) -> list
     return changes
 
 
+def tombstones_of(event: Event, changes: list[Change]) -> list[Tombstone]:
+    """The tombstones ``event`` leaves, given its ``changes`` (from :func:`apply_event`): one for
+    a release's Pod (whether it held anything or not: an older observation may still be on its
+    way), one per Pod a snapshot released (at the LIST's version); none for an observation or
+    an unordered release (no ordering key: the log's order decides, as before)."""
+    if isinstance(event, PodDevicesReleased):
+        if event.status_version is None:  # nothing can be told older than an unordered release
+            return []
+        return [Tombstone(event.pod_uid, event.node, event.status_version, event.observed_at)]
+    if isinstance(event, PodsListed):
+        uids = sorted({a.pod_uid for change in changes for a in change.released})
+        return [Tombstone(uid, event.node, event.list_version, event.observed_at) for uid in uids]
+    return []
+
+
 def fold(
-    events: list[Event], devices: dict[DeviceKey, DeviceRecord] | None = None
+    events: list[Event],
+    devices: dict[DeviceKey, DeviceRecord] | None = None,
+    tombstones: dict[str, Tombstone] | None = None,
 ) -> dict[DeviceKey, DeviceRecord]:
     """Apply ``events`` in order to ``devices`` (a new empty directory by default); returns it.
+    ``tombstones`` (by Pod UID; a new empty dict by default) is updated in place.
 
     The reference semantics of the projection: replaying a log through :func:`fold` gives the
     directory the PostgreSQL projection must hold after consuming the same log.
     """
     state: dict[DeviceKey, DeviceRecord] = {} if devices is None else devices
+    released: dict[str, Tombstone] = {} if tombstones is None else tombstones
     for event in events:
-        for change in apply_event(state, event):
+        changes = apply_event(state, event, released)
+        for change in changes:
             if change.changed:
                 state[change.key] = change.record
+        merged(released, tombstones_of(event, changes))
     return state

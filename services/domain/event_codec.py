@@ -31,6 +31,7 @@ from services.domain.events import (
     Event,
     Health,
     PodDevicesReleased,
+    PodsListed,
     ReleaseReason,
     format_time,
 )
@@ -39,7 +40,22 @@ from services.domain.limits import field_violations
 # --- encoding -------------------------------------------------------------------------------
 
 
+def _snapshot_to_dict(event: PodsListed) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA_VERSION,
+        "type": event.type,
+        "node": event.node,
+        "listVersion": None if event.list_version is None else str(event.list_version),
+        "observedAt": format_time(event.observed_at),
+        "podUIDs": list(event.pod_uids),
+        "uidFrom": event.uid_from,
+        "uidTo": event.uid_to,
+    }
+
+
 def _event_to_dict(event: Event) -> dict[str, Any]:
+    if isinstance(event, PodsListed):
+        return _snapshot_to_dict(event)
     base: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
         "type": event.type,
@@ -131,6 +147,8 @@ def _decode_fields(payload: bytes) -> Event:
         node = require(obj, "node")
     if not node:
         raise EventDecodeError("field 'node' is empty")
+    if kind == "PodsListed":
+        return _snapshot_fields(obj, node, observed_at)
     namespace = get("namespace")
     if type(namespace) is not str:
         namespace = require(obj, "namespace")
@@ -238,3 +256,26 @@ def _decode_fields(payload: bytes) -> Event:
             tuple(ids),
         )
     raise EventDecodeError(f"unknown event type {kind!r}")
+
+
+def _snapshot_fields(obj: dict[str, Any], node: str, observed_at: Any) -> PodsListed:
+    """The fields of a ``PodsListed`` (``node`` and ``observed_at`` already read)."""
+    uids = obj.get("podUIDs")
+    if not isinstance(uids, list) or not all(isinstance(u, str) for u in uids):
+        raise EventDecodeError("field 'podUIDs' must be a list of strings")
+    uid_from = obj.get("uidFrom", "")
+    if not isinstance(uid_from, str):
+        raise EventDecodeError("field 'uidFrom' must be a string")
+    uid_to = optional_str_field(obj, "uidTo")
+    if uid_to is not None and uid_to <= uid_from:
+        raise EventDecodeError("field 'uidTo' must sort after 'uidFrom'")
+    if any(u < uid_from or (uid_to is not None and u >= uid_to) for u in uids):
+        raise EventDecodeError("field 'podUIDs' holds a UID outside [uidFrom, uidTo)")
+    return PodsListed(
+        node=node,
+        list_version=version_field(obj, "listVersion"),
+        observed_at=observed_at,
+        pod_uids=tuple(sorted(uids)),
+        uid_from=uid_from,
+        uid_to=uid_to,
+    )

@@ -10,7 +10,8 @@ consumers.
 
 Schema history:
 
-- 1: ``DeviceHealthObserved``, ``PodDevicesReleased``.
+- 1: ``DeviceHealthObserved``, ``PodDevicesReleased``; ``PodsListed`` (issue 11 item 7) is a new
+  type of the same schema: a consumer that predates it dead-letters it as an unknown type.
 
 Decoding (:func:`services.domain.event_codec.decode_event`) never guesses: a payload that is not
 valid JSON, has an unknown ``schema`` or ``type``, or lacks a required field raises
@@ -19,6 +20,7 @@ valid JSON, has an unknown ``schema`` or ``type``, or lacks a required field rai
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -143,7 +145,53 @@ class PodDevicesReleased:
     type: str = field(default="PodDevicesReleased", init=False)
 
 
-Event: TypeAlias = DeviceHealthObserved | PodDevicesReleased
+@dataclass(frozen=True, slots=True)
+class PodsListed:
+    """The Pods one LIST of the watcher found on one node: a snapshot (issue 11 item 7).
+
+    ``pod_uids`` (sorted) are the UIDs of the listed Pods whose ``spec.nodeName`` is ``node``
+    and whose UID lies in ``[uid_from, uid_to)`` (``uid_to`` ``None``: no upper bound), so a node
+    whose snapshot does not fit one record is sent as several self-sufficient chunks covering
+    disjoint UID ranges (:func:`services.domain.record_size.fit_events`). ``list_version`` is
+    the LIST's ``metadata.resourceVersion`` (``None``: missing or not an integer);
+    ``observed_at`` (UTC) the watcher time of the LIST.
+
+    The fold (:func:`services.domain.directory.apply_snapshot`) releases every allocation on
+    ``node`` of a Pod in the range that the snapshot does not list and that was observed at or
+    before ``list_version``: the Pod vanished before the LIST (deleted while the watcher was
+    down). An allocation observed after the LIST (a Pod created after it) is kept.
+    """
+
+    node: str
+    list_version: int | None
+    observed_at: datetime
+    pod_uids: tuple[str, ...] = ()
+    uid_from: str = ""
+    uid_to: str | None = None
+    type: str = field(default="PodsListed", init=False)
+
+    @property
+    def status_version(self) -> int | None:
+        """The ordering key of the snapshot, as of the other events: ``list_version``."""
+        return self.list_version
+
+    def __post_init__(self) -> None:
+        # Sorted, so that lists() is a binary search (a node may list thousands of Pods).
+        if any(a > b for a, b in zip(self.pod_uids, self.pod_uids[1:], strict=False)):
+            object.__setattr__(self, "pod_uids", tuple(sorted(self.pod_uids)))
+
+    def covers(self, pod_uid: str) -> bool:
+        """Whether ``pod_uid`` lies in this snapshot's UID range."""
+        return pod_uid >= self.uid_from and (self.uid_to is None or pod_uid < self.uid_to)
+
+    def lists(self, pod_uid: str) -> bool:
+        """Whether the LIST found ``pod_uid`` on the node."""
+        uids = self.pod_uids
+        at = bisect_left(uids, pod_uid)
+        return at < len(uids) and uids[at] == pod_uid
+
+
+Event: TypeAlias = DeviceHealthObserved | PodDevicesReleased | PodsListed
 
 
 # --- time and resourceVersion helpers ---------------------------------------------------------

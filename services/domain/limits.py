@@ -22,6 +22,7 @@ from services.domain.events import (
     MESSAGE_MAX_LENGTH,
     DeviceHealthObserved,
     Event,
+    PodsListed,
 )
 
 STATUS_VERSION_MAX_DIGITS: Final = 39
@@ -48,6 +49,8 @@ def _name_problem(field: str, value: str, max_bytes: int) -> str | None:
 
 def field_violations(event: Event) -> list[str]:
     """Why ``event`` cannot be stored, one readable reason per field (empty: it can be)."""
+    if isinstance(event, PodsListed):
+        return _snapshot_violations(event)
     checks: list[tuple[str, str | None, int]] = [
         ("node", event.node, 253),
         ("namespace", event.namespace, 63),
@@ -93,4 +96,17 @@ def field_violations(event: Event) -> list[str]:
             for f in event.flags
             if _name_problem("flag", f, 64)
         ]
+    return problems
+
+
+def _snapshot_violations(event: PodsListed) -> list[str]:
+    checks = [("node", event.node, 253)]
+    checks += [(f"podUID {uid!r}", uid, 128) for uid in event.pod_uids]
+    problems = [
+        problem
+        for field, value, limit in checks
+        if (problem := _name_problem(field, value, limit)) is not None
+    ]
+    if event.list_version is not None and len(str(event.list_version)) > STATUS_VERSION_MAX_DIGITS:
+        problems.append(f"listVersion has more than {STATUS_VERSION_MAX_DIGITS} digits")
     return problems

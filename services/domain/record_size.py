@@ -1,8 +1,10 @@
-"""Make every device event fit one Kafka record (issue 11): split a release, shorten an observation.
+"""Make every device event fit one Kafka record (issue 11): split a release or a snapshot, shorten
+an observation.
 
 The topic takes records of at most ``max.message.bytes`` (``KafkaSettings.max_message_bytes``,
-1 MiB by default); a record the producer cannot send used to stop the watcher. Two events can
-grow without bound with one Pod, and both are made to fit here, where the watcher makes them:
+1 MiB by default); a record the producer cannot send used to stop the watcher. Three events can
+grow without bound (two with one Pod, one with one node); all are made to fit here, where the
+watcher makes them:
 
 - ``PodDevicesReleased`` lists every resourceID the Pod held. It is **split** into releases of
   chunks of ``resource_ids`` (sorted, each part otherwise identical). The fold is the same: a
@@ -21,6 +23,12 @@ grow without bound with one Pod, and both are made to fit here, where the watche
   health, its transitions and the set of Pods holding it are what the uncut event gives; only
   that Pod's allocation lists fewer containers.
 
+- ``PodsListed`` lists every Pod UID a LIST found on a node. It is **split** into chunks of
+  consecutive sorted UIDs, each covering its own UID range (``uidFrom``: its first UID, the
+  first chunk the original's; ``uidTo``: the next chunk's first UID, the last chunk the
+  original's), so each chunk is self-sufficient: it releases the unlisted Pods of its range
+  only, and the chunks together release what the whole snapshot would.
+
 Sizes are those of the JSON body (:func:`~services.domain.event_codec.encode_event`); the caller
 passes the body budget :func:`event_budget` leaves of a record (:data:`RECORD_HEADROOM_BYTES` for
 the key, the type header and the batch framing). Anything else too large (a node or inventory
@@ -33,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from services.domain.event_codec import encode_event
-from services.domain.events import DeviceHealthObserved, Event, PodDevicesReleased
+from services.domain.events import DeviceHealthObserved, Event, PodDevicesReleased, PodsListed
 from services.domain.pod_status import Problem, ProblemCode
 
 RECORD_HEADROOM_BYTES: Final = 1024
@@ -79,6 +87,32 @@ def _split_release(event: PodDevicesReleased, budget: int) -> list[PodDevicesRel
     return parts
 
 
+def _chunk(event: PodsListed, uids: list[str], start: int, end: int) -> PodsListed:
+    return replace(
+        event,
+        pod_uids=tuple(uids[start:end]),
+        uid_from=event.uid_from if start == 0 else uids[start],
+        uid_to=event.uid_to if end == len(uids) else uids[end],
+    )
+
+
+def _split_snapshot(event: PodsListed, budget: int) -> list[PodsListed]:
+    uids = sorted(event.pod_uids)
+    parts: list[PodsListed] = []
+    start = 0
+    while start < len(uids):
+        low, high = start + 1, len(uids)
+        while low < high:
+            middle = (low + high + 1) // 2
+            if _size(_chunk(event, uids, start, middle)) <= budget:
+                low = middle
+            else:
+                high = middle - 1
+        parts.append(_chunk(event, uids, start, low))
+        start = low
+    return parts
+
+
 def _cut_containers(event: DeviceHealthObserved, budget: int) -> DeviceHealthObserved:
     containers = sorted(event.containers)
     flags = tuple(sorted({*event.flags, CONTAINERS_TRUNCATED}))
@@ -105,6 +139,8 @@ def fit_events(events: list[Event], budget: int) -> Fitted:
             fitted.events.append(event)
         elif isinstance(event, PodDevicesReleased):
             fitted.events.extend(_split_release(event, budget))
+        elif isinstance(event, PodsListed):
+            fitted.events.extend(_split_snapshot(event, budget))
         else:
             cut = _cut_containers(event, budget)
             fitted.events.append(cut)

@@ -1,6 +1,7 @@
 """Decoding any record of the device-health topic: device, node or inventory events.
 
-The topic carries :mod:`services.domain.events` (``DeviceHealthObserved``, ``PodDevicesReleased``),
+The topic carries :mod:`services.domain.events` (``DeviceHealthObserved``, ``PodDevicesReleased``,
+``PodsListed``),
 :mod:`services.domain.node_events` (``NodeHeartbeat``, ``NodeResourcesChanged``, ``WatcherTick``)
 and :mod:`services.domain.inventory.events` (``InventoryObserved``: DRA ResourceSlices,
 ResourceClaims and DeviceClasses). Consumers call :func:`decode_record` and dispatch on the type.
@@ -142,6 +143,7 @@ def _inventory_typed(payload: bytes, inventory: bool) -> InventoryObserved:
 _DECODERS: Final[dict[str, Callable[[bytes], TopicRecord]]] = {
     "DeviceHealthObserved": decode_event,
     "PodDevicesReleased": decode_event,
+    "PodsListed": decode_event,
     **{name: decode_node_event for name in NODE_EVENT_TYPES},
 }
 """Type header value -> decoder (``InventoryObserved`` apart: it depends on ``inventory``)."""

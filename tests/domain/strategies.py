@@ -14,6 +14,7 @@ from services.domain.events import (
     Event,
     Health,
     PodDevicesReleased,
+    PodsListed,
     ReleaseReason,
 )
 
@@ -60,5 +61,23 @@ def releases(draw: st.DrawFn) -> PodDevicesReleased:
     )
 
 
-events: st.SearchStrategy[Event] = st.one_of(observations(), observations(), releases())
+@st.composite
+def snapshots(draw: st.DrawFn) -> PodsListed:
+    """A snapshot of a node, whole or one chunk of a UID range."""
+    uid_from, uid_to = draw(st.sampled_from([("", None), ("", "uid-2"), ("uid-2", None)]))
+    uids = [uid for _, _, uid in PODS if uid >= uid_from and (uid_to is None or uid < uid_to)]
+    listed = draw(st.lists(st.sampled_from(uids), unique=True)) if uids else []
+    return PodsListed(
+        node=draw(st.sampled_from(NODES)),
+        list_version=draw(versions),
+        observed_at=draw(times),
+        pod_uids=tuple(sorted(listed)),
+        uid_from=uid_from,
+        uid_to=uid_to,
+    )
+
+
+events: st.SearchStrategy[Event] = st.one_of(
+    observations(), observations(), releases(), snapshots()
+)
 event_logs = st.lists(events, max_size=40)

@@ -9,15 +9,20 @@ from hypothesis import strategies as st
 
 from services.domain.directory import Outcome, apply_event, fold, version_rank
 from services.domain.events import DeviceHealthObserved, Event, Health
+from services.domain.tombstones import Tombstone
 from tests.domain.strategies import event_logs, observations
 
 
 @given(event_logs, st.integers(min_value=0, max_value=40))
 def test_replay_equals_incremental_processing(log: list[Event], cut: int) -> None:
-    """Folding a log in two parts, carrying the state over, equals folding it at once."""
-    whole = fold(log)
-    incremental = fold(log[cut:], fold(log[:cut]))
+    """Folding a log in two parts, carrying the state (devices and tombstones) over, equals
+    folding it at once."""
+    tombstones_whole: dict[str, Tombstone] = {}
+    whole = fold(log, tombstones=tombstones_whole)
+    tombstones: dict[str, Tombstone] = {}
+    incremental = fold(log[cut:], fold(log[:cut], tombstones=tombstones), tombstones)
     assert incremental == whole
+    assert tombstones == tombstones_whole
 
 
 @given(event_logs)

@@ -20,9 +20,16 @@ from services.domain.batch import (
     find_gaps,
 )
 from services.domain.device_ceiling import within_ceiling
-from services.domain.directory import DeviceKey, DeviceRecord, Outcome, apply_event
+from services.domain.directory import (
+    DeviceKey,
+    DeviceRecord,
+    Outcome,
+    apply_event,
+    tombstones_of,
+)
 from services.domain.events import DeviceHealthObserved
 from services.domain.log import LoggedEvent
+from services.domain.tombstones import Tombstone, merged, retained
 
 
 @dataclass
@@ -34,6 +41,7 @@ class FakeProjection:
     offsets: dict[Partition, int] = field(default_factory=dict)
     highwaters: dict[Partition, int] = field(default_factory=dict)
     last_event_at: dict[Partition, datetime] = field(default_factory=dict)
+    tombstones: dict[str, Tombstone] = field(default_factory=dict)
 
 
 class FakeSink:
@@ -98,11 +106,18 @@ class FakeSink:
         counts: Counter[Outcome] = Counter()
         transitions: list[Transition] = []
         written: set[DeviceKey] = set()
+        tombstones, left = dict(stored.tombstones), False
+        tombstoned = 0
         for logged in applied:
-            for change in apply_event(devices, logged.event):
+            changes = apply_event(devices, logged.event, tombstones)
+            released = tombstones_of(logged.event, changes)
+            merged(tombstones, released)
+            left = left or bool(released)
+            for change in changes:
                 counts[change.outcome] += 1
                 if not change.changed:
                     continue
+                tombstoned += change.tombstoned
                 devices[change.key] = change.record
                 written.add(change.key)
                 if change.transition and isinstance(logged.event, DeviceHealthObserved):
@@ -125,6 +140,7 @@ class FakeSink:
                 )
             )
         stored.devices, stored.offsets, stored.last_event_at = devices, offsets, newest
+        stored.tombstones = retained(tombstones) if left else tombstones
         for part, highwater in batch.highwaters.items():
             stored.highwaters[part] = max(stored.highwaters.get(part, highwater), highwater)
         self.batches.append(list(batch.records))
@@ -137,4 +153,5 @@ class FakeSink:
             devices_written=len(written),
             redelivered=len(batch.records) - len(records),
             over_ceiling=len(refused),
+            tombstoned=tombstoned,
         )

@@ -17,7 +17,7 @@ from services.adapters.projection.store import BatchStats, ProjectionStore
 from services.adapters.projection.tables import quoted_schema
 from services.domain.batch import LoggedBatch
 from services.domain.directory import DeviceKey, DeviceRecord, apply_event, devices_held_by, fold
-from services.domain.events import DeviceHealthObserved, Event, PodDevicesReleased
+from services.domain.events import DeviceHealthObserved, Event, PodDevicesReleased, PodsListed
 from services.domain.log import LoggedEvent, LogPosition
 from tests.conftest import TOPIC, SchemaFactory
 from tests.domain.strategies import event_logs
@@ -59,7 +59,10 @@ async def truncate(engine: AsyncEngine, *schemas: str) -> None:
         for schema in schemas:
             s = quoted_schema(schema)
             await conn.execute(
-                text(f"TRUNCATE {s}.devices, {s}.device_history, {s}.partition_progress")
+                text(
+                    f"TRUNCATE {s}.devices, {s}.device_history, {s}.partition_progress, "
+                    f"{s}.pod_tombstones"
+                )
             )
 
 
@@ -92,7 +95,7 @@ async def test_the_cache_writes_what_the_locked_rows_write(
         )
         # The replay's pipeline: the cache moves on before the batch is written.
         prepared = pipelined.prepare_batch(LoggedBatch(batch, highwaters), ahead)
-        ahead.update(prepared.written, prepared.offsets)
+        ahead.update(prepared.written, prepared.offsets, prepared.tombstones)
         writing.append(await pipelined.write_prepared(prepared))
         assert writing[-1] == expected
 
@@ -132,6 +135,10 @@ def test_current_is_what_the_store_would_lock(events: list[Event], sizes: list[i
             if isinstance(event, DeviceHealthObserved):
                 if event.device_key in state:
                     want[event.device_key] = state[event.device_key]
+            elif isinstance(event, PodsListed):
+                want.update(
+                    (d.key, d) for d in state.values() if d.node == event.node and d.allocations
+                )
             else:
                 assert isinstance(event, PodDevicesReleased)
                 want.update((d.key, d) for d in devices_held_by(state, event.node, event.pod_uid))

@@ -100,11 +100,16 @@ async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
         "devices",
         "device_history",
         "partition_progress",
+        "pod_tombstones",
         *GOVERNANCE_TABLES,
         *INVENTORY_TABLES,
     }
     current = await asyncio.to_thread(alembic_cli, database_url, schema_name, "current")
-    assert "0004_identity_reported_with (head)" in current.stdout
+    assert "0005_pod_tombstones (head)" in current.stdout
+
+    back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
+    assert back.returncode == 0, back.stderr
+    assert "pod_tombstones" not in await tables_in(engine, schema_name)
 
     back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
     assert back.returncode == 0, back.stderr
@@ -146,7 +151,7 @@ async def test_migrate_is_idempotent_and_safe_to_run_concurrently(
         version = await conn.execute(
             text(f'SELECT version_num FROM "{schema_name}".alembic_version')
         )
-        assert [r[0] for r in version] == ["0004_identity_reported_with"]
+        assert [r[0] for r in version] == ["0005_pod_tombstones"]
 
 
 async def test_revisions_match_the_table_metadata(engine: AsyncEngine, fresh_schema: str) -> None:

@@ -199,6 +199,7 @@ async def test_redelivered_batch_writes_history_once(
     async with engine.begin() as conn:
         await conn.execute(text(f"DELETE FROM {quoted_schema(store.schema)}.devices"))
         await conn.execute(text(f"DELETE FROM {quoted_schema(store.schema)}.partition_progress"))
+        await conn.execute(text(f"DELETE FROM {quoted_schema(store.schema)}.pod_tombstones"))
     rebuilt = await store.apply_batch(LoggedBatch(batch))
     assert rebuilt.applied == 2 and rebuilt.released == 1
     assert await history_count(engine, store.schema) == rows

@@ -16,9 +16,10 @@ from services.adapters.projection.reads_devices import DeviceReads
 from services.adapters.projection.store import ProjectionStore
 from services.adapters.projection.tables import device_history, in_schema, quoted_schema
 from services.domain.batch import LoggedBatch
-from services.domain.directory import DeviceKey, DeviceRecord, apply_event, fold
+from services.domain.directory import DeviceKey, DeviceRecord, apply_event, fold, tombstones_of
 from services.domain.events import Event
 from services.domain.log import LoggedEvent
+from services.domain.tombstones import Tombstone, merged
 from tests.conftest import as_log
 from tests.domain.strategies import event_logs
 
@@ -40,9 +41,12 @@ def split(log: list[LoggedEvent], sizes: list[int]) -> list[list[LoggedEvent]]:
 def expected_history(log: list[LoggedEvent]) -> set[tuple[Any, ...]]:
     """(offset, node, resource_id, kind, health) of every change the sequential fold makes."""
     state: dict[DeviceKey, DeviceRecord] = {}
+    tombstones: dict[str, Tombstone] = {}
     rows = set()
     for logged in log:
-        for change in apply_event(state, logged.event):
+        changes = apply_event(state, logged.event, tombstones)
+        merged(tombstones, tombstones_of(logged.event, changes))
+        for change in changes:
             if change.changed:
                 state[change.key] = change.record
                 kind = "observed" if change.outcome.value == "applied" else "released"
@@ -75,7 +79,10 @@ async def test_projection_equals_the_fold_whatever_the_batch_split(
     async with engine.begin() as conn:
         s = quoted_schema(store.schema)
         await conn.execute(
-            text(f"TRUNCATE {s}.devices, {s}.device_history, {s}.partition_progress")
+            text(
+                f"TRUNCATE {s}.devices, {s}.device_history, {s}.partition_progress, "
+                f"{s}.pod_tombstones"
+            )
         )
     log = as_log(events)
     for batch in split(log, sizes):

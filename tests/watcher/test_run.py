@@ -253,6 +253,9 @@ async def test_live_mode_runs_pods_leases_nodes_and_ticks_and_stops_on_sigterm(
     # The fake cluster serves no resource.k8s.io/v1 (404): each DRA loop ended by itself.
     assert sorted(summary.not_served) == ["deviceclasses", "resourceclaims", "resourceslices"]
     assert all(len(s.requests) == 1 for s in (fake_cluster.slices, fake_cluster.claims))
+    # One snapshot per node known at the Pod LIST: the Pods' node, and those of the Leases and
+    # Nodes when their LISTs came first (the loops run concurrently).
+    assert 1 <= summary.events_published.pop("PodsListed") <= 3
     assert summary.events_published == {
         "DeviceHealthObserved": 4,  # a, b, c, then a changed
         "NodeHeartbeat": 3,  # a and b listed, a again 60 s later (11:00:10 coarsened)
@@ -314,7 +317,7 @@ async def test_live_mode_without_lease_and_node_watches(
     summary = await asyncio.wait_for(watching, 30)
     assert fake_cluster.leases.requests == [] and fake_cluster.nodes.requests == []
     assert [s.requests for s in fake_cluster.servers[3:]] == [[], [], []]
-    assert summary.events_published == {"DeviceHealthObserved": 3}
+    assert summary.events_published == {"DeviceHealthObserved": 3, "PodsListed": 1}
     assert summary.not_served == []
 
 
@@ -402,7 +405,11 @@ async def test_live_mode_watches_the_dra_inventory_and_relists_after_410(
     os.kill(os.getpid(), signal.SIGTERM)
     summary = await asyncio.wait_for(watching, 30)
     assert summary.not_served == []
-    assert summary.events_published == {"DeviceHealthObserved": 3, "InventoryObserved": 7}
+    assert summary.events_published == {
+        "DeviceHealthObserved": 3,
+        "InventoryObserved": 7,
+        "PodsListed": 1,
+    }
     assert summary.inventory_tracked == {"ResourceSlice": 1, "ResourceClaim": 1, "DeviceClass": 1}
     assert summary.object_versions == {
         "DeviceClass": "100",

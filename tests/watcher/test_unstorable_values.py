@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from services.domain.events import DeviceHealthObserved
+from services.domain.events import DeviceHealthObserved, PodsListed
 from services.domain.limits import field_violations
 from services.domain.watch.pod_tracker import WatchKind
 from services.processes.watcher.processor import WatchProcessor
@@ -97,6 +97,9 @@ def test_a_relist_dead_letters_unstorable_pods_and_keeps_the_rest() -> None:
     good, bad = pod_with(), pod_with({"resourceID": "GPU-\x1f", "health": "Healthy"})
     bad["metadata"]["uid"] = "uid-2"
     outcome = WatchProcessor().relisted([good, bad], "200", "test:list", AT)
-    assert [e.pod_uid for e in outcome.events] == ["uid-1"]
+    *events, snapshot = outcome.events
+    assert [e.pod_uid for e in events if not isinstance(e, PodsListed)] == ["uid-1"]
+    # Both Pods exist: the snapshot lists them, stored or not.
+    assert isinstance(snapshot, PodsListed) and snapshot.pod_uids == ("uid-1", "uid-2")
     [letter] = outcome.dead_letters
     assert orjson.loads(letter.original)["metadata"]["uid"] == "uid-2"

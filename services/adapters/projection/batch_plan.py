@@ -16,9 +16,19 @@ from typing import Any
 
 from services.adapters.projection.cache import same_pods
 from services.domain.batch import Partition, Transition
-from services.domain.directory import Change, DeviceKey, DeviceRecord, Outcome, apply_event
-from services.domain.events import DeviceHealthObserved, Event
+from services.domain.directory import (
+    Change,
+    DeviceKey,
+    DeviceRecord,
+    Outcome,
+    apply_event,
+    tombstones_of,
+)
+from services.domain.events import DeviceHealthObserved, Event, PodsListed
 from services.domain.log import LoggedEvent, LogPosition
+from services.domain.tombstones import Tombstone, merged
+
+_NO_TOMBSTONES: Mapping[str, Tombstone] = {}
 
 
 @dataclass(slots=True)
@@ -30,50 +40,74 @@ class BatchPlan:
     history: list[tuple[LogPosition, Change, Event]] = field(default_factory=list)
     counts: dict[Outcome, int] = field(default_factory=lambda: dict.fromkeys(Outcome, 0))
     transitions: int = 0
+    tombstones: dict[str, Tombstone] = field(default_factory=dict)
+    """The tombstones the batch's releases and snapshots leave, by Pod UID (merged)."""
+    tombstoned: int = 0
+    """Applied observations of released Pods whose allocation was not added back."""
 
 
 def plan_batch(
-    current: Mapping[DeviceKey, DeviceRecord], records: Sequence[LoggedEvent]
+    current: Mapping[DeviceKey, DeviceRecord],
+    records: Sequence[LoggedEvent],
+    tombstones: Mapping[str, Tombstone] = _NO_TOMBSTONES,
 ) -> BatchPlan:
-    """Fold ``records`` in order over ``current`` (the locked rows) with the pure
-    :func:`apply_event`. Releases see only the devices their Pod holds on their node (kept in an
-    index), which is what :func:`apply_event` asks for, without scanning the whole batch state."""
+    """Fold ``records`` in order over ``current`` (the locked rows) and ``tombstones`` (those of
+    the batch's observed Pods, by UID) with the pure :func:`apply_event`. Releases see only the
+    devices their Pod holds on their node, snapshots the devices any Pod holds on theirs (both
+    kept in indexes), which is what :func:`apply_event` asks for, without scanning the whole batch
+    state. The tombstones the batch leaves count for its later observations."""
     state = dict(current)
     holders: dict[tuple[str, str], set[DeviceKey]] = defaultdict(set)
+    held_on: dict[str, set[DeviceKey]] = defaultdict(set)
     for record in state.values():
         for allocation in record.allocations:
             holders[(record.node, allocation.pod_uid)].add(record.key)
+        if record.allocations:
+            held_on[record.node].add(record.key)
+    released = dict(tombstones)
     plan = BatchPlan()
     counts, written, observed, history = plan.counts, plan.written, plan.observed, plan.history
-    applied, released = Outcome.APPLIED, Outcome.RELEASED
+    applied, released_outcome = Outcome.APPLIED, Outcome.RELEASED
     transitions = 0
     for logged in records:
         event = logged.event
         view: Mapping[DeviceKey, DeviceRecord]
         if isinstance(event, DeviceHealthObserved):
             view = state
+        elif isinstance(event, PodsListed):
+            view = {k: state[k] for k in held_on.get(event.node, ())}
         else:
             view = {k: state[k] for k in holders.get((event.node, event.pod_uid), ())}
-        for change in apply_event(view, event):
+        changes = apply_event(view, event, released)
+        for change in changes:
             outcome = change.outcome
             counts[outcome] += 1
-            if outcome is not applied and outcome is not released:  # not change.changed
+            if outcome is not applied and outcome is not released_outcome:  # not change.changed
                 continue
             key, new = change.key, change.record
             old = state.get(key)
             if old is None or not same_pods(old.allocations, new.allocations):
-                node = key[0]  # the index only changes when the device's Pods do
+                node = key[0]  # the indexes only change when the device's Pods do
                 if old is not None:
                     for allocation in old.allocations:
                         holders[(node, allocation.pod_uid)].discard(key)
                 for allocation in new.allocations:
                     holders[(node, allocation.pod_uid)].add(key)
+                if new.allocations:
+                    held_on[node].add(key)
+                else:
+                    held_on[node].discard(key)
             state[key] = new
             written[key] = new
             if outcome is applied:
                 observed.add(key)
                 transitions += change.transition
+                plan.tombstoned += change.tombstoned
             history.append((logged.position, change, event))
+        left = tombstones_of(event, changes)
+        if left:
+            merged(released, left)
+            merged(plan.tombstones, left)
     plan.transitions = transitions
     return plan
 

@@ -17,7 +17,7 @@ from sqlalchemy import text
 from services.adapters.projection.batch_plan import BatchPlan
 from services.adapters.projection.tables import quoted_schema
 from services.domain.directory import DeviceRecord
-from services.domain.events import DeviceHealthObserved
+from services.domain.events import DeviceHealthObserved, PodsListed
 
 _DEVICE_COLUMNS = (
     "node, resource_id, resource_name, source, health, raw_health, message, status_version, "
@@ -71,6 +71,13 @@ class BatchStatements:
         self.count_by_node = text(
             f"SELECT node, count(*) FROM {s}.devices WHERE node = ANY(CAST(:nodes AS text[])) "
             "GROUP BY node"
+        )
+        by_node = _LOCKED_DEVICE.format(
+            s=s, where="d.node = k.node AND d.allocations <> CAST('[]' AS jsonb)"
+        )
+        self.lock_by_node = text(
+            "SELECT x.* FROM unnest(CAST(:nodes AS text[])) AS k(node) "
+            f"CROSS JOIN LATERAL ({by_node}) AS x"
         )
         # Version guard: an observation overwrites only an older (or unordered, rank 0) state.
         self.upsert_observed = text(
@@ -173,7 +180,7 @@ def history_rows(plan: BatchPlan) -> dict[str, str]:
     append = rows.append
     for position, change, event in plan.history:
         version = event.status_version
-        common = {
+        common: dict[str, Any] = {
             "topic": position.topic,
             "partition": position.partition,
             "offset": position.offset,
@@ -183,10 +190,17 @@ def history_rows(plan: BatchPlan) -> dict[str, str]:
             "status_version": None if version is None else str(version),
             "observed_at": event.observed_at,
             "transition": change.transition,
-            "pod_uid": event.pod_uid,
-            "namespace": event.namespace,
-            "pod_name": event.pod_name,
         }
+        if not isinstance(event, PodsListed):
+            common["pod_uid"] = event.pod_uid
+            common["namespace"] = event.namespace
+            common["pod_name"] = event.pod_name
+        if isinstance(event, PodsListed):
+            # A snapshot has no Pod of its own: the row names the Pod(s) it released.
+            gone = change.released
+            common["pod_uid"] = ",".join(a.pod_uid for a in gone)
+            common["namespace"] = ",".join(dict.fromkeys(a.namespace for a in gone))
+            common["pod_name"] = ",".join(a.pod_name for a in gone)
         if isinstance(event, DeviceHealthObserved):
             common["kind"] = "observed"
             common["message"] = event.message

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from services.domain.directory import Allocation, DeviceKey, DeviceRecord
-from services.domain.events import DeviceHealthObserved
+from services.domain.events import DeviceHealthObserved, PodsListed
 from services.domain.log import LoggedEvent
+from services.domain.tombstones import Tombstone, merged, retained
 
 
 def same_pods(old: Sequence[Allocation], new: Sequence[Allocation]) -> bool:
@@ -30,20 +31,23 @@ def same_pods(old: Sequence[Allocation], new: Sequence[Allocation]) -> bool:
 
 class DeviceCache:
     """Every ``devices`` row of a projection, as :class:`DeviceRecord` objects by key, with an
-    index of the devices each Pod holds on its node (so a release looks only at those), and the
-    offset ``partition_progress`` records for each partition.
+    index of the devices each Pod holds on its node (so a release looks only at those) and of the
+    held devices per node (so does a snapshot), the offset ``partition_progress`` records for
+    each partition, and the ``pod_tombstones`` rows by Pod UID.
 
     It must start as the tables' exact content -- empty for a fresh or truncated schema -- and
     only the one writer that owns the tables may use it: nothing here notices other writers.
     """
 
-    __slots__ = ("_devices", "_holders", "_offsets", "_per_node")
+    __slots__ = ("_devices", "_held_on", "_holders", "_offsets", "_per_node", "_tombstones")
 
     def __init__(self) -> None:
         self._devices: dict[DeviceKey, DeviceRecord] = {}
         self._holders: dict[tuple[str, str], set[DeviceKey]] = {}
+        self._held_on: dict[str, set[DeviceKey]] = {}
         self._offsets: dict[tuple[str, int], int] = {}
         self._per_node: dict[str, int] = {}
+        self._tombstones: dict[str, Tombstone] = {}
 
     def __len__(self) -> int:
         return len(self._devices)
@@ -87,20 +91,38 @@ class DeviceCache:
                 record = devices.get(key)
                 if record is not None:
                     current[key] = record
+            elif isinstance(event, PodsListed):
+                for key in self._held_on.get(event.node, ()):
+                    current[key] = devices[key]
             else:
                 for key in holders.get((event.node, event.pod_uid), ()):
                     current[key] = devices[key]
         return current
 
+    def tombstones(self, records: Iterable[LoggedEvent]) -> dict[str, Tombstone]:
+        """The tombstones the store would load for ``records``: those of the observed Pods."""
+        found = {}
+        for logged in records:
+            event = logged.event
+            if isinstance(event, DeviceHealthObserved):
+                tombstone = self._tombstones.get(event.pod_uid)
+                if tombstone is not None:
+                    found[event.pod_uid] = tombstone
+        return found
+
     def update(
         self,
         written: Mapping[DeviceKey, DeviceRecord],
         offsets: Mapping[tuple[str, int], int] | None = None,
+        tombstones: Mapping[str, Tombstone] | None = None,
     ) -> None:
-        """Record a batch's writes: the new state of each device it inserted or updated, and the
-        partition offsets it recorded (an offset never moves back, as in the table)."""
+        """Record a batch's writes: the new state of each device it inserted or updated, the
+        partition offsets it recorded (an offset never moves back, as in the table) and the
+        tombstones it left (merged, then the retention applied, as the store's statements do)."""
         devices = self._devices
         holders = self._holders
+        if tombstones:
+            self._tombstones = retained(merged(self._tombstones, tombstones.values()))
         for key, new in written.items():
             old = devices.get(key)
             if old is None:  # rows are never deleted: a node's count only grows
@@ -117,6 +139,10 @@ class DeviceCache:
                                 del holders[(node, allocation.pod_uid)]
                 for allocation in new.allocations:
                     holders.setdefault((node, allocation.pod_uid), set()).add(key)
+                if new.allocations:
+                    self._held_on.setdefault(node, set()).add(key)
+                elif node in self._held_on:
+                    self._held_on[node].discard(key)
             devices[key] = new
         for part, offset in (offsets or {}).items():
             recorded = self._offsets.get(part)

@@ -1,7 +1,8 @@
 """Compare two projection schemas row by row: the check behind ``devicestate replay --verify``
 (and ``--governance --verify``, over :data:`GOVERNANCE_COMPARED_TABLES`).
 
-Replaying the same log must give identical ``devices`` and ``device_history`` rows, and identical
+Replaying the same log must give identical ``devices``, ``device_history`` and ``pod_tombstones``
+rows, and identical
 inventory rows (``inventory_objects``, ``node_resources``, ``device_identities``,
 ``inventory_conflicts``), every column; ``partition_progress`` is left out: its ``updated_at`` is
 wall-clock time. PostgreSQL finds the
@@ -28,7 +29,12 @@ from services.adapters.projection.inventory_tables import (
     inventory_objects,
     node_resources,
 )
-from services.adapters.projection.tables import device_history, devices, quoted_schema
+from services.adapters.projection.tables import (
+    device_history,
+    devices,
+    pod_tombstones,
+    quoted_schema,
+)
 
 INVENTORY_COMPARED_TABLES: Final = (
     inventory_objects,
@@ -38,7 +44,7 @@ INVENTORY_COMPARED_TABLES: Final = (
 )
 """The inventory tables the health agent maintains (issue 4)."""
 
-COMPARED_TABLES: Final = (devices, device_history, *INVENTORY_COMPARED_TABLES)
+COMPARED_TABLES: Final = (devices, device_history, pod_tombstones, *INVENTORY_COMPARED_TABLES)
 """Tables whose rows a replay of the health topic must reproduce exactly."""
 
 GOVERNANCE_COMPARED_TABLES: Final = (device_governance, quarantines, governance_decisions)

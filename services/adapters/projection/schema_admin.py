@@ -24,6 +24,7 @@ _REPLAY_SCHEMA: Final = re.compile(r"^replay_(\d+)$")
 DEFERRED_INDEX_TABLES: Final = (
     "devices",
     "device_history",
+    "pod_tombstones",
     "inventory_objects",
     "device_identities",
     "inventory_conflicts",

@@ -42,6 +42,11 @@ from services.adapters.projection.inventory_store import (
     write_plan,
 )
 from services.adapters.projection.rows import record_from_row
+from services.adapters.projection.tombstone_sql import (
+    TombstoneStatements,
+    load_tombstones,
+    write_tombstones,
+)
 from services.domain.batch import (
     CommitHook,
     LoggedBatch,
@@ -52,9 +57,10 @@ from services.domain.batch import (
 )
 from services.domain.device_ceiling import OverCeiling, new_device_nodes, within_ceiling
 from services.domain.directory import DeviceKey, DeviceRecord, Outcome
-from services.domain.events import DeviceHealthObserved
+from services.domain.events import DeviceHealthObserved, PodsListed
 from services.domain.inventory.fold import InventoryPlan
 from services.domain.log import LoggedEvent, LogPosition
+from services.domain.tombstones import Tombstone
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +83,9 @@ class BatchStats:
     """Records at or before the partition's recorded offset: already applied, skipped whole."""
     over_ceiling: int = 0
     """Observations not applied: new devices of a node at the device ceiling."""
+    tombstoned: int = 0
+    """Applied observations of released Pods (older than the release) whose allocation was not
+    added back (:mod:`services.domain.tombstones`)."""
 
 
 def _stats(
@@ -91,6 +100,7 @@ def _stats(
         devices_written=devices_written,
         redelivered=redelivered,
         over_ceiling=over_ceiling,
+        tombstoned=plan.tombstoned,
     )
 
 
@@ -111,6 +121,8 @@ class PreparedBatch:
     progress: dict[str, list[Any]]
     inventory: InventoryPlan | None = None
     """The inventory rows to write (when the batch carries :attr:`LoggedBatch.inventory`)."""
+    tombstones: dict[str, Tombstone] | None = None
+    """The tombstones the batch leaves (by Pod UID), when it leaves any."""
 
 
 class ProjectionStore:
@@ -124,6 +136,7 @@ class ProjectionStore:
         self._engine = engine
         self._schema = schema
         self._sql = BatchStatements(schema)
+        self._tombstones = TombstoneStatements(schema)
         self.inventory = InventoryProjection(schema)
         """The inventory this store maintains when batches carry :attr:`LoggedBatch.inventory`."""
 
@@ -176,7 +189,7 @@ class ProjectionStore:
                 raise ValueError("apply_batch: before_commit cannot be used with a cache")
             prepared = self.prepare_batch(batch, cache)
             stats = await self.write_prepared(prepared)
-            cache.update(prepared.written, prepared.offsets)
+            cache.update(prepared.written, prepared.offsets, prepared.tombstones)
             return stats
         inventory_items = batch.inventory
         async with self._engine.begin() as conn:
@@ -193,12 +206,13 @@ class ProjectionStore:
 
             records = [r for r in batch.records if fresh_position(r.position)]
             redelivered = len(batch.records) - len(records)
-            current = await self._lock_devices(conn, records)
+            current, tombstones = await self._lock_devices(conn, records)
             applied, refused = await self._within_ceiling(conn, records, current, batch)
-            plan = plan_batch(current, applied)
+            plan = plan_batch(current, applied, tombstones)
             written = await self._write_devices(conn, plan)
             if plan.history:
                 await conn.execute(self._sql.insert_history, history_rows(plan))
+            await write_tombstones(conn, self._tombstones, plan.tombstones)
             times = [(p, t) for p, t in batch.event_times if fresh_position(p)]
             progress = progress_params(records, batch.highwaters, batch.consumed_through, times)
             await conn.execute(self._sql.upsert_progress, progress)
@@ -249,7 +263,7 @@ class ProjectionStore:
             cache.node_counts(new_device_nodes(fresh, lambda key: key in current)),
             batch.max_devices_per_node,
         )
-        plan = plan_batch(current, applied)
+        plan = plan_batch(current, applied, cache.tombstones(fresh))
         inventory = None
         if batch.inventory is not None:
             recorded = {
@@ -284,6 +298,7 @@ class ProjectionStore:
             history_rows=history_rows(plan) if plan.history else None,
             progress=progress,
             inventory=inventory,
+            tombstones=plan.tombstones or None,
         )
 
     async def write_prepared(self, prepared: PreparedBatch) -> BatchStats:
@@ -300,6 +315,8 @@ class ProjectionStore:
             await conn.execute(self._sql.upsert_progress, prepared.progress)
             if prepared.inventory is not None:
                 await write_plan(conn, self.inventory.sql, prepared.inventory)
+            if prepared.tombstones:
+                await write_tombstones(conn, self._tombstones, prepared.tombstones)
         return prepared.stats
 
     async def _lock_progress(
@@ -344,14 +361,20 @@ class ProjectionStore:
 
     async def _lock_devices(
         self, conn: AsyncConnection, records: Sequence[LoggedEvent]
-    ) -> dict[DeviceKey, DeviceRecord]:
-        """Lock and load the observed devices (by key) and the devices released Pods hold."""
+    ) -> tuple[dict[DeviceKey, DeviceRecord], dict[str, Tombstone]]:
+        """Lock and load the observed devices (by key), the devices released Pods hold, every
+        device a Pod holds on a snapshot's node, and the tombstones of the observed Pods."""
         keys: set[DeviceKey] = set()
         pods: set[tuple[str, str]] = set()
+        nodes: set[str] = set()
+        uids: set[str] = set()
         for logged in records:
             event = logged.event
             if isinstance(event, DeviceHealthObserved):
                 keys.add(event.device_key)
+                uids.add(event.pod_uid)
+            elif isinstance(event, PodsListed):
+                nodes.add(event.node)
             else:
                 pods.add((event.node, event.pod_uid))
         current: dict[DeviceKey, DeviceRecord] = {}
@@ -365,7 +388,10 @@ class ProjectionStore:
             params = {"nodes": [n for n, _ in ordered], "pods": [p for _, p in ordered]}
             result = await conn.execute(self._sql.lock_by_pod, params)
             current.update((r.key, r) for r in map(record_from_row, result))
-        return current
+        if nodes:
+            result = await conn.execute(self._sql.lock_by_node, {"nodes": sorted(nodes)})
+            current.update((r.key, r) for r in map(record_from_row, result))
+        return current, await load_tombstones(conn, self._tombstones, uids)
 
     async def _write_devices(self, conn: AsyncConnection, plan: BatchPlan) -> int:
         observed = [r for k, r in plan.written.items() if k in plan.observed]

@@ -95,6 +95,21 @@ device_history = Table(
 column is the event's (``message`` and ``raw_health`` are null for a release).
 """
 
+pod_tombstones = Table(
+    "pod_tombstones",
+    metadata,
+    Column("pod_uid", Text, primary_key=True),
+    Column("node", Text, nullable=False),
+    Column("status_version", STATUS_VERSION),
+    Column("released_at", DateTime(timezone=True), nullable=False),
+    Index("ix_pod_tombstones_released_at", "released_at"),
+)
+"""One row per released Pod UID (issue 11 item 7, :mod:`services.domain.tombstones`): the node,
+the release's ordering key (``status_version``: the Pod's resourceVersion at its release, or the
+LIST's for a snapshot release; null: unordered) and ``released_at`` (the release's
+``observedAt``, event time, UTC). Rows older than ``TOMBSTONE_RETENTION`` before the newest row
+are deleted with every batch that writes one."""
+
 partition_progress = Table(
     "partition_progress",
     metadata,

@@ -101,6 +101,10 @@ class NodeTracker:
 
     # --- the two decisions, on already-read values ---------------------------------------------
 
+    def known_nodes(self) -> set[str]:
+        """The nodes with a Lease or a Node object currently tracked."""
+        return set(self._beats) | set(self._counts)
+
     def heartbeat(
         self,
         node: str,

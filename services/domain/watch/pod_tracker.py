@@ -236,6 +236,10 @@ class PodTracker:
     def __iter__(self) -> Iterator[str]:
         return iter(self._pods)
 
+    def nodes(self) -> set[str]:
+        """The nodes of the tracked Pods."""
+        return {pod.node for pod in self._pods.values()}
+
     def get(self, uid: str) -> TrackedPod | None:
         """What is tracked for the Pod, or ``None``."""
         return self._pods.get(uid)

@@ -51,7 +51,7 @@ from services.adapters.projection.schema_admin import (
 from services.adapters.projection.store import BatchStats, ProjectionStore
 from services.adapters.projection.tables import check_schema_name
 from services.domain.batch import InventoryRecord, LoggedBatch
-from services.domain.events import DeviceHealthObserved, PodDevicesReleased
+from services.domain.events import DeviceHealthObserved, PodDevicesReleased, PodsListed
 from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeResourcesChanged
@@ -177,7 +177,9 @@ async def read_log(
                             event, DeviceHealthObserved | InventoryObserved | NodeResourcesChanged
                         ):
                             items.append((position, event))
-                        if not isinstance(event, DeviceHealthObserved | PodDevicesReleased):
+                        if not isinstance(
+                            event, DeviceHealthObserved | PodDevicesReleased | PodsListed
+                        ):
                             node_events += 1
                             continue
                         records.append(LoggedEvent(position, event))
@@ -338,7 +340,9 @@ async def _rebuild(
                     prepared = await asyncio.to_thread(
                         functools.partial(store.prepare_batch, logged, cache)
                     )
-                    cache.update(prepared.written, prepared.offsets)  # the next batch folds on it
+                    cache.update(  # the next batch folds on it
+                        prepared.written, prepared.offsets, prepared.tombstones
+                    )
                 if in_flight is not None:
                     await written(*in_flight)  # one write at a time, in log order
                 writing = None

@@ -20,7 +20,7 @@ from typing import Any, Final
 import orjson
 
 from services.domain.codec import parse_resource_version
-from services.domain.events import Event
+from services.domain.events import DeviceHealthObserved, Event, PodDevicesReleased
 from services.domain.inventory.events import InventoryKind, InventoryObserved
 from services.domain.limits import field_violations
 from services.domain.pod_reader import read_pod
@@ -29,6 +29,7 @@ from services.domain.record_size import event_budget, fit_events
 from services.domain.watch.inventory_tracker import InventoryOutcome, InventoryTracker
 from services.domain.watch.node_objects import NodeProblem
 from services.domain.watch.node_tracker import NodeFact, NodeOutcome, NodeTracker
+from services.domain.watch.pod_snapshot import snapshots
 from services.domain.watch.pod_tracker import PodTracker, WatchKind
 
 STAGE_WATCH_LINE: Final = "watch-line"
@@ -153,10 +154,16 @@ class WatchProcessor:
         list_version: str | None,
         source: str,
         observed_at: datetime,
+        known_nodes: Iterable[str] = (),
     ) -> Outcome:
         """A complete LIST (``list_version``: its ``metadata.resourceVersion``): re-emit every
-        listed Pod's devices and release the tracked Pods that are gone."""
+        listed Pod's devices, release the tracked Pods that are gone, then one ``PodsListed``
+        snapshot per node (:func:`~services.domain.watch.pod_snapshot.snapshots`: the listed
+        Pods' nodes, the tracked Pods' and ``known_nodes``, e.g. the nodes of the Leases and
+        Nodes the watcher tracks), so the projection releases what a restarted watcher no longer
+        remembers."""
         outcome = Outcome()
+        before = self.tracker.nodes()
         readings = []
         by_uid: dict[str, tuple[PodReading, Mapping[str, Any]]] = {}
         for pod in pods:
@@ -168,11 +175,15 @@ class WatchProcessor:
                 letter = _dead_letter(reading, orjson.dumps(pod), source)
                 if letter is not None:
                     outcome.dead_letters.append(letter)
-        outcome.events = self.tracker.reconcile(
-            readings, parse_resource_version(list_version), observed_at
-        )
+        # The tracker makes observations and releases only (the snapshots come below).
+        events = [
+            e
+            for e in self.tracker.reconcile(
+                readings, parse_resource_version(list_version), observed_at
+            )
+            if isinstance(e, DeviceHealthObserved | PodDevicesReleased)
+        ]
         # Unstorable events (limits.field_violations): one dead letter per Pod, its own bytes.
-        events, outcome.events = outcome.events, []
         for uid in dict.fromkeys(e.pod_uid for e in events):
             pod_outcome = Outcome(events=[e for e in events if e.pod_uid == uid])
             if uid in by_uid:
@@ -181,6 +192,14 @@ class WatchProcessor:
             outcome.events.extend(pod_outcome.events)
             outcome.problems.extend(pod_outcome.problems)
             outcome.dead_letters.extend(pod_outcome.dead_letters)
+        outcome.events.extend(
+            snapshots(
+                readings,
+                parse_resource_version(list_version),
+                observed_at,
+                [*before, *known_nodes],
+            )
+        )
         return self._fit(outcome)
 
 

@@ -265,7 +265,11 @@ class WatchSession:
             self._resume_point(item.resource_version)
         elif isinstance(item, Relisted):
             outcome = self.processor.relisted(
-                item.pods, item.resource_version, source, self.clock.now()
+                item.pods,
+                item.resource_version,
+                source,
+                self.clock.now(),
+                self.nodes.tracker.known_nodes(),
             )
             await self._apply(outcome, source, f"{len(item.pods)} listed")
             self.lifecycle.listed(item.pods)
