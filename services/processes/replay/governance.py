@@ -25,7 +25,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from services.adapters.kafka.headers import HEADER_SOURCE, HEADER_STAGE, record_type
+from services.adapters.kafka.headers import record_type
 from services.adapters.kafka.reader import TopicSnapshot
 from services.adapters.projection.engine import Engine
 from services.adapters.projection.governance_store import GovernanceStore, batch_rows
@@ -33,11 +33,17 @@ from services.adapters.projection.migrate import migrate
 from services.adapters.projection.schema_admin import drop_schema, schema_exists
 from services.adapters.projection.tables import check_schema_name
 from services.domain.governance.decisions import Decision
-from services.domain.governance.fold_filter import FoldFilter, FoldId, refused_fold
+from services.domain.governance.fold_filter import (
+    REFUSED_STAGE,
+    FoldFilter,
+    FoldId,
+    refused_fold,
+)
 from services.domain.governance.input_codec import decode_keyed
 from services.domain.governance.intake import StepFn, take
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
+from services.processes.replay.dead_letters import dead_letters
 from services.processes.replay.run import REPLAY_CLIENT_ID, ReplayError, topic_partitions
 from services.runtime.config import ReplayProcessSettings
 
@@ -100,29 +106,12 @@ async def read_governance_log(
 
 async def refused_folds(settings: ReplayProcessSettings) -> set[FoldId]:
     """The folds the live governor left out (:func:`~services.domain.governance.fold_filter.
-    refused_fold` of every record of ``settings.dead_letter_topic`` up to its end offsets at the
-    start); empty when the topic does not exist."""
-    bootstrap = settings.kafka_bootstrap_servers
-    try:
-        partitions = await topic_partitions(bootstrap, settings.dead_letter_topic)
-    except ReplayError:  # no dead-letter topic: nothing was left out
-        return set()
-    found: set[FoldId] = set()
+    refused_fold` of the dead letters of stage ``governor-write``); empty without a dead-letter
+    topic."""
     topic = settings.dead_letter_topic
-    async with TopicSnapshot(bootstrap, topic, partitions, client_id=REPLAY_CLIENT_ID) as snapshot:
-        while not snapshot.done:
-            for records in (await snapshot.fetch(5000, timeout_ms=1000)).values():
-                for m in records:
-                    headers = {k: v.decode(errors="replace") for k, v in m.headers or ()}
-                    which = refused_fold(
-                        headers.get(HEADER_STAGE),
-                        headers.get(HEADER_SOURCE),
-                        m.value,
-                        settings.governance_topic,
-                    )
-                    if which is not None:
-                        found.add(which)
-    return found
+    letters = await dead_letters(settings.kafka_bootstrap_servers, topic, REFUSED_STAGE)
+    folds = (refused_fold(REFUSED_STAGE, s, v, settings.governance_topic) for s, v in letters)
+    return {which for which in folds if which is not None}
 
 
 async def replay_governance(
