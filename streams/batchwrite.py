@@ -22,6 +22,8 @@ from typing import Any, Final, TypeVar
 import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential_jitter
 
+from services.adapters.kafka.clients import is_broker_unavailable
+from services.adapters.projection.errors import is_transient
 from services.runtime.config import WorkerSettings
 
 log = structlog.get_logger(__name__)
@@ -42,6 +44,13 @@ def write_grace_seconds(settings: WorkerSettings) -> float:
 
 
 T = TypeVar("T")
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """What a batch write retries: :func:`is_transient` database errors, and Kafka errors the
+    client marks retriable (the forwarding inside the transaction), or a delivery that timed out
+    (:func:`~services.adapters.kafka.clients.is_broker_unavailable`)."""
+    return is_transient(exc) or is_broker_unavailable(exc)
 
 
 class BatchNotWritten(Exception):

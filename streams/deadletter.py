@@ -11,10 +11,18 @@ agent's stage: ``decode`` for the health agent, ``governor-decode`` for the gove
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
+import structlog
+
 from services.adapters.kafka.headers import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
+from services.domain.governance.input_codec import encode_input
+from services.domain.governance.intake import Folded
+from streams.forward import record_key
 from streams.metrics import WorkerMetrics
+
+log = structlog.get_logger(__name__)
 
 
 async def dead_letter(
@@ -55,3 +63,75 @@ async def dead_letter_record(
     ]
     fut = await topic.send(key=key, value=value, headers=headers, force=True)
     return await fut
+
+
+class OncePerBatch:
+    """The dead letters of one batch in progress, each ``(stage, source)`` sent once however often
+    the batch is attempted (transient retries, the poison search of :mod:`streams.poison`); call
+    :meth:`reset` when the next batch starts."""
+
+    def __init__(self) -> None:
+        self.sent: set[tuple[str, str]] = set()
+
+    def reset(self) -> None:
+        self.sent = set()
+
+    async def send(
+        self,
+        topic: Any,
+        metrics: WorkerMetrics,
+        *,
+        key: bytes | None,
+        value: bytes | None,
+        source: str,
+        stage: str,
+        reason: str,
+    ) -> Any:
+        """:func:`dead_letter_record`, unless this batch sent it already (then ``None``)."""
+        if (stage, source) in self.sent:
+            return None
+        log.warning("record dead-lettered", source=source, reason=reason, stage=stage)
+        sent = await dead_letter_record(
+            topic, metrics, key=key, value=value, source=source, stage=stage, reason=reason
+        )
+        self.sent.add((stage, source))
+        return sent
+
+    def message(
+        self, topic: Any, metrics: WorkerMetrics, message: Any, *, stage: str, reason: str
+    ) -> Awaitable[Any]:
+        """:meth:`send` of faust ``message`` (its key, bytes and position)."""
+        return self.send(
+            topic,
+            metrics,
+            key=message.key,
+            value=message.value,
+            source=f"{message.topic}/{message.partition}/{message.offset}",
+            stage=stage,
+            reason=reason,
+        )
+
+    def merged(
+        self,
+        topic: Any,
+        metrics: WorkerMetrics,
+        folded: Folded,
+        health_topic: str,
+        *,
+        stage: str,
+        reason: str,
+    ) -> Awaitable[Any]:
+        """:meth:`send` of a record the governor's merge released (``folded.key`` set). It may
+        have been read in an earlier batch, so the letter holds its re-encoded form and the
+        source of the health record it was forwarded for (on ``health_topic``)."""
+        key = folded.key
+        assert key is not None
+        return self.send(
+            topic,
+            metrics,
+            key=record_key(folded.record),
+            value=encode_input(folded.record, key),
+            source=f"{health_topic}/{key.partition}/{key.offset}",
+            stage=stage,
+            reason=reason,
+        )

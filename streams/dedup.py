@@ -32,13 +32,16 @@ prefetched before a rebalance first) is refused by the store
 sought back to just after its recorded offset (:mod:`streams.gaps`), and the batch's other
 partitions are written. Writing it would have moved the recorded offset past the missing records.
 
+A batch whose data PostgreSQL refuses (a value too long, a constraint violated) is bisected
+(:mod:`streams.poison`): each refused record goes to the dead-letter topic (stage ``write``, the
+database's error as reason) and the rest is written, each part in its own transaction.
+
 ``take_events`` acknowledges the whole batch in a ``finally`` when the body returns, even if it
-raised. So the body never raises for a transient error, and when a batch cannot be written (a
-non-transient error, or shutdown before the write finished) its acks are *withheld*: the offsets
-are not committed and the batch is read again after a restart. The projection's version guard and
-its history keyed by log position make that re-read harmless (at-least-once into an idempotent
-sink). This module holds the agent (:class:`DeviceDedup`: the batch flow, the write, the acks and
-the batch metrics) and :func:`is_retriable`, which both agents' writes retry on.
+raised. So the body never raises for a transient error, and when a batch cannot be written (any
+other non-transient error, or shutdown before the write finished) its acks are *withheld*: the
+offsets are not committed and the batch is read again after a restart. The projection's version
+guard and its history keyed by log position make that re-read harmless (at-least-once into an
+idempotent sink).
 """
 
 from __future__ import annotations
@@ -52,13 +55,12 @@ from typing import Any, Final, Protocol
 import faust
 import structlog
 
-from services.adapters.kafka.clients import is_broker_unavailable
-from services.adapters.projection.errors import is_transient
-from services.domain.batch import CommitHook, InventoryRecord, LoggedBatch, RecordsAfterGap
+from services.adapters.projection.errors import refusal_reason
+from services.domain.batch import CommitHook, LoggedBatch, RecordsAfterGap
 from services.domain.directory import DeviceKey
-from services.domain.log import LoggedEvent, LogPosition
+from services.domain.log import LogPosition
 from services.runtime.config import WorkerProcessSettings
-from streams.batchwrite import BatchNotWritten, BatchWriter, write_grace_seconds
+from streams.batchwrite import BatchNotWritten, BatchWriter, is_retriable, write_grace_seconds
 from streams.ceiling import CEILING_STAGE, dead_lettering_over_ceiling
 from streams.deadletter import dead_letter
 from streams.dedup_decode import DecodedBatch, decode_into, record_event_time
@@ -66,11 +68,14 @@ from streams.dedup_table import TABLE_NAME, known_ranks, remember, select_new
 from streams.forward import BatchView, Forwarder
 from streams.gaps import GapRecovery
 from streams.metrics import WorkerMetrics
+from streams.poison import is_poison, isolate
 
 log = structlog.get_logger(__name__)
 
 DEAD_LETTER_STAGE: Final = "decode"
 """``devicestate-stage`` header of the worker's dead letters."""
+POISON_STAGE: Final = "write"
+"""``devicestate-stage`` of a record whose values the projection refused (:mod:`streams.poison`)."""
 
 
 class BatchResult(Protocol):
@@ -94,16 +99,6 @@ class BatchSink(Protocol):
     def apply_batch(
         self, batch: LoggedBatch, before_commit: CommitHook | None = None
     ) -> Awaitable[BatchResult]: ...
-
-
-# --- retriable errors -----------------------------------------------------------------------------
-
-
-def is_retriable(exc: BaseException) -> bool:
-    """What a batch write retries: :func:`is_transient` database errors, and Kafka errors the
-    client marks retriable (the forwarding inside the transaction), or a delivery that timed out
-    (:func:`~services.adapters.kafka.clients.is_broker_unavailable`)."""
-    return is_transient(exc) or is_broker_unavailable(exc)
 
 
 async def _already_sent(message: Any, position: LogPosition, reason: str) -> None:
@@ -194,11 +189,23 @@ class DeviceDedup:
         await self._process(stream, events, started, self._dead_letter)
 
     async def _process(
-        self, stream: Any, events: Sequence[Any], started: float, dead_letter: Any
+        self,
+        stream: Any,
+        events: Sequence[Any],
+        started: float,
+        dead_letter: Any,
+        bisecting: bool = False,
+        refusal: str | None = None,
     ) -> None:
+        """Write ``events`` (``bisecting``: a part of a refused batch; errors are raised to
+        :meth:`_isolate`). ``refusal``: the database refused these events' values; they are
+        dead-lettered with that reason and only their offsets are written."""
         batch = DecodedBatch(events, skew_seconds=self.settings.max_clock_skew_seconds)
         for event in events:
-            decode_into(batch, event, dead_letter)
+            if refusal is None:
+                decode_into(batch, event, dead_letter)
+            else:
+                batch.dead.append(self._dead_letter(event.message, None, refusal, POISON_STAGE))
         record_event_time(self.metrics, batch)
 
         known = known_ranks(self.table, stream, batch.records, batch.sources)
@@ -241,27 +248,32 @@ class DeviceDedup:
             if batch.dead:
                 await asyncio.gather(*batch.dead)
             starts = await self.gaps.log_starts(first)
-            result, cancelled = await self._write(
+            logged = LoggedBatch(
                 selection.records,
                 highwaters,
                 consumed,
                 event_times,
-                hook,
-                batch.items,
-                first,
-                starts,
+                batch.items,  # the inventory is maintained with the directory
+                consumed_from=first,
+                log_start=starts,
+                max_devices_per_node=self.settings.max_devices_per_node,
+            )
+            result, cancelled = await self.writer.write(
+                lambda: self.sink.apply_batch(logged, hook), len(selection.records)
             )
         except asyncio.CancelledError:
             self._withhold_acks(events)
             raise
         except BatchNotWritten as exc:
-            if not isinstance(exc.__cause__, RecordsAfterGap):
-                self._stop_at(events, exc)
-                return
-            await self._skip_gaps(stream, events, started, exc.__cause__)
+            if isinstance(exc.__cause__, RecordsAfterGap) and not bisecting:
+                await self._skip_gaps(stream, events, started, exc.__cause__)
+            elif bisecting or not is_poison(exc):
+                self._stop_at(events, exc, raise_it=bisecting)
+            else:
+                await self._isolate(stream, events, started, exc)
             return
         except Exception as exc:  # the dead-letter producer failed
-            self._stop_at(events, exc)
+            self._stop_at(events, exc, raise_it=bisecting)
             return
         if result is None:  # shutdown came first and the write was abandoned
             self._withhold_acks(events)
@@ -288,8 +300,36 @@ class DeviceDedup:
         if rest:  # dead letters of these were sent by the first attempt
             await self._process(stream, rest, started, _already_sent)
 
-    def _stop_at(self, events: Sequence[Any], exc: BaseException) -> None:
-        """A batch cannot be written (a non-transient error, or shutdown): stop here."""
+    async def _isolate(
+        self, stream: Any, events: Sequence[Any], started: float, exc: BatchNotWritten
+    ) -> None:
+        """The database refused the batch's data: bisect it (:func:`streams.poison.isolate`),
+        dead-letter the records it refuses and write the rest, each part in its own transaction;
+        an error other than a refusal stops the worker as before. Dead letters of undecodable
+        records were sent by the first attempt."""
+        log.warning("batch refused by the database; isolating the record", error=repr(exc))
+
+        async def write(part: Sequence[Any]) -> None:
+            await self._process(stream, part, started, _already_sent, bisecting=True)
+
+        async def on_poison(event: Any, error: BaseException) -> None:
+            self.metrics.poison_records.labels("health").inc()
+            reason = refusal_reason(error.__cause__ or error)
+            await self._process(stream, [event], started, _already_sent, True, reason)
+
+        try:
+            await isolate(events, exc, write, on_poison)
+        except asyncio.CancelledError:
+            self._withhold_acks(events)
+            raise
+        except Exception as error:  # committed parts are redelivered harmlessly (offsets)
+            self._stop_at(events, error)
+
+    def _stop_at(self, events: Sequence[Any], exc: BaseException, raise_it: bool = False) -> None:
+        """A batch cannot be written (a non-transient error, or shutdown): stop here; ``raise_it``
+        (a part of a refused batch): raise ``exc`` to :meth:`_isolate` instead."""
+        if raise_it:
+            raise exc
         # Withheld offsets stop faust's commits at this batch, so a restart reads it again.
         # Later batches are not written either (halted): applying them first would order a
         # device's events differently from the log. Returning rather than parking lets
@@ -301,16 +341,13 @@ class DeviceDedup:
         else:
             self._fail(exc)
 
-    async def _dead_letter(self, message: Any, position: LogPosition, reason: str) -> Any:
-        log.warning(
-            "event dead-lettered",
-            topic=position.topic,
-            partition=position.partition,
-            offset=position.offset,
-            reason=reason,
-        )
+    async def _dead_letter(
+        self, message: Any, _: Any, reason: str, stage: str = DEAD_LETTER_STAGE
+    ) -> Any:
+        source = f"{message.topic}/{message.partition}/{message.offset}"
+        log.warning("event dead-lettered", source=source, reason=reason, stage=stage)
         return await dead_letter(
-            self.dead_letter_topic, self.metrics, message, stage=DEAD_LETTER_STAGE, reason=reason
+            self.dead_letter_topic, self.metrics, message, stage=stage, reason=reason
         )
 
     async def _dead_letter_over_ceiling(self, message: Any, reason: str) -> Any:
@@ -332,41 +369,6 @@ class DeviceDedup:
             if isinstance(value, int):
                 highwaters[(tp.topic, tp.partition)] = value
         return highwaters
-
-    # -- the write --------------------------------------------------------------------------------
-
-    async def _write(
-        self,
-        records: list[LoggedEvent],
-        highwaters: Mapping[tuple[str, int], int],
-        consumed: Mapping[tuple[str, int], int],
-        event_times: Sequence[tuple[LogPosition, datetime]] = (),
-        hook: CommitHook | None = None,
-        inventory_items: Sequence[tuple[LogPosition, InventoryRecord]] = (),
-        first: Mapping[tuple[str, int], int] | None = None,
-        log_start: Mapping[tuple[str, int], int] | None = None,
-    ) -> tuple[BatchResult | None, bool]:
-        """Commit the batch (:meth:`BatchWriter.write <streams.batchwrite.BatchWriter.write>`:
-        retried, shielded). Returns the store's result (``None``: not committed) and whether the
-        agent was cancelled meanwhile. Raises :class:`~streams.batchwrite.BatchNotWritten` for a non-transient error.
-        ``inventory_items`` (the batch's observations, DRA objects and resource counts in batch
-        order) make the store maintain the inventory with the directory.
-        """
-        batch = LoggedBatch(
-            records,
-            highwaters,
-            consumed,
-            event_times,
-            inventory_items,
-            consumed_from=first or {},
-            log_start=log_start or {},
-            max_devices_per_node=self.settings.max_devices_per_node,
-        )
-
-        def apply() -> Awaitable[BatchResult]:
-            return self.sink.apply_batch(batch, hook)
-
-        return await self.writer.write(apply, len(records))
 
     # -- bookkeeping ------------------------------------------------------------------------------
 
@@ -394,20 +396,5 @@ class DeviceDedup:
         highwaters: Mapping[tuple[str, int], int],
         started: float,
     ) -> None:
-        metrics = self.metrics
-        metrics.applied.labels("observed").inc(result.applied)
-        metrics.applied.labels("released").inc(result.released)
-        if result.duplicates:
-            metrics.db_noops.labels("duplicate").inc(result.duplicates)
-        if result.stale:
-            metrics.db_noops.labels("stale").inc(result.stale)
-        if result.tombstoned:
-            metrics.db_noops.labels("tombstoned").inc(result.tombstoned)
-        last: dict[tuple[str, int], int] = {}
-        for event in events:
-            message = event.message
-            key = (message.topic, message.partition)
-            last[key] = max(last.get(key, -1), message.offset)
-        metrics.set_lag(highwaters, last)
-        metrics.batch_seconds.observe(time.perf_counter() - started)
+        self.metrics.record_batch(result, [e.message for e in events], highwaters, started)
         self.batches += 1

@@ -4,28 +4,28 @@ The governance topic has ONE partition (a total order); the agent reads it in ba
 (``stream.take_events``) in the same Faust app as the health agent. Per batch:
 
 1. on the first batch, or when the batch does not follow what the state was built from (the
-   partition moved between workers), the state is (re)loaded from PostgreSQL:
-   :meth:`GovernorState.restore <services.domain.governance.state.GovernorState.restore>` of the
-   device, node and fleet snapshots, and the topic's recorded offset in ``partition_progress``;
-   records at or before that offset are skipped (already folded);
-2. each record is decoded (:func:`~services.domain.governance.input_codec.decode_input`, told
-   the type its ``devicestate-type`` header names when it has one; one that does not decode, or
-   whose body is of another type than its header says, goes to the dead-letter topic, stage
-   ``governor-decode``, and the stream goes on)
-   and folded: ``decisions = step(state, record, offset, policy)``, ``offset`` being the record's
-   offset (the decisions' ``seq``);
-3. the batch's decisions are sent to the decisions topic (their kind in the type header) and
-   their delivery awaited;
-4. ONE PostgreSQL transaction writes the touched rows, the decisions, the operator commands and the
-   topic's progress (:class:`~services.adapters.projection.governance_store.GovernanceStore`), retried on
-   transient errors like the health agent's writes; then ``state.clear_dirty()``, then the acks.
+   partition moved between workers), the state is (re)loaded from PostgreSQL (the device, node
+   and fleet snapshots, and the topic's recorded offset in ``partition_progress``); records at or
+   before that offset are skipped (already folded);
+2. each record is decoded (:func:`~services.domain.governance.input_codec.decode_keyed`, told the
+   type its ``devicestate-type`` header names; one that does not decode, or whose body is of
+   another type than its header says, goes to the dead-letter topic, stage ``governor-decode``)
+   and taken (:func:`~services.domain.governance.intake.take`: the event-time merge, then
+   ``step`` for each record it releases, numbered by the decisions' ``seq``);
+3. ONE PostgreSQL transaction writes the touched rows, the decisions, the operator commands and
+   the topic's progress (:class:`~services.adapters.projection.governance_store.GovernanceStore`);
+   once they are written, just before the commit, the decisions are sent to the decisions topic
+   (their kind in the type header) and their delivery awaited. Retried on transient errors like
+   the health agent's writes; then ``state.clear_dirty()``, then the acks.
 
 A crash anywhere before the commit leaves the offsets unacknowledged and the progress unchanged: the
 next worker restores the last committed state and folds the same records again, so it makes the
 same decisions (same ids, ``<seq>.<index>``; consumers of the decisions topic deduplicate by id).
-A batch that cannot be written stops the worker (``on_fatal``), like the health agent's.
-Dead letters go through :mod:`streams.deadletter`; the governor's gauges and decision counters
-are :mod:`streams.governor_metrics`.
+Rows the database refuses (a data error, a constraint) send no decision: the fold that makes them
+is found (:mod:`streams.poison`), dead-lettered (stage ``governor-write``, the database's error)
+and left out, and the batch folded again from its starting state without it. Any other batch
+that cannot be written stops the worker (``on_fatal``), like the health agent's. Dead letters:
+:mod:`streams.deadletter`; gauges and counters: :mod:`streams.governor_metrics`.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from typing import Any, Final, Protocol
 import structlog
 
 from services.adapters.kafka.headers import record_type, type_headers
+from services.adapters.projection.errors import refusal_reason
 from services.adapters.projection.governance_store import (
     BatchRows,
     GovernorSnapshot,
@@ -46,18 +47,18 @@ from services.adapters.projection.governance_store import (
     batch_rows,
 )
 from services.domain.governance.decisions import Decision, encode_decision
-from services.domain.governance.input_codec import decode_keyed, encode_input
+from services.domain.governance.fold_filter import REFUSED_STAGE, FoldFilter, FoldId, fold_id
+from services.domain.governance.input_codec import decode_keyed
 from services.domain.governance.intake import Folded, StepFn, start_sequence, take
 from services.domain.governance.machine import refusal
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.runtime.config import WorkerProcessSettings
-from streams.batchwrite import BatchNotWritten, BatchWriter, write_grace_seconds
-from streams.deadletter import dead_letter, dead_letter_record
-from streams.dedup import is_retriable
-from streams.forward import record_key
-from streams.governor_metrics import GovernorGauges, record_decision
+from streams.batchwrite import BatchNotWritten, BatchWriter, is_retriable, write_grace_seconds
+from streams.deadletter import OncePerBatch
+from streams.governor_metrics import GovernorGauges, record_batch
 from streams.metrics import WorkerMetrics
+from streams.poison import Tried, is_poison, refused_item
 
 log = structlog.get_logger(__name__)
 
@@ -83,7 +84,9 @@ class GovernanceSink(Protocol):
 
     def load(self, topic: str) -> Awaitable[GovernorSnapshot]: ...
 
-    def write(self, rows: BatchRows) -> Awaitable[None]: ...
+    def write(
+        self, rows: BatchRows, before_commit: Callable[[], Awaitable[None]] | None = None
+    ) -> Awaitable[None]: ...
 
 
 DecisionSender = Callable[[Sequence[tuple[bytes, bytes, str]]], Awaitable[None]]
@@ -154,6 +157,9 @@ class Governor:
         self.records_seen = 0
         self._halted = False
         self.gauges = GovernorGauges(metrics)
+        self._attempt: list[FoldId] = []
+        """The folds the last attempt at a batch carried out, in order."""
+        self._letters = OncePerBatch()
 
     @property
     def step(self) -> StepFn:
@@ -181,10 +187,18 @@ class Governor:
         started = time.perf_counter()
         self.metrics.governor_records.inc(len(events))
         self.records_seen += len(events)
+        self._letters.reset()
+        refused: dict[FoldId, str] = {}
         try:
-            result, cancelled = await self.writer.write(
-                lambda: self._fold_and_commit(events), len(events)
-            )
+            while True:
+                try:
+                    result, cancelled = await self.writer.write(
+                        lambda: self._fold_and_commit(events, FoldFilter(refused)), len(events)
+                    )
+                    break
+                except BatchNotWritten as exc:
+                    if not (is_poison(exc) and await self._refuse(events, refused, exc)):
+                        raise
         except asyncio.CancelledError:
             self.state = None  # may be ahead of what was committed
             _withhold_acks(events)
@@ -209,9 +223,38 @@ class Governor:
         if cancelled:
             raise asyncio.CancelledError
 
-    async def _fold_and_commit(self, events: Sequence[Any]) -> FoldResult:
-        """One attempt at the whole batch: (re)load if needed, fold, send, write. A retry after a
-        failure starts again from the committed state (the fold mutates the state)."""
+    async def _refuse(
+        self, events: Sequence[Any], refused: dict[FoldId, str], error: BatchNotWritten
+    ) -> bool:
+        """The database refused the batch's rows: add the fold that makes them unwritable
+        (:func:`streams.poison.refused_item` over the failed attempt's folds) to ``refused``
+        with the database's error; ``False`` when no fold is to blame (the worker stops)."""
+        folds = list(self._attempt)
+
+        async def trial(count: int) -> None:
+            def attempt() -> Awaitable[FoldResult]:
+                return self._fold_and_commit(events, FoldFilter(refused, limit=count), trial=True)
+
+            if (await self.writer.write(attempt, count))[1]:  # cancelled: a trial never commits
+                raise asyncio.CancelledError
+
+        found = await refused_item(folds, error, trial)
+        if found is None:
+            return False
+        which, refusal = found
+        refused[which] = refusal_reason(refusal.__cause__ or refusal)
+        self.metrics.poison_records.labels("governor").inc()
+        log.warning("governance fold refused by the database", fold=which, reason=refused[which])
+        return True
+
+    async def _fold_and_commit(
+        self, events: Sequence[Any], folds: FoldFilter, trial: bool = False
+    ) -> FoldResult:
+        """One attempt at the whole batch: (re)load if needed, fold (the folds ``folds`` lets
+        through), write, send the decisions just before the commit. A retry after a failure
+        starts again from the committed state (the fold mutates the state). ``trial``: the rows
+        are written and rolled back (:class:`~streams.poison.Tried`), nothing is sent."""
+        self._attempt = []
         first = events[0].message.offset if events else None
         if self.state is not None and first is not None:
             expected_next = -1 if self.applied_through is None else self.applied_through
@@ -224,17 +267,26 @@ class Governor:
         assert state is not None
         before = self.applied_through
         try:
-            result = self._fold(state, events)
-            if result.dead:
+            result = self._fold(state, events, folds, letters=not trial)
+            self._attempt = folds.folded
+
+            if result.dead:  # each sent once per batch, whatever the attempts (OncePerBatch)
                 await asyncio.gather(*result.dead)
-            if result.decisions:
-                await self.send_decisions(
-                    [
-                        (d.decision_id.encode(), encode_decision(d), d.kind.value)
-                        for d in result.decisions
-                    ]
-                )
-            if result.last_offset is not None:
+
+            async def publish() -> None:  # rows the database refuses send no decision
+                if trial:
+                    raise Tried
+                if result.decisions:
+                    await self.send_decisions(
+                        [
+                            (d.decision_id.encode(), encode_decision(d), d.kind.value)
+                            for d in result.decisions
+                        ]
+                    )
+
+            if result.last_offset is None:
+                await publish()
+            else:
                 rows = batch_rows(
                     state,
                     result.decisions,
@@ -243,7 +295,7 @@ class Governor:
                     expected_offset=before,
                     highwater=self._highwater(events),
                 )
-                await self.sink.write(rows)
+                await self.sink.write(rows, publish)
         except StaleGovernorState as exc:
             log.warning("governor state is stale; reloading", error=str(exc))
             self.state = None
@@ -257,9 +309,11 @@ class Governor:
             self.applied_through = result.last_offset
         return result
 
-    def _fold(self, state: GovernorState, events: Sequence[Any]) -> FoldResult:
+    def _fold(
+        self, state: GovernorState, events: Sequence[Any], folds: FoldFilter, letters: bool
+    ) -> FoldResult:
         result = FoldResult()
-        step, policy = self.step, self.policy
+        step, policy = folds.guard(self.step), self.policy
         through = -1 if self.applied_through is None else self.applied_through
         for event in events:
             message = event.message
@@ -274,11 +328,17 @@ class Governor:
                     raise ValueError("record has no value (tombstone)")
                 record, key = decode_keyed(payload, record_type(message.headers))
             except Exception as exc:  # EventDecodeError, or anything a bad payload provokes
-                reason = str(exc) or type(exc).__name__
-                result.dead.append(self._dead_letter(message, reason))
+                if letters:
+                    result.dead.append(self._dead_letter(message, str(exc) or type(exc).__name__))
                 continue
+            folds.offset = offset
             for folded in take(state, record, key, policy, step, refusal):
-                if folded.refused is not None:  # over the node's device ceiling: not governed
+                poison = folds.refused.get(fold_id(folded.key, offset))
+                if poison is not None:  # its rows were refused: left out
+                    if letters:
+                        result.dead.append(self._dead_letter_folded(folded, message, poison))
+                    continue
+                if letters and folded.refused is not None:  # over the device ceiling
                     result.dead.append(self._dead_letter_folded(folded, message))
                 self.gauges.track_unknown(state, folded.decisions, result.unknown_seconds)
                 result.decisions.extend(folded.decisions)
@@ -310,35 +370,22 @@ class Governor:
         ]
         await asyncio.gather(*futures)
 
-    def _dead_letter_folded(self, folded: Folded, message: Any) -> Awaitable[Any]:
-        """Dead-letter a record the merge released over the device ceiling. It may have been read
-        in an earlier batch, so the letter holds its re-encoded form, with its source."""
+    def _dead_letter_folded(
+        self, folded: Folded, message: Any, poison: str | None = None
+    ) -> Awaitable[Any]:
+        """Dead-letter a record the merge released over the device ceiling, or whose rows the
+        database refused (``poison``: its error)."""
+        stage, reason = (REFUSED_STAGE, poison) if poison else (CEILING_STAGE, folded.refused or "")
         if folded.key is None:
-            return self._dead_letter(message, folded.refused or "", CEILING_STAGE)
-        key = folded.key
-        source = f"{self.settings.topic}/{key.partition}/{key.offset}"
-        log.warning(
-            "governance record dead-lettered",
-            source=source,
-            reason=folded.refused,
-            stage=CEILING_STAGE,
-        )
-        return dead_letter_record(
-            self.dead_letter_topic,
-            self.metrics,
-            key=record_key(folded.record),
-            value=encode_input(folded.record, key),
-            source=source,
-            stage=CEILING_STAGE,
-            reason=folded.refused or "",
-        )
+            return self._dead_letter(message, reason, stage)
+        topic, health = self.dead_letter_topic, self.settings.topic
+        return self._letters.merged(topic, self.metrics, folded, health, stage=stage, reason=reason)
 
-    async def _dead_letter(self, message: Any, reason: str, stage: str = DEAD_LETTER_STAGE) -> Any:
-        source = f"{message.topic}/{message.partition}/{message.offset}"
-        log.warning("governance record dead-lettered", source=source, reason=reason, stage=stage)
-        return await dead_letter(
-            self.dead_letter_topic, self.metrics, message, stage=stage, reason=reason
-        )
+    def _dead_letter(
+        self, message: Any, reason: str, stage: str = DEAD_LETTER_STAGE
+    ) -> Awaitable[Any]:
+        topic, metrics = self.dead_letter_topic, self.metrics
+        return self._letters.message(topic, metrics, message, stage=stage, reason=reason)
 
     def _highwater(self, events: Sequence[Any]) -> int | None:
         try:
@@ -347,15 +394,8 @@ class Governor:
             return None
         return value if isinstance(value, int) else None
 
-    # -- metrics ----------------------------------------------------------------------------------
-
     def _record(self, result: FoldResult, started: float) -> None:
-        metrics = self.metrics
-        for decision in result.decisions:
-            record_decision(metrics, decision)
-        for seconds in result.unknown_seconds:
-            metrics.unknown_seconds.observe(seconds)
-        metrics.governor_batch_seconds.observe(time.perf_counter() - started)
+        record_batch(self.metrics, result.decisions, result.unknown_seconds, started)
         self.batches += 1
 
 

@@ -10,6 +10,7 @@ quarantines). Nothing here raises or does I/O.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Final
@@ -115,3 +116,16 @@ def record_decision(metrics: WorkerMetrics, decision: Decision) -> None:
         metrics.recovery_stages.labels(str(details.get("stage") or ""), "failed").inc()
     elif kind is DecisionKind.QUARANTINE_RELEASED and details.get("confirmedFault") is False:
         metrics.false_quarantines.inc()
+
+
+def record_batch(
+    metrics: WorkerMetrics, decisions: Sequence[Decision], unknown: Sequence[float], started: float
+) -> None:
+    """Count one committed governance batch: its decisions, the Unknown periods that ended in it
+    (``unknown``, seconds of event time) and its duration since ``started``
+    (``time.perf_counter()``)."""
+    for decision in decisions:
+        record_decision(metrics, decision)
+    for seconds in unknown:
+        metrics.unknown_seconds.observe(seconds)
+    metrics.governor_batch_seconds.observe(time.perf_counter() - started)

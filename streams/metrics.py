@@ -8,7 +8,9 @@ exposes that registry over HTTP on ``settings.worker_metrics_port`` (0 keeps it 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -60,6 +62,14 @@ class WorkerMetrics:
         self.db_retries = Counter(
             "devicestate_worker_db_retries",
             "Transient database errors retried while writing a batch.",
+            registry=r,
+        )
+        self.poison_records = Counter(
+            "devicestate_worker_poison_records",
+            "Records whose values the database refused (a data error or constraint violation), "
+            "found by bisecting their batch and sent to the dead-letter topic; the rest of the "
+            "batch was written. By agent (health, governor).",
+            ["agent"],
             registry=r,
         )
         self.batch_seconds = Histogram(
@@ -171,6 +181,31 @@ class WorkerMetrics:
             buckets=_UNKNOWN_SECONDS_BUCKETS,
             registry=r,
         )
+
+    def record_batch(
+        self,
+        result: Any,
+        messages: Sequence[Any],
+        highwaters: Mapping[tuple[str, int], int],
+        started: float,
+    ) -> None:
+        """Count one health batch the projection committed: ``result`` (``BatchStats``: applied,
+        released, duplicates, stale, tombstoned), the lag after the last of ``messages`` (faust messages) per
+        partition, and the time since ``started`` (``time.perf_counter()``, seconds)."""
+        self.applied.labels("observed").inc(result.applied)
+        self.applied.labels("released").inc(result.released)
+        if result.duplicates:
+            self.db_noops.labels("duplicate").inc(result.duplicates)
+        if result.stale:
+            self.db_noops.labels("stale").inc(result.stale)
+        if result.tombstoned:
+            self.db_noops.labels("tombstoned").inc(result.tombstoned)
+        last: dict[tuple[str, int], int] = {}
+        for message in messages:
+            key = (message.topic, message.partition)
+            last[key] = max(last.get(key, -1), message.offset)
+        self.set_lag(highwaters, last)
+        self.batch_seconds.observe(time.perf_counter() - started)
 
     def set_lag(
         self, highwaters: Mapping[tuple[str, int], int], done: Mapping[tuple[str, int], int]

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from services.adapters.projection.governance_store import (
     BatchRows,
     GovernanceStore,
+    GovernorSnapshot,
     StaleGovernorState,
     batch_rows,
 )
@@ -52,6 +53,10 @@ class Harness(ABC):
 
     @abstractmethod
     async def stored(self) -> Stored: ...
+
+    async def empty(self) -> Any:
+        """What ``load`` returns before any write."""
+        return GovernorSnapshot(devices=[], nodes=[], fleet=None, offset=None)
 
 
 def snapshot_json(state: GovernorState) -> bytes:
@@ -187,6 +192,41 @@ class GovernanceSinkContract:
             dataclasses.replace(rows, expected_offset=rows.offset, offset=rows.offset - 3)
         )
         assert (await harness.sink.load(TOPIC)).offset == rows.offset
+
+    async def test_before_commit_is_awaited_once_the_rows_are_written(
+        self, harness: Harness
+    ) -> None:
+        _, rows = first_batch()
+        seen: list[int | None] = []
+
+        async def hook() -> None:  # the batch is not committed yet: nothing loads back
+            seen.append((await harness.sink.load(TOPIC)).offset)
+
+        await harness.sink.write(rows, hook)
+        assert seen == [None]
+        assert (await harness.sink.load(TOPIC)).offset == rows.offset
+
+    async def test_an_error_from_before_commit_writes_nothing(self, harness: Harness) -> None:
+        _, rows = first_batch()
+
+        async def hook() -> None:
+            raise RuntimeError("delivery failed")
+
+        with pytest.raises(RuntimeError, match="delivery failed"):
+            await harness.sink.write(rows, hook)
+        assert await harness.sink.load(TOPIC) == await harness.empty()
+        assert await harness.stored() == Stored({}, {}, {})
+
+    async def test_a_stale_write_never_calls_before_commit(self, harness: Harness) -> None:
+        _, rows = first_batch()
+        called: list[bool] = []
+
+        async def hook() -> None:
+            called.append(True)
+
+        with pytest.raises(StaleGovernorState):
+            await harness.sink.write(dataclasses.replace(rows, expected_offset=0), hook)
+        assert called == []
 
 
 class FakeHarness(Harness):

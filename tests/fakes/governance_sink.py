@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -15,9 +16,10 @@ from services.adapters.projection.governance_store import (
 
 class FakeGovernanceSink:
     """Keeps what the tables do: device and node snapshots (deleted ones removed), the fleet,
-    the recorded offset per topic (never moving back), quarantines upserted by id, decisions and
-    commands kept once per key; fails the first ``fail`` writes. Held to
-    ``GovernanceStore`` by ``tests/contracts/test_governance_sink.py``."""
+        the recorded offset per topic (never moving back), quarantines upserted by id, decisions and
+        commands kept once per key; fails the first ``fail`` writes; awaits ``before_commit`` once the
+    rows are checked, before anything is kept (an exception from it keeps nothing). Held to
+        ``GovernanceStore`` by ``tests/contracts/test_governance_sink.py``."""
 
     def __init__(self, fail: int = 0, error: Exception | None = None) -> None:
         self.devices: dict[tuple[str, str], dict[str, Any]] = {}
@@ -34,6 +36,9 @@ class FakeGovernanceSink:
         self.error = error or ConnectionResetError("db restarted")
         self.calls = 0
 
+    def refuse(self, rows: BatchRows) -> None:
+        """Where a test raises what the database would refuse ``rows`` with (nothing here)."""
+
     @property
     def offset(self) -> int | None:
         """The recorded offset of the topic written last (``None``: no write yet)."""
@@ -48,13 +53,18 @@ class FakeGovernanceSink:
             offset=self.offsets.get(topic),
         )
 
-    async def write(self, rows: BatchRows) -> None:
+    async def write(
+        self, rows: BatchRows, before_commit: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self.calls += 1
         if self.calls <= self.fail:
             raise self.error
         recorded = self.offsets.get(rows.topic)
         if rows.expected_offset != recorded:
             raise StaleGovernorState(f"recorded {recorded}, expected {rows.expected_offset}")
+        self.refuse(rows)
+        if before_commit is not None:  # every row "written", nothing kept yet
+            await before_commit()
         for key in rows.deleted_devices:
             self.devices.pop(key, None)
         for name in rows.deleted_nodes:

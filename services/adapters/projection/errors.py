@@ -51,3 +51,52 @@ def is_transient(exc: BaseException) -> bool:
         orig = getattr(current, "orig", None)
         current = orig if isinstance(orig, BaseException) else current.__cause__
     return False
+
+
+_REFUSED_SQLSTATES: Final = ("22", "23")
+"""Data exceptions (value too long, out of range, invalid text or byte sequence, numeric
+overflow...) and integrity constraint violations (not-null, check, unique, foreign key)."""
+
+REASON_MAX_CHARS: Final = 1000
+"""How much of a refusal's message :func:`refusal_reason` keeps."""
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it wraps (SQLAlchemy's ``orig``, else ``__cause__``), outermost first."""
+    seen: set[int] = set()
+    found: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        found.append(current)
+        orig = getattr(current, "orig", None)
+        current = orig if isinstance(orig, BaseException) else current.__cause__
+    return found
+
+
+def is_refused(exc: BaseException) -> bool:
+    """True when PostgreSQL refused the *data* of a statement (SQLSTATE class 22 or 23, or
+    SQLAlchemy's ``DataError``/``IntegrityError``): writing the same rows again fails the same
+    way, so a batch writer isolates the record that carries them (issue 11 item 3) rather than
+    retrying. Never true for a :func:`is_transient` error."""
+    if is_transient(exc):
+        return False
+    for current in _chain(exc):
+        if isinstance(current, sa_exc.DataError | sa_exc.IntegrityError):
+            return True
+        sqlstate = getattr(current, "sqlstate", None) or getattr(current, "pgcode", None)
+        if isinstance(sqlstate, str) and sqlstate.startswith(_REFUSED_SQLSTATES):
+            return True
+    return False
+
+
+def refusal_reason(exc: BaseException) -> str:
+    """The database's own words for a refusal: ``"<SQLSTATE> <error class>: <message>"`` of the
+    driver's error in ``exc``'s chain (without SQLAlchemy's statement and parameters, which hold
+    the whole batch), at most :data:`REASON_MAX_CHARS` characters; ``str(exc)`` without one."""
+    for current in reversed(_chain(exc)):
+        sqlstate = getattr(current, "sqlstate", None)
+        if isinstance(sqlstate, str):
+            message = str(current).strip() or type(current).__name__
+            return f"{sqlstate} {type(current).__name__}: {message}"[:REASON_MAX_CHARS]
+    return (str(exc) or type(exc).__name__)[:REASON_MAX_CHARS]

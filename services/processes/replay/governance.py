@@ -8,6 +8,12 @@ writer (:class:`~services.adapters.projection.governance_store.GovernanceStore`)
 that do not decode are counted and skipped (the governor dead-lettered them already, and folded
 nothing for them either). No decision is published.
 
+The folds the live governor left out because the database refused their rows (issue 11 item 3:
+dead letters of stage ``governor-write``) are left out here too: the dead-letter topic is read
+first (:func:`refused_folds`) and the same folds skipped
+(:class:`~services.domain.governance.fold_filter.FoldFilter`), so the replay folds the same log
+minus the same records, whatever its own database would accept.
+
 The fold has no wall clock, so the rows equal the live governor's whatever the batch boundaries
 or restarts were: ``--verify`` diffs ``device_governance``, ``quarantines`` and
 ``governance_decisions`` with the live schema (the governor should have caught up).
@@ -27,10 +33,17 @@ from services.adapters.projection.migrate import migrate
 from services.adapters.projection.schema_admin import drop_schema, schema_exists
 from services.adapters.projection.tables import check_schema_name
 from services.domain.governance.decisions import Decision
+from services.domain.governance.fold_filter import (
+    REFUSED_STAGE,
+    FoldFilter,
+    FoldId,
+    refused_fold,
+)
 from services.domain.governance.input_codec import decode_keyed
 from services.domain.governance.intake import StepFn, take
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
+from services.processes.replay.dead_letters import dead_letters
 from services.processes.replay.run import REPLAY_CLIENT_ID, ReplayError, topic_partitions
 from services.runtime.config import ReplayProcessSettings
 
@@ -44,6 +57,8 @@ class GovernanceReplaySummary:
     """Records between the beginning and the end offset captured at the start."""
     read: int = 0
     undecodable: int = 0
+    refused: int = 0
+    """Folds left out: the live governor dead-lettered them (the database refused their rows)."""
     decisions: int = 0
     batches: int = 0
     elapsed: float = 0.0
@@ -57,7 +72,7 @@ class GovernanceReplaySummary:
         return (
             f"replayed {self.read} governance records into schema {self.schema}: decisions "
             f"{self.decisions}, devices {self.devices}, quarantines {self.quarantines}, "
-            f"undecodable {self.undecodable}; {self.batches} batches in {self.elapsed:.2f} s "
+            f"undecodable {self.undecodable}, refused {self.refused}; {self.batches} batches in {self.elapsed:.2f} s "
             f"({rate:,.0f} records/s)"
         )
 
@@ -87,6 +102,16 @@ async def read_governance_log(
             batch = [(m.offset, m.value, record_type(m.headers)) for m in fetched.get(tp, [])]
             if batch:
                 yield batch
+
+
+async def refused_folds(settings: ReplayProcessSettings) -> set[FoldId]:
+    """The folds the live governor left out (:func:`~services.domain.governance.fold_filter.
+    refused_fold` of the dead letters of stage ``governor-write``); empty without a dead-letter
+    topic."""
+    topic = settings.dead_letter_topic
+    letters = await dead_letters(settings.kafka_bootstrap_servers, topic, REFUSED_STAGE)
+    folds = (refused_fold(REFUSED_STAGE, s, v, settings.governance_topic) for s, v in letters)
+    return {which for which in folds if which is not None}
 
 
 async def replay_governance(
@@ -132,6 +157,9 @@ async def _fold(
 
         step = machine_step
     policy = GovernancePolicy.from_settings(settings)
+    refused = await refused_folds(settings)
+    folds = FoldFilter(dict.fromkeys(refused, "refused by the live projection"))
+    step = folds.guard(step)
     store = GovernanceStore(engine, schema)
     state = GovernorState()
     summary = GovernanceReplaySummary(schema=schema)
@@ -148,7 +176,7 @@ async def _fold(
         settings.kafka_bootstrap_servers, topic, batch_size=batch_size, on_ready=ready
     ):
         decisions: list[Decision] = []
-        for _offset, value, kind in batch:
+        for offset, value, kind in batch:
             summary.read += 1
             try:
                 if value is None:
@@ -157,6 +185,7 @@ async def _fold(
             except Exception:
                 summary.undecodable += 1
                 continue
+            folds.offset = offset
             for folded in take(state, record, key, policy, step):
                 decisions.extend(folded.decisions)
         last = batch[-1][0]
@@ -169,6 +198,7 @@ async def _fold(
         summary.batches += 1
         if progress is not None:
             progress(summary.read, summary.total)
+    summary.refused = len(folds.left_out)
     summary.devices = len(state.devices)
     summary.quarantines = sum(1 for d in state.devices.values() if d.quarantine is not None)
     summary.elapsed = time.perf_counter() - started

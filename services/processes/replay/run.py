@@ -8,7 +8,9 @@ into a fresh schema or, ``in_place``, into the truncated live tables, with the w
 statements (:meth:`ProjectionStore.prepare_batch` / :meth:`~ProjectionStore.write_prepared`, the
 two halves of ``apply_batch`` with a :class:`DeviceCache`: the replay owns its target, so it keeps
 the device rows in memory instead of reading them back). Records that do not decode are counted
-and skipped (the worker dead-lettered them already); node events (heartbeats, resource counts,
+and skipped (the worker dead-lettered them already), and so are the records the live projection
+refused (dead letters of stage ``write``, :mod:`.dead_letters`): the replay folds the log minus
+what the worker left out; node events (heartbeats, resource counts,
 watcher ticks) and DRA inventory records are counted apart: they never touch the directory, but
 DRA objects, resource counts and the applied observations rebuild the inventory tables
 (``inventory_objects``, ``node_resources``, ``device_identities``, ``inventory_conflicts``) through
@@ -30,7 +32,7 @@ import asyncio
 import functools
 import gc
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Final
@@ -56,6 +58,7 @@ from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeResourcesChanged
 from services.domain.records import decode_typed_record
+from services.processes.replay.dead_letters import refused_positions
 from services.runtime.config import KafkaSettings
 
 REPLAY_CLIENT_ID: Final = "devicestate-replay"
@@ -126,11 +129,13 @@ async def read_log(
     batch_size: int = 5000,
     end_offsets: dict[tuple[str, int], int] | None = None,
     on_ready: Callable[[int], None] | None = None,
+    skip: Collection[LogPosition] = (),
 ) -> AsyncIterator[LogBatch]:
     """Yield the topic's records from the beginning up to the end offsets captured at the start.
 
     ``end_offsets`` (if given) is filled with each partition's end offset, and ``on_ready`` called
-    with the number of records to read, before the first batch. Raises :class:`ReplayError` when
+    with the number of records to read, before the first batch. Records at a position in ``skip``
+    count as undecodable (the worker dead-lettered them). Raises :class:`ReplayError` when
     the topic does not exist.
     """
     partitions = await topic_partitions(bootstrap_servers, topic)
@@ -163,7 +168,10 @@ async def read_log(
                 for tp, messages in fetched.items():
                     for message in messages:
                         read += 1
+                        position = LogPosition(tp.topic, tp.partition, message.offset)
                         try:
+                            if position in skip:
+                                raise ValueError("dead-lettered: the projection refused it")
                             if message.value is None:
                                 raise ValueError("record has no value")
                             event = decode_typed_record(
@@ -172,7 +180,6 @@ async def read_log(
                         except Exception:
                             undecodable += 1
                             continue
-                        position = LogPosition(tp.topic, tp.partition, message.offset)
                         if isinstance(
                             event, DeviceHealthObserved | InventoryObserved | NodeResourcesChanged
                         ):
@@ -287,15 +294,19 @@ async def _rebuild(
         if on_start is not None:
             on_start(total)
 
+    bootstrap = settings.kafka_bootstrap_servers
+    refused = await refused_positions(bootstrap, settings.dead_letter_topic, settings.topic)
+
     async def reader() -> None:
         cancelled = False
         try:
             async for batch in read_log(
-                settings.kafka_bootstrap_servers,
+                bootstrap,
                 settings.topic,
                 batch_size=batch_size,
                 end_offsets=summary.end_offsets,
                 on_ready=ready,
+                skip=refused,
             ):
                 await queue.put(batch)
         except asyncio.CancelledError:
