@@ -162,3 +162,19 @@ def encode_record(record: TopicRecord) -> bytes:
     if isinstance(record, NodeHeartbeat | NodeResourcesChanged | WatcherTick):
         return encode_node_event(record)
     return encode_event(record)
+
+
+def check_key(record: TopicRecord, key: bytes | None) -> TopicRecord:
+    """``record`` if the record key ``key`` is its node (what the watcher keys every record
+    by: the key picks the partition, so a record keyed by another node would be ordered with
+    that node's records); ``None`` (a producer that sets no key) passes. Raises
+    :class:`EventDecodeError` naming both otherwise: the record is dead-lettered, not applied
+    under the body's node."""
+    if key is None or key == record.node.encode("utf-8"):
+        return record
+    shown = key.decode("utf-8", "backslashreplace")
+    shown = shown if len(shown) <= 300 else shown[:300] + "..."
+    raise EventDecodeError(
+        f"record key {shown!r} differs from the body's node {record.node!r} "
+        "(a record is keyed by its node)"
+    )

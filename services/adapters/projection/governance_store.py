@@ -137,6 +137,7 @@ def command_row(decision: Decision) -> dict[str, Any] | None:
         "accepted": decision.kind is DecisionKind.COMMAND_ACCEPTED,
         "reason": str(details.get("reason") or ""),
         "seq": decision.seq,
+        "request_fingerprint": details.get("requestFingerprint"),
     }
 
 
@@ -254,9 +255,10 @@ _DECISION_TYPES: Final = (
     "seq bigint, idx integer, kind text, at timestamptz, node text, resource_id text, "
     "incident text, payload jsonb"
 )
-_COMMAND_COLUMNS: Final = "command_id, action, actor, accepted, reason, seq"
+_COMMAND_COLUMNS: Final = "command_id, action, actor, accepted, reason, seq, request_fingerprint"
 _COMMAND_TYPES: Final = (
-    "command_id text, action text, actor text, accepted boolean, reason text, seq bigint"
+    "command_id text, action text, actor text, accepted boolean, reason text, seq bigint, "
+    "request_fingerprint text"
 )
 
 

@@ -22,11 +22,12 @@ from services.adapters.projection.reads_governance import FleetStatus, Governanc
 from services.processes.api.routes_devices import Store
 from services.processes.api.routes_extender import extender_metrics
 from services.processes.api.routes_inventory import CAPACITY_NODE_VIEW_METRICS, inventory_gauges
+from services.processes.api.routing import ServiceRoute
 from services.processes.api.schemas import PartitionOut, ReadyOut
 
 log = structlog.get_logger(__name__)
 
-router = APIRouter(tags=["operations"])
+router = APIRouter(tags=["operations"], route_class=ServiceRoute)
 
 DATABASE_ERRORS = (DatabaseError, OSError, TimeoutError)
 

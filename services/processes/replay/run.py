@@ -55,7 +55,7 @@ from services.domain.events import DeviceHealthObserved, PodDevicesReleased
 from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeResourcesChanged
-from services.domain.records import decode_typed_record
+from services.domain.records import check_key, decode_typed_record
 from services.runtime.config import KafkaSettings
 
 REPLAY_CLIENT_ID: Final = "devicestate-replay"
@@ -166,8 +166,11 @@ async def read_log(
                         try:
                             if message.value is None:
                                 raise ValueError("record has no value")
-                            event = decode_typed_record(
-                                message.value, record_type(message.headers), inventory=True
+                            event = check_key(
+                                decode_typed_record(
+                                    message.value, record_type(message.headers), inventory=True
+                                ),
+                                message.key,
                             )
                         except Exception:
                             undecodable += 1
