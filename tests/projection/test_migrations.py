@@ -108,6 +108,10 @@ async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
 
     back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
     assert back.returncode == 0, back.stderr
+    assert "request_fingerprint" not in await columns_of(engine, schema_name, "governance_commands")
+
+    back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
+    assert back.returncode == 0, back.stderr
     assert "reported_with" not in await columns_of(engine, schema_name, "device_identities")
 
     back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
