@@ -25,7 +25,7 @@ from services.domain.events import DeviceHealthObserved
 from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
-from services.domain.records import decode_typed_record
+from services.domain.records import check_key, decode_typed_record
 from streams.forward import LoggedNodeEvent
 from streams.metrics import WorkerMetrics
 
@@ -66,7 +66,10 @@ def decode_into(batch: DecodedBatch, event: Any, dead_letter: DeadLetter) -> Non
     try:
         if payload is None:
             raise ValueError("record has no value (tombstone)")
-        decoded = decode_typed_record(payload, record_type(message.headers), inventory=True)
+        decoded = check_key(
+            decode_typed_record(payload, record_type(message.headers), inventory=True),
+            message.key,
+        )
     except Exception as exc:  # EventDecodeError, or anything a bad payload provokes
         reason = str(exc) or type(exc).__name__
         batch.dead.append(dead_letter(message, position, reason))

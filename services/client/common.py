@@ -14,11 +14,11 @@ from typing import Annotated, Any, NoReturn
 
 import orjson
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from services.client.directory import default_api_url
 from services.client.http import ApiClient, ApiError
+from services.client.terminal import escape, visible
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_PENDING = 1, 2, 3
 
@@ -45,7 +45,7 @@ Token = Annotated[
 
 def fail(message: str, code: int = EXIT_REFUSED) -> NoReturn:
     """Print ``error: message`` on stderr and exit with ``code``."""
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {visible(message)}", err=True)
     raise typer.Exit(code)
 
 
@@ -60,8 +60,10 @@ def fail_api_error(exc: ApiError) -> NoReturn:
 
 
 def print_json(value: Any) -> None:
-    """Write ``value`` as indented JSON on stdout."""
-    sys.stdout.buffer.write(orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n")
+    """Write ``value`` as indented JSON on stdout (invisible characters as ``\\uXXXX``)."""
+    # The unsafe characters only occur inside strings, where their escape means the same.
+    text = visible(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
+    sys.stdout.buffer.write(text.encode() + b"\n")
     sys.stdout.flush()
 
 

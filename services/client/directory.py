@@ -13,8 +13,9 @@ import httpx
 import orjson
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+
+from services.client.terminal import escape
 
 HEALTH_STYLE = {"Healthy": "green", "Unhealthy": "bold white on red", "Unknown": "yellow"}
 

@@ -8,7 +8,6 @@ from typing import Annotated
 
 import orjson
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from services.client.common import (
@@ -26,6 +25,7 @@ from services.client.common import (
 )
 from services.client.directory import make_console
 from services.client.http import ApiError, path_segment
+from services.client.terminal import escape
 from services.client.writes import (
     IdempotencyKey,
     Reason,

@@ -13,7 +13,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from services.client.common import (
     ApiUrl,
@@ -26,6 +25,7 @@ from services.client.common import (
 )
 from services.client.directory import HEALTH_STYLE, make_console
 from services.client.http import ApiError
+from services.client.terminal import escape
 
 
 class InventoryOutput(StrEnum):

@@ -26,6 +26,7 @@ from services.client.common import (
     print_json,
 )
 from services.client.http import ApiError, error_message
+from services.client.terminal import visible
 
 Wait = Annotated[
     float,
@@ -157,8 +158,10 @@ def submit(
     if status == "rejected":
         if output is WriteOutput.TEXT:
             typer.echo(
-                f"rejected: {answer.get('reason') or 'no reason given'} "
-                f"({action}, command {command_id})",
+                visible(
+                    f"rejected: {answer.get('reason') or 'no reason given'} "
+                    f"({action}, command {command_id})"
+                ),
                 err=True,
             )
         raise typer.Exit(EXIT_REFUSED)
@@ -166,13 +169,15 @@ def submit(
         if output is WriteOutput.TEXT:
             quarantine = answer.get("quarantineID")
             target = f": quarantine {quarantine}" if quarantine else ""
-            typer.echo(f"accepted{target} ({action}, command {command_id})")
+            typer.echo(visible(f"accepted{target} ({action}, command {command_id})"))
         return
     if output is WriteOutput.TEXT:
         note = f"not decided within {wait:g} s" if wait > 0 else "appended to the governance log"
         typer.echo(
-            f"pending: {action} {note}; see `devicestate command {command_id}` (command "
-            f"{command_id})"
+            visible(
+                f"pending: {action} {note}; see `devicestate command {command_id}` (command "
+                f"{command_id})"
+            )
         )
     if wait > 0:
         raise typer.Exit(EXIT_PENDING)

@@ -169,6 +169,19 @@ def version_field(obj: dict[str, Any], name: str) -> int | None:
 # --- the record's type ----------------------------------------------------------------------------
 
 
+def json_fault(payload: bytes, exc: Exception) -> str:
+    """The dead-letter reason of ``payload`` that orjson could not parse: the first byte that is
+    not UTF-8 (orjson says "surrogates not allowed" of any invalid UTF-8), else its JSON error."""
+    try:
+        payload.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return (
+            f"not UTF-8 text: byte 0x{payload[bad.start]:02x} at offset {bad.start} "
+            f"({bad.reason}); a record is a UTF-8 JSON object"
+        )
+    return f"not JSON: {exc}"
+
+
 def type_mismatch(declared: str, body_type: object) -> EventDecodeError:
     """The error for a record whose type header says ``declared`` and whose body says
     ``body_type``."""

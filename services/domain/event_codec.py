@@ -15,6 +15,7 @@ import orjson
 from services.domain.codec import (
     RESOURCE_VERSION_MAX_DIGITS,
     EventDecodeError,
+    json_fault,
     optional_str_field,
     parse_time,
     require,
@@ -127,7 +128,7 @@ def _decode_fields(payload: bytes) -> Event:
     try:
         obj = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
-        raise EventDecodeError(f"not JSON: {exc}") from None
+        raise EventDecodeError(json_fault(payload, exc)) from None
     if not isinstance(obj, dict):
         raise EventDecodeError("not a JSON object")
     get = obj.get

@@ -7,7 +7,9 @@ the worker on every restart. Such events are refused where they are made (the wa
 they are read (``decode_event``), and go to the dead-letter topic with the reason instead.
 
 Sources: node, Pod and namespace names are DNS-1123 names or subdomains (at most 253 and 63
-characters, Kubernetes ``validation.IsDNS1123Subdomain`` / ``IsDNS1123Label``); Pod UIDs are
+characters, Kubernetes ``validation.IsDNS1123Subdomain`` / ``IsDNS1123Label``; node names are
+checked to be one, :func:`node_name_problem`); no name or ID may hold an invisible or
+bidirectional-control character (:func:`invisible_problem`: it would display as another ID); Pod UIDs are
 UUIDs; messages are at most 1024 characters (core/v1 ``ResourceHealthMessageMaxLength``).
 resourceID and resource names have no API limit: 1024 UTF-8 bytes keeps the ``devices`` primary
 key and indexes well inside PostgreSQL's btree entry limit.
@@ -36,6 +38,49 @@ RAW_HEALTH_MAX_LENGTH: Final = 256
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
+NODE_NAME_MAX_LENGTH: Final = 253
+"""Kubernetes ``validation.IsDNS1123Subdomain``: at most 253 characters."""
+DNS1123_SUBDOMAIN_PATTERN: Final = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+"""A DNS-1123 subdomain (Kubernetes ``dns1123SubdomainFmt``): what every Node name is."""
+_DNS1123_SUBDOMAIN = re.compile(DNS1123_SUBDOMAIN_PATTERN)
+
+INVISIBLE_CHARACTERS: Final = (
+    "\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff"
+)
+"""A regex class body of the characters a terminal shows as nothing or that reorder what follows:
+soft hyphen, Arabic letter mark, Mongolian vowel separator, zero-width space/joiners, LRM/RLM,
+line and paragraph separators (U+2028/9), bidi embeddings and overrides (U+202A-E), word joiner
+and invisible operators, bidi isolates (U+2066-9), the deprecated format controls, and the BOM.
+No Kubernetes name holds one; an ID holding one reads as another ID (Trojan Source)."""
+_INVISIBLE = re.compile(f"[{INVISIBLE_CHARACTERS}]")
+
+
+def node_name_problem(value: str) -> str | None:
+    """Why ``value`` is not a Node name (a DNS-1123 subdomain), or ``None``."""
+    problem = _name_problem("node", value, NODE_NAME_MAX_LENGTH)
+    if problem is not None:
+        return problem
+    if _DNS1123_SUBDOMAIN.fullmatch(value) is None:
+        return (
+            f"node is not a DNS-1123 subdomain (at most {NODE_NAME_MAX_LENGTH} characters of "
+            "lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)"
+        )
+    return None
+
+
+def invisible_problem(field: str, value: str) -> str | None:
+    """Why ``value`` (the field ``field``) cannot be shown faithfully: the first invisible or
+    bidirectional-control character (:data:`INVISIBLE_CHARACTERS`) by code point and position."""
+    found = _INVISIBLE.search(value)
+    if found is None:
+        return None
+    return (
+        f"{field} contains an invisible or bidirectional-control character, "
+        f"U+{ord(found.group()):04X} at position {found.start()}"
+    )
+
 
 def _name_problem(field: str, value: str, max_bytes: int) -> str | None:
     if not value:
@@ -44,7 +89,7 @@ def _name_problem(field: str, value: str, max_bytes: int) -> str | None:
         return f"{field} contains a control character"
     if len(value.encode()) > max_bytes:
         return f"{field} is longer than {max_bytes} bytes"
-    return None
+    return invisible_problem(field, value)
 
 
 def field_violations(event: Event) -> list[str]:
@@ -52,7 +97,6 @@ def field_violations(event: Event) -> list[str]:
     if isinstance(event, PodsListed):
         return _snapshot_violations(event)
     checks: list[tuple[str, str | None, int]] = [
-        ("node", event.node, 253),
         ("namespace", event.namespace, 63),
         ("podName", event.pod_name, 253),
         ("podUID", event.pod_uid, 128),
@@ -74,6 +118,8 @@ def field_violations(event: Event) -> list[str]:
         for field, value, limit in checks
         if value is not None and (problem := _name_problem(field, value, limit)) is not None
     ]
+    if (problem := node_name_problem(event.node)) is not None:
+        problems.insert(0, problem)
     if (
         event.status_version is not None
         and len(str(event.status_version)) > STATUS_VERSION_MAX_DIGITS

@@ -25,7 +25,13 @@ from typing import Any, Final, TypeAlias
 
 import orjson
 
-from services.domain.codec import EventDecodeError, str_field, time_field, version_field
+from services.domain.codec import (
+    EventDecodeError,
+    json_fault,
+    str_field,
+    time_field,
+    version_field,
+)
 from services.domain.events import SCHEMA_VERSION, format_time
 
 TICK_KEY_PREFIX: Final = "~tick/"
@@ -167,7 +173,7 @@ def decode_node_event(payload: bytes) -> NodeEvent:
     try:
         obj = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
-        raise EventDecodeError(f"not JSON: {exc}") from None
+        raise EventDecodeError(json_fault(payload, exc)) from None
     if not isinstance(obj, dict):
         raise EventDecodeError("not a JSON object")
     return node_event_from_dict(obj)

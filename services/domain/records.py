@@ -29,7 +29,7 @@ import orjson
 
 from services.domain.codec import EventDecodeError, body_type, type_mismatch
 from services.domain.event_codec import decode_event, encode_event
-from services.domain.events import Event
+from services.domain.events import DeviceHealthObserved, Event, PodDevicesReleased
 from services.domain.inventory.events import InventoryObserved, decode_inventory, encode_inventory
 from services.domain.node_events import (
     NODE_EVENT_TYPES,
@@ -164,3 +164,23 @@ def encode_record(record: TopicRecord) -> bytes:
     if isinstance(record, NodeHeartbeat | NodeResourcesChanged | WatcherTick):
         return encode_node_event(record)
     return encode_event(record)
+
+
+def check_key(record: TopicRecord, key: bytes | None) -> TopicRecord:
+    """``record`` unless it is a device event (an observation or a release) whose record key is
+    not its node: the watcher keys them by node, the key picks the partition, and a device's
+    events are ordered (and deduplicated) within its node's partition, so one keyed by another
+    node would be ordered with that node's records. ``None`` (a producer that sets no key)
+    passes; node, tick and inventory records have keys of their own. Raises
+    :class:`EventDecodeError` naming both otherwise: the event is dead-lettered, not applied
+    under the body's node."""
+    if not isinstance(record, DeviceHealthObserved | PodDevicesReleased):
+        return record
+    if key is None or key == record.node.encode("utf-8"):
+        return record
+    shown = key.decode("utf-8", "backslashreplace")
+    shown = shown if len(shown) <= 300 else shown[:300] + "..."
+    raise EventDecodeError(
+        f"record key {shown!r} differs from the body's node {record.node!r} "
+        "(a record is keyed by its node)"
+    )

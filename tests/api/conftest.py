@@ -120,7 +120,13 @@ class Governor:
             await conn.execute(insert(table), rows, execution_options=self.options)
 
     async def decide(
-        self, command_id: str, action: str, accepted: bool, reason: str = "", actor: str = "olga"
+        self,
+        command_id: str,
+        action: str,
+        accepted: bool,
+        reason: str = "",
+        actor: str = "olga",
+        request_fingerprint: str | None = None,
     ) -> None:
         self.seq += 1
         await self._insert(
@@ -133,6 +139,7 @@ class Governor:
                     accepted=accepted,
                     reason=reason,
                     seq=self.seq,
+                    request_fingerprint=request_fingerprint,
                 )
             ],
         )

@@ -189,5 +189,60 @@ async def test_anonymous_reads_follow_the_setting(make_api: ApiFactory, path: st
 @pytest.mark.integration
 async def test_openapi_declares_the_bearer_scheme(gov_api: httpx.AsyncClient) -> None:
     spec = (await gov_api.get("/openapi.json")).json()
-    assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    assert spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     assert "/v1/quarantines/{quarantineID}/release" in spec["paths"]
+
+
+async def test_openapi_security_and_errors_follow_each_route(make_api: ApiFactory) -> None:
+    """Anonymous GETs declare the token optional, writes required, probes none; every operation
+    documents 400 and 422 as ``ErrorOut``, reads 401, writes 401 and 403 (issue 11, item 10)."""
+    async with make_api() as client:
+        spec = (await client.get("/openapi.json")).json()
+    paths = spec["paths"]
+    assert paths["/v1/fleet"]["get"]["security"] == [{}, {"bearer": []}]
+    assert paths["/v1/quarantines"]["post"]["security"] == [{"bearer": []}]
+    assert paths["/healthz"]["get"]["security"] == []
+    error = {"$ref": "#/components/schemas/ErrorOut"}
+    for path, item in paths.items():
+        for method, operation in item.items():
+            responses = operation["responses"]
+            for status in ("400", "422"):
+                assert responses[status]["content"]["application/json"]["schema"] == error, (
+                    method,
+                    path,
+                    status,
+                )
+            if path.startswith("/v1/"):
+                assert "401" in responses, (method, path)
+            if method == "post" and path.startswith("/v1/"):
+                assert {"403", "413"} <= set(responses), (method, path)
+    assert "HTTPValidationError" not in spec["components"]["schemas"]
+    body = spec["components"]["schemas"]["QuarantineCreateIn"]["properties"]
+    assert body["ttlSeconds"]["anyOf"][0]["minimum"] == 1
+    assert body["node"]["pattern"].startswith("^[a-z0-9]")
+    assert "pattern" in body["reason"] and body["reason"]["minLength"] == 1
+    header = next(
+        p for p in paths["/v1/quarantines"]["post"]["parameters"] if p["name"] == "Idempotency-Key"
+    )
+    assert header["schema"]["pattern"].startswith("^[A-Za-z0-9]")
+    async with make_api(api_anonymous_read=False) as client:
+        closed = (await client.get("/openapi.json")).json()
+    assert closed["paths"]["/v1/fleet"]["get"]["security"] == [{"bearer": []}]
+
+
+async def test_auth_comes_before_the_body_and_unknown_query_parameters_are_422(
+    gov_api: httpx.AsyncClient,
+) -> None:
+    """401/403 before any 422 of the body; a query parameter the route does not take is 422
+    naming it; OPTIONS lists every method of the resource (issue 11, item 10)."""
+    malformed = {"content": b"{not json", "headers": {"Content-Type": "application/json"}}
+    assert (await gov_api.post("/v1/quarantines", **malformed)).status_code == 401
+    viewer = {**malformed, "headers": {**malformed["headers"], **bearer("viewer")}}
+    assert (await gov_api.post("/v1/quarantines", **viewer)).status_code == 403
+    typo = await gov_api.get("/v1/quarantines", params={"limt": "5"})
+    assert typo.status_code == 422 and "'limt'" in typo.json()["detail"]
+    options = await gov_api.options("/v1/quarantines")
+    assert options.status_code == 405
+    assert options.headers["allow"] == "GET, POST"
+    read_of_action = await gov_api.get("/v1/quarantines/manual/x/extend")
+    assert read_of_action.status_code == 405 and read_of_action.headers["allow"] == "POST"

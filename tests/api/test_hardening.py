@@ -82,7 +82,8 @@ async def test_control_characters_in_any_write_field_are_422_naming_the_field(
             value = f"{body[field]}{char}x"
             response = await post_raw(gov_api, path, raw({**body, field: value}))
             assert response.status_code == 422, (path, field, char, response.text)
-            [error] = response.json()["detail"]
+            [error] = response.json()["errors"]
+            assert f"body.{field}: " in response.json()["detail"]
             assert error["loc"] == ["body", field]
             assert f"{field} contains {what}" in error["msg"], error
             assert "input" not in error and "ctx" not in error
@@ -123,9 +124,18 @@ async def test_quarantine_id_and_idempotency_key_with_control_characters_are_422
     ("body", "needle"),
     [
         ({**QUARANTINE, "reason": "r" * 1025}, "reason is longer than 1024 characters"),
-        ({**QUARANTINE, "node": "n" * 254}, "at most 253 characters"),
+        ({**QUARANTINE, "node": "n" * 254}, "node is longer than 253 bytes"),
         # 127 characters but 254 bytes of UTF-8.
         ({**QUARANTINE, "node": "é" * 127}, "node is longer than 253 bytes"),
+        ({**QUARANTINE, "node": "gpu-nödé"}, "node is not a DNS-1123 subdomain"),
+        ({**QUARANTINE, "node": "GPU-Node-A"}, "node is not a DNS-1123 subdomain"),
+        ({**QUARANTINE, "node": "gpu-node-a-"}, "node is not a DNS-1123 subdomain"),
+        # Invisible and bidi-control characters (Trojan Source): issue 11, item 10.
+        ({**QUARANTINE, "resourceID": "GPU-\u202e0"}, "U+202E at position 4"),
+        ({**QUARANTINE, "resourceID": "GPU-\u20280"}, "U+2028 at position 4"),
+        ({**QUARANTINE, "resourceID": "GPU-\u200b0"}, "invisible or bidirectional-control"),
+        ({**QUARANTINE, "ttlSeconds": 5e-324}, "greater than or equal to 1"),
+        ({**QUARANTINE, "ttlSeconds": 0.5}, "greater than or equal to 1"),
         ({**QUARANTINE, "resourceID": "é" * 513}, "resourceID is longer than 1024 bytes"),
         ({**QUARANTINE, "node": "gpu\tnode"}, "node contains a control character, U+0009"),
         ({**QUARANTINE, "resourceID": "GPU\n0"}, "resourceID contains a control character"),
@@ -174,7 +184,8 @@ async def test_non_json_numbers_and_lone_surrogates_are_422_without_echo(
 ) -> None:
     response = await post_raw(gov_api, path, content)
     assert response.status_code == 422, response.text
-    for error in response.json()["detail"]:
+    assert isinstance(response.json()["detail"], str)
+    for error in response.json()["errors"]:
         assert set(error) == {"loc", "msg", "type"}
 
 

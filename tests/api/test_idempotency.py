@@ -155,6 +155,34 @@ async def test_the_key_survives_a_restart_of_the_api(
     assert [c.command_id for c in commands] == [f"olga~{key}", f"ada~{key}"]
 
 
+async def test_the_request_fingerprint_survives_a_restart_of_the_api(
+    make_api: ApiFactory, governor: Governor, kafka_bootstrap: str, governance_topic: str
+) -> None:
+    """The command carries its request's fingerprint and the governor records it with the
+    decision: a restarted API (an empty registry; or another replica) answers another body with
+    the key 409 naming the conflict, and the same body with the first command's outcome
+    (issue 11, item 4)."""
+    key = "restart-key-2"
+    async with make_api() as api:
+        first = await api.post("/v1/quarantines", json=QUARANTINE, headers=keyed("operator", key))
+        assert first.status_code == 202
+    [(_, command)] = await read_commands(kafka_bootstrap, governance_topic, 1)
+    assert command.request_fingerprint is not None
+    await governor.decide(
+        command.command_id, "quarantine", True, request_fingerprint=command.request_fingerprint
+    )
+    other = {**QUARANTINE, "resourceID": "GPU-1"}
+    async with make_api() as api:
+        conflict = await api.post("/v1/quarantines", json=other, headers=keyed("operator", key))
+        assert conflict.status_code == 409, conflict.text
+        assert f"Idempotency-Key '{key}'" in conflict.json()["detail"]
+        again = await api.post("/v1/quarantines", json=QUARANTINE, headers=keyed("operator", key))
+        assert again.status_code == 201, again.text
+        assert again.json()["commandID"] == f"olga~{key}"
+        commands = await commands_until_sentinel(api, kafka_bootstrap, governance_topic, 1)
+    assert [c.command_id for c in commands] == [f"olga~{key}"]
+
+
 async def test_concurrent_requests_with_one_key_make_one_command_and_n_answers(
     gov_api: httpx.AsyncClient, kafka_bootstrap: str, governance_topic: str
 ) -> None:

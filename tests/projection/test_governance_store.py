@@ -69,6 +69,7 @@ def records() -> list[GovernanceInput]:
             role=Role.OPERATOR,
             requested_at=T0 + timedelta(seconds=3),
             reason="maintenance",
+            request_fingerprint="f" * 64,
         ),
         OperatorCommand(
             command_id="cmd-2",
@@ -145,6 +146,8 @@ async def test_a_written_batch_restores_the_same_state(
         ("cmd-2", "reset-breaker", "bob", False, 6),
     ]
     assert "admin needed" in commands[1].reason
+    # The request's fingerprint of an Idempotency-Key, for every API process (issue 11, item 4).
+    assert [c.request_fingerprint for c in commands] == ["f" * 64, None]
     [fleet] = await rows_of(engine, fresh_schema, "governor_fleet", "id")
     assert (fleet.id, fleet.automation_paused, fleet.breaker_open) == (1, True, False)
     assert fleet.watermark == T0

@@ -105,11 +105,11 @@ async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
         *INVENTORY_TABLES,
     }
     current = await asyncio.to_thread(alembic_cli, database_url, schema_name, "current")
-    assert "0005_pod_tombstones (head)" in current.stdout
+    assert "0006_command_fingerprint (head)" in current.stdout
 
     back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
     assert back.returncode == 0, back.stderr
-    assert "pod_tombstones" not in await tables_in(engine, schema_name)
+    assert "request_fingerprint" not in await columns_of(engine, schema_name, "governance_commands")
 
     back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
     assert back.returncode == 0, back.stderr
@@ -151,7 +151,7 @@ async def test_migrate_is_idempotent_and_safe_to_run_concurrently(
         version = await conn.execute(
             text(f'SELECT version_num FROM "{schema_name}".alembic_version')
         )
-        assert [r[0] for r in version] == ["0005_pod_tombstones"]
+        assert [r[0] for r in version] == ["0006_command_fingerprint"]
 
 
 async def test_revisions_match_the_table_metadata(engine: AsyncEngine, fresh_schema: str) -> None:

@@ -252,6 +252,50 @@ async def test_agent_decodes_by_the_type_header_and_dead_letters_a_disagreeing_o
     assert headers[HEADER_SOURCE] == b"unit-events/0/1"
 
 
+async def test_dead_letter_reasons_name_the_real_fault(tmp_path: Any, observation: Any) -> None:
+    """Random bytes are 'not UTF-8' (orjson says 'surrogates not allowed'), a record keyed by
+    another node than its body's is dead-lettered rather than applied under the body's node, and
+    a node name that is no DNS-1123 subdomain or a resourceID with a bidi override is refused
+    (issue 11, item 10)."""
+    sink = FakeSink(run_hooks=False)
+    built = build_worker_app(_unit_settings(tmp_path), sink=sink)
+    app = built.app
+    app.finalize()
+    app.flow_control.resume()
+    sink.table = built.dedup.table
+    dead = FakeDeadLetters()
+    built.dedup.dead_letter_topic = dead
+    good = observation(5)
+    puts = [
+        (b"\xf7f\xb0\xf0\x9d\xce# \xb9", b"gpu-node-a"),
+        (encode_event(observation(6)), b"gpu-node-b"),
+        (encode_event(observation(7, node="GPU_Node")), b"GPU_Node"),
+        (encode_event(observation(8, resource_id="GPU-\u202e0")), b"gpu-node-a"),
+        (encode_event(good), b"gpu-node-a"),
+    ]
+    async with built.dedup.agent.test_context() as agent:
+        for payload, key in puts:
+            await agent.put(payload, key=key, wait=False)
+        await _wait_for(lambda: sink.calls >= 1)
+        await asyncio.sleep(0.1)
+    [written] = sink.batches
+    assert [r.event for r in written] == [good]
+    reasons = [dict(letter["headers"])[HEADER_REASON].decode() for letter in dead.sent]
+    assert reasons[0] == (
+        "not UTF-8 text: byte 0xf7 at offset 0 (invalid start byte); a record is a UTF-8 JSON "
+        "object"
+    )
+    assert reasons[1] == (
+        "record key 'gpu-node-b' differs from the body's node 'gpu-node-a' "
+        "(a record is keyed by its node)"
+    )
+    assert reasons[2].startswith("cannot be stored: node is not a DNS-1123 subdomain")
+    assert (
+        "resourceID contains an invisible or bidirectional-control character, U+202E"
+        in (reasons[3])
+    )
+
+
 async def test_agent_retries_transient_errors_inside_the_batch(
     tmp_path: Any, observation: Any
 ) -> None:

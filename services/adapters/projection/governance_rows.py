@@ -108,6 +108,7 @@ def command_row(decision: Decision) -> dict[str, Any] | None:
         "accepted": decision.kind is DecisionKind.COMMAND_ACCEPTED,
         "reason": str(details.get("reason") or ""),
         "seq": decision.seq,
+        "request_fingerprint": details.get("requestFingerprint"),
     }
 
 

@@ -96,9 +96,10 @@ _DECISION_TYPES: Final = (
     "seq bigint, idx integer, kind text, at timestamptz, node text, resource_id text, "
     "incident text, payload jsonb"
 )
-_COMMAND_COLUMNS: Final = "command_id, action, actor, accepted, reason, seq"
+_COMMAND_COLUMNS: Final = "command_id, action, actor, accepted, reason, seq, request_fingerprint"
 _COMMAND_TYPES: Final = (
-    "command_id text, action text, actor text, accepted boolean, reason text, seq bigint"
+    "command_id text, action text, actor text, accepted boolean, reason text, seq bigint, "
+    "request_fingerprint text"
 )
 
 

@@ -114,4 +114,6 @@ governance_commands = Table(
     Column("accepted", Boolean, nullable=False),
     Column("reason", Text, nullable=False),
     Column("seq", BigInteger, nullable=False),
+    # SHA-256 of the HTTP request of an Idempotency-Key (OperatorCommand.request_fingerprint).
+    Column("request_fingerprint", Text),
 )

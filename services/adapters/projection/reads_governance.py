@@ -73,6 +73,8 @@ class CommandOutcome:
     accepted: bool
     reason: str
     seq: int
+    request_fingerprint: str | None = None
+    """The fingerprint of the request that made the command (``Idempotency-Key``), if any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +248,9 @@ class GovernanceReads:
         if not rows:
             return None
         r = rows[0]
-        return CommandOutcome(r.command_id, r.action, r.actor, r.accepted, r.reason, r.seq)
+        return CommandOutcome(
+            r.command_id, r.action, r.actor, r.accepted, r.reason, r.seq, r.request_fingerprint
+        )
 
     async def command_quarantine_id(self, command_id: str) -> str | None:
         """The ``quarantineID`` the governor's ``CommandAccepted`` decision of the command names

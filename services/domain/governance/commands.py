@@ -32,6 +32,7 @@ def reject(ctx: context.Ctx, c: OperatorCommand, reason: str) -> None:
         actor=c.actor,
         role=c.role.value,
         reason=reason,
+        **_fingerprint(c),
     )
 
 
@@ -46,8 +47,14 @@ def accept(ctx: context.Ctx, c: OperatorCommand, **extra: Any) -> None:
         actor=c.actor,
         role=c.role.value,
         reason=c.reason,
+        **_fingerprint(c),
         **extra,
     )
+
+
+def _fingerprint(c: OperatorCommand) -> dict[str, Any]:
+    """The request's fingerprint in the decision (idempotency across API processes), if any."""
+    return {} if c.request_fingerprint is None else {"requestFingerprint": c.request_fingerprint}
 
 
 def on_command(ctx: context.Ctx, c: OperatorCommand) -> None:

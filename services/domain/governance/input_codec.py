@@ -19,6 +19,7 @@ from services.domain.codec import (
     bool_field,
     enum_field,
     int_field,
+    json_fault,
     optional_str_field,
     optional_time_field,
     parse_resource_version,
@@ -118,6 +119,8 @@ def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
             breakGlass=record.break_glass,
             quarantineID=record.quarantine_id,
         )
+        if record.request_fingerprint is not None:  # absent: the bytes of before issue 11
+            base["requestFingerprint"] = record.request_fingerprint
     elif isinstance(record, RecoveryLeaseRequested):
         base.update(
             node=record.node,
@@ -289,6 +292,7 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
             expires_at=optional_time_field(obj, "expiresAt"),
             break_glass=bool_field(obj, "breakGlass"),
             quarantine_id=optional_str_field(obj, "quarantineID"),
+            request_fingerprint=optional_str_field(obj, "requestFingerprint"),
         )
     if kind == "RecoveryLeaseRequested":
         return RecoveryLeaseRequested(
@@ -328,7 +332,7 @@ def decode_keyed(
     try:
         obj = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
-        raise EventDecodeError(f"not JSON: {exc}") from None
+        raise EventDecodeError(json_fault(payload, exc)) from None
     if not isinstance(obj, dict):
         raise EventDecodeError("not a JSON object")
     if record_type is not None and obj.get("type") != record_type:

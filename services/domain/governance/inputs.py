@@ -208,6 +208,10 @@ class OperatorCommand:
     expires_at: datetime | None = None
     break_glass: bool = False
     quarantine_id: str | None = None
+    request_fingerprint: str | None = None
+    """SHA-256 (hex) of the HTTP request that made the command (method, path, canonical body),
+    set when the client sent an ``Idempotency-Key``: the governor records it with its decision,
+    so any API process can tell a retry of that request from another request with the key."""
     type: str = field(default="OperatorCommand", init=False)
 
 

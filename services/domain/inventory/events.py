@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from services.domain.codec import EventDecodeError, parse_time
+from services.domain.codec import EventDecodeError, json_fault, parse_time
 from services.domain.events import SCHEMA_VERSION, format_time
 from services.domain.inventory.objects import (
     AllocationResult,
@@ -217,5 +217,7 @@ def decode_inventory(payload: bytes) -> InventoryObserved:
         )
     except EventDecodeError:
         raise
-    except (orjson.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
+    except orjson.JSONDecodeError as exc:
+        raise EventDecodeError(json_fault(payload, exc)) from None
+    except (KeyError, ValueError, TypeError) as exc:
         raise EventDecodeError(f"not an InventoryObserved record: {exc!r}") from None

@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 
 import structlog
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
@@ -38,7 +38,7 @@ from services.processes.api import (
     routes_ops,
     routes_quarantines,
 )
-from services.processes.api.auth import Authenticator, describe, read_access
+from services.processes.api.auth import Authenticator, describe
 from services.processes.api.commands import CommandLogUnavailable, CommandPublisher
 from services.processes.api.hardening import (
     EXTENDER_MAX_BODY_BYTES,
@@ -48,6 +48,7 @@ from services.processes.api.hardening import (
     validation_failed,
 )
 from services.processes.api.idempotency import KeyRegistry
+from services.processes.api.openapi import install_openapi
 from services.processes.api.readiness import LagReader
 from services.processes.api.routes_ops import GovernanceGaugeCache
 from services.runtime.config import ApiProcessSettings
@@ -65,15 +66,16 @@ Percent-encode only what URLs require (`%`, `?`, `#`, spaces).
 **JSON.** Field names are camelCase; times are RFC 3339 in UTC; `statusVersion` values are
 decimal strings (Kubernetes resourceVersions exceed what JSON numbers hold exactly).
 Lists are paged with `limit` and an opaque `cursor` (`nextCursor` of the previous page).
-Errors carry a `detail` message: 404 for an unknown node or device, 422 for invalid parameters
-(a list of `{loc, msg, type}`; the offending value is not echoed), 503 when the database cannot
-be read. 400 for a NUL character (`%00`) anywhere in the path or query; 413 for a request body
+Errors carry a `detail` message (`ErrorOut`): 404 for an unknown node or device, 422 for invalid
+parameters or bodies and for query parameters the endpoint does not take (`errors` lists each
+`{loc, msg, type}`; the offending value is not echoed), 503 when the database cannot be read. 400 for a NUL character (`%00`) anywhere in the path or query; 413 for a request body
 over 1 MiB (16 MiB for `/scheduler/filter`).
 
 **Authentication.** `Authorization: Bearer <token>`; roles viewer < operator < admin. GETs need
 no token unless `DEVICESTATE_API_ANONYMOUS_READ=false` (then viewer); writes need operator (break-
 glass releases and breaker resets: admin). 401 (with `WWW-Authenticate: Bearer`) for a missing or
-invalid token, 403 for too weak a role. `/healthz`, `/readyz`, `/metrics` stay open.
+invalid token, 403 for too weak a role, checked before the body is read. `/healthz`, `/readyz`,
+`/metrics` stay open.
 
 **Governance writes are commands.** `POST` routes append an operator command to the governance
 log and answer `202 {commandID, status: "pending"}` (503 when Kafka is unreachable); the governor
@@ -178,11 +180,11 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
     app.add_exception_handler(DatabaseError, database_unavailable)
     app.add_exception_handler(OSError, database_unavailable)
     app.add_exception_handler(CommandLogUnavailable, command_log_unavailable)
-    app.include_router(routes_devices.router, dependencies=[Depends(read_access)])
+    app.include_router(routes_devices.router)
     app.include_router(routes_quarantines.router)
     app.include_router(routes_automation.router)
     app.include_router(routes_governance.router)
-    app.include_router(routes_inventory.router, dependencies=[Depends(read_access)])
+    app.include_router(routes_inventory.router)
     app.include_router(routes_ops.router)
     if settings.scheduler_extender:  # off by default: the route does not exist (404)
         app.include_router(routes_extender.router)  # no token: the scheduler sends none
@@ -193,4 +195,5 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
         overrides={"/scheduler/": EXTENDER_MAX_BODY_BYTES},
     )
     app.add_middleware(NulGuardMiddleware)
+    install_openapi(app, anonymous_read=settings.api_anonymous_read)
     return app

@@ -31,7 +31,6 @@ from typing import Annotated, Any, Final
 
 import orjson
 from fastapi import Depends, HTTPException, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from services.domain.governance.inputs import ROLE_RANK, Role
 from services.runtime.config import ApiAuthSettings
@@ -160,30 +159,14 @@ def _unauthorized(message: str, error: str | None = None) -> HTTPException:
     return HTTPException(401, message, headers={"WWW-Authenticate": challenge})
 
 
-_bearer = HTTPBearer(
-    auto_error=False,
-    description="`Authorization: Bearer <token>`; roles viewer < operator < admin.",
-)
+async def _principal(request: Request) -> Principal | None:
+    """The request's principal (:func:`principal_of`) as a dependency."""
+    return principal_of(request)
 
 
-async def _principal(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Principal | None:
-    """The request's principal; ``None`` when it carries no Authorization header. A header that
-    is not ``Bearer <token>`` or a token that is not configured is 401."""
-    header = request.headers.get("authorization")
-    if header is None:
-        return None
-    if credentials is None or not credentials.credentials.strip():
-        raise _unauthorized(
-            "the Authorization header must be 'Bearer <token>'", error="invalid_request"
-        )
-    authenticator: Authenticator = request.app.state.authenticator
-    principal = authenticator.identify(credentials.credentials.strip())
-    if principal is None:
-        raise _unauthorized("invalid token", error="invalid_token")
-    return principal
+ROLE_NEEDED: Final[dict[Callable[..., Any], Role]] = {}
+"""The role each :func:`require` dependency needs, for the route class (auth before the body is
+read) and the OpenAPI document (which routes declare 401/403)."""
 
 
 def require(role: Role) -> Callable[..., Awaitable[Principal]]:
@@ -193,12 +176,44 @@ def require(role: Role) -> Callable[..., Awaitable[Principal]]:
     async def dependency(
         principal: Annotated[Principal | None, Depends(_principal)],
     ) -> Principal:
-        if principal is None:
-            raise _unauthorized(f"this request needs a bearer token with the {role} role")
-        check_role(principal, role)
-        return principal
+        return authorize(principal, role)
 
+    ROLE_NEEDED[dependency] = role
     return dependency
+
+
+def authorize(principal: Principal | None, role: Role) -> Principal:
+    """``principal`` when its role is at least ``role``; 401 for ``None``, 403 for a weaker role."""
+    if principal is None:
+        raise _unauthorized(f"this request needs a bearer token with the {role} role")
+    check_role(principal, role)
+    return principal
+
+
+def principal_of(request: Request) -> Principal | None:
+    """The principal of ``request``'s ``Authorization`` header, read without FastAPI's
+    dependencies (the route class checks it before the body is parsed): ``None`` without the
+    header; 401 for a header that is not ``Bearer <token>`` or an unknown token."""
+    header = request.headers.get("authorization")
+    if header is None:
+        return None
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise _unauthorized(
+            "the Authorization header must be 'Bearer <token>'", error="invalid_request"
+        )
+    authenticator: Authenticator = request.app.state.authenticator
+    principal = authenticator.identify(token.strip())
+    if principal is None:
+        raise _unauthorized("invalid token", error="invalid_token")
+    return principal
+
+
+def check_read(request: Request, principal: Principal | None) -> None:
+    """401 for an anonymous read while ``api_anonymous_read`` is false."""
+    authenticator: Authenticator = request.app.state.authenticator
+    if principal is None and not authenticator.anonymous_read:
+        raise _unauthorized("reading needs a bearer token (anonymous reads are disabled)")
 
 
 def check_role(principal: Principal, role: Role, what: str = "this request") -> None:
@@ -214,9 +229,7 @@ async def read_access(
     request: Request, principal: Annotated[Principal | None, Depends(_principal)]
 ) -> Principal | None:
     """Dependency of the read (GET) routes: anonymous while ``api_anonymous_read``, else viewer."""
-    authenticator: Authenticator = request.app.state.authenticator
-    if principal is None and not authenticator.anonymous_read:
-        raise _unauthorized("reading needs a bearer token (anonymous reads are disabled)")
+    check_read(request, principal)
     return principal
 
 

@@ -47,6 +47,7 @@ from services.processes.api.idempotency import (
     fingerprint,
     scoped_command_id,
 )
+from services.processes.api.routing import ServiceRoute
 from services.processes.api.schemas import ErrorOut
 from services.processes.api.schemas_governance import CommandOut
 
@@ -54,7 +55,8 @@ log = structlog.get_logger(__name__)
 
 RECENT_COMMANDS: Final = 10_000
 """Command IDs this process published and remembers (``GET /v1/commands`` says pending)."""
-_IDEMPOTENCY_KEY: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+IDEMPOTENCY_KEY_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+_IDEMPOTENCY_KEY: Final = re.compile(IDEMPOTENCY_KEY_PATTERN)
 
 Clock = Callable[[], datetime]
 
@@ -67,6 +69,8 @@ IdempotencyKeyHeader = Annotated[
         "with the same key and the same request (method, path, JSON body) makes no second "
         "command and gets the first one's commandID and outcome (concurrent retries too); the "
         "same key with another request is 409. Another principal's key is independent.",
+        # Documented only: the dependency below answers 422 with a message of its own.
+        json_schema_extra={"pattern": IDEMPOTENCY_KEY_PATTERN},
     ),
 ]
 
@@ -105,13 +109,17 @@ WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 def writes_router() -> APIRouter:
     """A router of governance commands (``POST``; each route names the role it needs)."""
-    return APIRouter(prefix="/v1", tags=["governance: commands"])
+    return APIRouter(prefix="/v1", tags=["governance: commands"], route_class=ServiceRoute)
 
 
 def reads_router() -> APIRouter:
     """A router of governance reads (read access; the :data:`ERRORS` responses)."""
     return APIRouter(
-        prefix="/v1", tags=["governance"], dependencies=[Depends(read_access)], responses=ERRORS
+        prefix="/v1",
+        tags=["governance"],
+        dependencies=[Depends(read_access)],
+        responses=ERRORS,
+        route_class=ServiceRoute,
     )
 
 
@@ -220,6 +228,7 @@ async def submit(
         expires_at=expires_at,
         break_glass=break_glass,
         quarantine_id=quarantine_id,
+        request_fingerprint=None if use is None else use.fingerprint,
     )
     await _append(request, command, use)
     log.info(
@@ -269,7 +278,9 @@ async def _replay(
         raise
     if done is None:
         return None  # new here; the caller appends
-    if done.action != action.value:
+    # The governor records the request's fingerprint with its decision: an API process that
+    # did not see the first request (restarted, another replica) still tells another request.
+    if done.action != action.value or done.request_fingerprint not in (None, use.fingerprint):
         message = conflict_message(use.command_id, done.action, None)
         registry.failed(use, message, 409)
         _log_conflict(principal, use, message)

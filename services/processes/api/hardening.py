@@ -12,8 +12,9 @@ and the 422 answer.
 - :class:`BodyLimitMiddleware` answers 413 to a request body larger than its limit, whether the
   body announces its ``Content-Length`` or is chunked: the body is counted while it streams in
   and never held beyond the limit.
-- :func:`validation_failed` answers 422 with ``loc``, ``msg`` and ``type`` of each problem, never
-  the offending ``input`` (it may be huge, or not JSON: ``NaN``, lone surrogates).
+- :func:`validation_failed` answers 422 as every other error (``ErrorOut``: a ``detail`` line),
+  with ``errors`` listing ``loc``, ``msg`` and ``type`` of each problem, never the offending
+  ``input`` (it may be huge, or not JSON: ``NaN``, lone surrogates).
 """
 
 from __future__ import annotations
@@ -126,10 +127,25 @@ def validation_errors(errors: Any) -> list[dict[str, Any]]:
     return out
 
 
+def validation_summary(errors: list[dict[str, Any]]) -> str:
+    """One line of ``where: message`` pairs (``body.node: ...; query.limit: ...``)."""
+    parts = []
+    for error in errors:
+        where = ".".join(str(p) for p in error["loc"])
+        message = re.sub(r"^Value error, ", "", error["msg"])
+        parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(parts) or "invalid request"
+
+
 async def validation_failed(request: Request, exc: Exception) -> JSONResponse:
-    """422 for invalid parameters or bodies, in FastAPI's shape without the ``input`` echo."""
+    """422 for invalid parameters or bodies: the documented ``ErrorOut`` shape, ``detail`` one
+    readable line and ``errors`` the ``loc``/``msg``/``type`` of each problem (no ``input``)."""
     assert isinstance(exc, RequestValidationError)
-    return JSONResponse({"detail": validation_errors(exc.errors())}, status_code=422)
+    errors = validation_errors(exc.errors())
+    return JSONResponse(
+        {"detail": _printable(validation_summary(errors), 4 * _MSG_MAX), "errors": errors},
+        status_code=422,
+    )
 
 
 # --- ASGI middleware ---------------------------------------------------------------------------

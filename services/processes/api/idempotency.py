@@ -16,11 +16,13 @@ fingerprint and whether the command was appended yet:
 
 What holds across processes (API restarts, several replicas): the commandID is a function of the
 principal and the key, and the governor decides a commandID once (it ignores a repeated one), so
-the same key never makes two commands and never returns another principal's command; a key whose
-command is decided (``governance_commands``) answers with that outcome, and with 409 when it was
-for another action. The body comparison is per process: a different body sent to another replica,
-or after a restart, for a key still undecided is appended and then ignored by the governor, and
-one for a decided key of the same action gets that outcome. The registry remembers the last
+the same key never makes two commands and never returns another principal's command. The command
+carries its request's fingerprint (``OperatorCommand.request_fingerprint``), which the governor
+records with its decision (``governance_commands.request_fingerprint``, rebuilt by replay like the
+rest): a key whose command is decided answers with that outcome for the same request, and with
+409 for another action or another fingerprint, whichever process sees it. While the command is
+still undecided, a different body sent to another replica is appended and then ignored by the
+governor (the answer is the first command's). The registry remembers the last
 :data:`KEYS_REMEMBERED` keys.
 """
 

@@ -21,6 +21,8 @@ from services.adapters.projection.reads_governance import GovernanceReads
 from services.domain.directory import DeviceKey
 from services.domain.events import DeviceSource, Health
 from services.domain.governance.device_state import GovState
+from services.processes.api.auth import read_access
+from services.processes.api.routing import ServiceRoute
 from services.processes.api.schemas import (
     DeviceOut,
     DevicePageOut,
@@ -62,7 +64,12 @@ ResourceID = Annotated[
     ),
 ]
 
-router = APIRouter(prefix="/v1", tags=["devices"])
+router = APIRouter(
+    prefix="/v1",
+    tags=["devices"],
+    dependencies=[Depends(read_access)],
+    route_class=ServiceRoute,
+)
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorOut, "description": "Unknown device or node."}
 }

@@ -45,10 +45,11 @@ from services.domain.placement import (
     filter_result,
     pod_extended_requests,
 )
+from services.processes.api.routing import ServiceRoute
 
 log = structlog.get_logger(__name__)
 
-router = APIRouter(tags=["scheduler extender"])
+router = APIRouter(tags=["scheduler extender"], route_class=ServiceRoute)
 
 
 @dataclass(slots=True)

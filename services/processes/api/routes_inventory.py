@@ -39,12 +39,14 @@ from services.domain.inventory.capacity_report import (
 from services.domain.inventory.directory import DirectoryFilters, build_directory, page
 from services.domain.inventory.reconcile import Divergence, divergence
 from services.domain.inventory.state import ConflictKind
+from services.processes.api.auth import read_access
 from services.processes.api.routes_devices import (
     MAX_PAGE,
     UNPROCESSABLE,
     decode_cursor,
     encode_cursor,
 )
+from services.processes.api.routing import ServiceRoute
 from services.processes.api.schemas_inventory import (
     CapacityOut,
     ConflictOut,
@@ -87,7 +89,12 @@ async def get_inventory(request: Request) -> InventoryReads:
 
 Inventory = Annotated[InventoryReads, Depends(get_inventory)]
 
-router = APIRouter(prefix="/v1", tags=["inventory"])
+router = APIRouter(
+    prefix="/v1",
+    tags=["inventory"],
+    dependencies=[Depends(read_access)],
+    route_class=ServiceRoute,
+)
 
 
 @router.get("/inventory/devices", response_model=InventoryPageOut, responses=UNPROCESSABLE)

@@ -25,11 +25,12 @@ from services.processes.api.readiness import LagUnavailable, lag_problem
 from services.processes.api.routes_devices import Store
 from services.processes.api.routes_extender import extender_metrics
 from services.processes.api.routes_inventory import CAPACITY_NODE_VIEW_METRICS, inventory_gauges
+from services.processes.api.routing import ServiceRoute
 from services.processes.api.schemas import LagOut, PartitionOut, ReadyOut
 
 log = structlog.get_logger(__name__)
 
-router = APIRouter(tags=["operations"])
+router = APIRouter(tags=["operations"], route_class=ServiceRoute)
 
 DATABASE_ERRORS = (DatabaseError, OSError, TimeoutError)
 

@@ -60,7 +60,17 @@ QuarantineID = Annotated[
 ]
 
 
-async def _write_quarantine_id(quarantine_id: QuarantineID) -> str:
+WritePathID = Annotated[
+    str,
+    Path(
+        alias="quarantineID",
+        description="Quarantine ID, unescaped (it contains `/` and `@`); no control character.",
+        json_schema_extra={"pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]+$"},
+    ),
+]
+
+
+async def _write_quarantine_id(quarantine_id: WritePathID) -> str:
     """The quarantine ID of a write: no control character (NUL above all), at most as long as
     the IDs the governor makes (422 before any database read)."""
     problem = text_problem("quarantineID", quarantine_id, max_bytes=QUARANTINE_ID_MAX_BYTES)

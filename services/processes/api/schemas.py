@@ -296,5 +296,19 @@ class ReadyOut(ApiModel):
     )
 
 
+class ValidationProblemOut(ApiModel):
+    """One problem of an invalid request: where (``["body", "node"]``, ``["query", "limit"]``),
+    what, and pydantic's error type."""
+
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
 class ErrorOut(ApiModel):
+    """Every error answer (4xx, 5xx): ``detail`` says what went wrong in one line."""
+
     detail: str
+    errors: list[ValidationProblemOut] | None = Field(
+        None, description="422 for an invalid body or parameter: each problem."
+    )

@@ -17,6 +17,12 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from services.domain.events import now_utc
+from services.domain.limits import (
+    DNS1123_SUBDOMAIN_PATTERN,
+    INVISIBLE_CHARACTERS,
+    invisible_problem,
+    node_name_problem,
+)
 from services.processes.api.hardening import (
     NODE_MAX_BYTES,
     RESOURCE_ID_MAX_BYTES,
@@ -29,6 +35,13 @@ MAX_REASON = 1024
 """Longest reason, in characters."""
 MAX_TTL_SECONDS = 366 * 86400
 """Longest quarantine duration one command may ask for (a year)."""
+MIN_TTL_SECONDS = 1
+"""Shortest quarantine duration (a second): ``ttlSeconds=5e-324`` would expire as it is made."""
+_REASON_CONTROL = "\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f"
+REASON_PATTERN = f"^[^{_REASON_CONTROL}]*[^{_REASON_CONTROL}\\s][^{_REASON_CONTROL}]*$"
+"""A reason as the schema states it: no control character but tab, LF and CR; not blank."""
+RESOURCE_ID_PATTERN = f"^[^\\u0000-\\u001f\\u007f-\\u009f{INVISIBLE_CHARACTERS}]+$"
+"""A resourceID as the schema states it: no control, invisible or bidi-control character."""
 
 
 class RequestModel(BaseModel):
@@ -69,7 +82,10 @@ def _reason(value: str, *, required: bool = True) -> str:
 
 
 class ReasonIn(RequestModel):
-    reason: str = Field(description="Why (required, non-empty; recorded with the command).")
+    reason: str = Field(
+        description="Why (required, non-empty; recorded with the command).",
+        json_schema_extra={"minLength": 1, "maxLength": MAX_REASON, "pattern": REASON_PATTERN},
+    )
 
     @field_validator("reason")
     @classmethod
@@ -85,9 +101,9 @@ class ExpiryIn(ReasonIn):
     )
     ttl_seconds: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_TTL_SECONDS,
         le=MAX_TTL_SECONDS,
-        description="Or: how long from now the quarantine lasts (seconds).",
+        description="Or: how long from now the quarantine lasts (seconds, 1 to 366 days).",
     )
 
     @field_validator("expires_at")
@@ -126,28 +142,37 @@ class QuarantineCreateIn(ExpiryIn):
     it is released."""
 
     node: str = Field(
-        min_length=1, max_length=NODE_MAX_BYTES, description="Node name (at most 253 bytes)."
+        min_length=1,
+        max_length=NODE_MAX_BYTES,
+        pattern=DNS1123_SUBDOMAIN_PATTERN,
+        description="Node name: a DNS-1123 subdomain (lowercase letters, digits, `-` and `.`; at "
+        "most 253 characters).",
     )
     resource_id: str = Field(
         alias="resourceID",
         min_length=1,
         max_length=RESOURCE_ID_MAX_BYTES,
-        description="Device ID (at most 1024 bytes of UTF-8).",
+        description="Device ID (at most 1024 bytes of UTF-8; no control, invisible or "
+        "bidirectional-control character).",
+        json_schema_extra={"pattern": RESOURCE_ID_PATTERN},
     )
 
-    @field_validator("node")
+    @field_validator("node", mode="before")
     @classmethod
-    def _node_name(cls, value: str) -> str:
-        if "/" in value:
-            raise ValueError("node names never contain '/'")
-        if (problem := text_problem("node", value, max_bytes=NODE_MAX_BYTES)) is not None:
-            raise ValueError(problem)
+    def _node_name(cls, value: Any) -> Any:
+        # Before the pattern: its message ("should match pattern") would not say what a name is.
+        if isinstance(value, str):
+            problem = text_problem("node", value) or node_name_problem(value)
+            if problem is not None:
+                raise ValueError(problem)
         return value
 
     @field_validator("resource_id")
     @classmethod
     def _resource_id(cls, value: str) -> str:
-        problem = text_problem("resourceID", value, max_bytes=RESOURCE_ID_MAX_BYTES)
+        problem = text_problem(
+            "resourceID", value, max_bytes=RESOURCE_ID_MAX_BYTES
+        ) or invisible_problem("resourceID", value)
         if problem is not None:
             raise ValueError(problem)
         return value
@@ -171,7 +196,11 @@ class ReleaseIn(ReasonIn):
 
 
 class ResumeIn(RequestModel):
-    reason: str = Field("", description="Why (optional).")
+    reason: str = Field(
+        "",
+        description="Why (optional).",
+        json_schema_extra={"maxLength": MAX_REASON, "pattern": f"^[^{_REASON_CONTROL}]*$"},
+    )
 
     @field_validator("reason")
     @classmethod

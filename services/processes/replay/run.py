@@ -57,7 +57,7 @@ from services.domain.events import DeviceHealthObserved, PodDevicesReleased, Pod
 from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeResourcesChanged
-from services.domain.records import decode_typed_record
+from services.domain.records import check_key, decode_typed_record
 from services.processes.replay.dead_letters import refused_positions
 from services.runtime.config import KafkaSettings
 
@@ -174,8 +174,11 @@ async def read_log(
                                 raise ValueError("dead-lettered: the projection refused it")
                             if message.value is None:
                                 raise ValueError("record has no value")
-                            event = decode_typed_record(
-                                message.value, record_type(message.headers), inventory=True
+                            event = check_key(
+                                decode_typed_record(
+                                    message.value, record_type(message.headers), inventory=True
+                                ),
+                                message.key,
                             )
                         except Exception:
                             undecodable += 1
