@@ -113,6 +113,10 @@ async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
 
     back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
     assert back.returncode == 0, back.stderr
+    assert "pod_tombstones" not in await tables_in(engine, schema_name)
+
+    back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
+    assert back.returncode == 0, back.stderr
     assert "reported_with" not in await columns_of(engine, schema_name, "device_identities")
 
     back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
