@@ -3,7 +3,8 @@ PostgreSQL restarts, checked after every fault against its known input.
 
 ``python -m bench.faults --short`` (CI: 20,000 events, 3 worker kills, 1 broker restart,
 1 PostgreSQL restart) or ``--long`` (200,000 events, 20 worker kills, 1 broker restart,
-1 PostgreSQL restart; ``--brokers 3`` adds the loss of one of three brokers). Against the local
+1 PostgreSQL restart, then the watcher killed mid-re-LIST against the test kube-apiserver,
+:mod:`bench.faults_watcher`; ``--brokers 3`` adds the loss of one of three brokers). Against the local
 stack (``DEVICESTATE_*``, as :mod:`bench.stack`), on fresh topics, consumer group and schemas,
 removed at the end unless ``--keep``.
 
@@ -29,8 +30,9 @@ import typer
 
 from bench.console import console
 from bench.faults_inject import FaultKind, Worker
-from bench.faults_input import campaign_input
+from bench.faults_input import CampaignInput, campaign_input
 from bench.faults_run import Campaign, RoundResult, as_json
+from bench.faults_watcher import WatcherFault
 from bench.kafka_admin import create_topic
 from bench.machine import code_version, command_line
 from bench.stack import (
@@ -43,6 +45,7 @@ from bench.stack import (
 )
 from bench.worker_stage import worker_env
 from devtools.stack.supervisor import StackLayout
+from services.runtime.config import Settings
 
 PROFILES: dict[str, dict[str, int]] = {
     "short": {"events": 20_000, "worker_kills": 3, "broker_restarts": 1, "postgres_restarts": 1},
@@ -96,6 +99,7 @@ def totals(results: list[RoundResult]) -> dict[str, Any]:
 async def campaign_main(
     profile: str, *, events: int | None, worker_kills: int | None, brokers: int, nodes: int,
     devices: int, partitions: int, batch_size: int, seed: int, keep: bool, json_out: Path | None,
+    watcher: bool, watcher_only: bool, watcher_pods: int,
 ) -> int:  # fmt: skip
     sizes = dict(PROFILES[profile])
     if events is not None:
@@ -115,42 +119,32 @@ async def campaign_main(
     except StackUnreachable as exc:
         console.print(f"[red]{exc}[/red]")
         return 2
-    campaign = campaign_input(
-        sizes["events"], rounds=len(plan) + 1, devices=devices, nodes=nodes,
-        partitions=partitions, seed=seed,
-    )  # fmt: skip
-    run = new_run(None)
-    settings = run_settings(base, run, partitions)
-    console.print(
-        f"fault campaign ({profile}) {run.run_id}: {sizes['events']:,} events, "
-        f"{campaign.devices:,} devices ({campaign.bad_devices} bad), {len(plan) + 1} rounds, "
-        f"faults {[f.value for f in plan]}; logs {run.log_dir}"
-    )
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    engine = create_async_engine(settings.database_url, pool_pre_ping=True)
-    env = {**worker_env(run, settings, 0, batch_size), **GOVERNANCE_LIMITS}
-    worker = Worker(run, env)
     started = time.monotonic()
     results: list[RoundResult] = []
-    try:
-        await create_topic(settings)
-        run.created_topic = True
-        run.created_schemas.append(run.worker_schema)
-        worker.start()
-        run.done.add("worker")
-        runner = Campaign(run, settings, worker, engine, StackLayout.from_env(), seed)
-        results = await runner.rounds(campaign, plan)
-        worker.stop()
-    finally:
-        await engine.dispose()
-        await cleanup(run, settings, keep)
+    worker: Worker | None = None
+    watcher = watcher or watcher_only
+    if not watcher_only:
+        campaign = campaign_input(
+            sizes["events"], rounds=len(plan) + 1, devices=devices, nodes=nodes,
+            partitions=partitions, seed=seed,
+        )  # fmt: skip
+        worker, results = await publish_rounds(
+            base, profile, sizes, campaign, plan, partitions, batch_size, seed, keep
+        )
+    if watcher:
+        fault = WatcherFault(
+            base, GOVERNANCE_LIMITS, pods=watcher_pods, batch_size=batch_size, seed=seed
+        )
+        watched = await fault.run()
+        watched.round = len(results)
+        results.append(watched)
     summary = totals(results)
-    summary["worker"] = {
-        "starts": worker.starts,
-        "killed": worker.killed,
-        "unexpected_exits": worker.unexpected_exits,
-    }
+    if worker is not None:
+        summary["worker"] = {
+            "starts": worker.starts,
+            "killed": worker.killed,
+            "unexpected_exits": worker.unexpected_exits,
+        }
     summary["seconds"] = round(time.monotonic() - started, 1)
     verdict = "[green]PASSED[/green]" if summary["passed"] else "[red]FAILED[/red]"
     console.print(f"fault campaign {verdict}: {json.dumps(summary)}")
@@ -165,7 +159,41 @@ async def campaign_main(
         }
         await asyncio.to_thread(json_out.write_text, json.dumps(report, indent=2))
         console.print(f"  figures written to {json_out}")
-    return 0 if summary["passed"] and len(results) == len(plan) + 1 else 1
+    expected = (0 if watcher_only else len(plan) + 1) + (1 if watcher else 0)
+    return 0 if summary["passed"] and len(results) == expected else 1
+
+
+async def publish_rounds(
+    base: Settings, profile: str, sizes: dict[str, int], campaign: CampaignInput,
+    plan: list[FaultKind], partitions: int, batch_size: int, seed: int, keep: bool,
+) -> tuple[Worker, list[RoundResult]]:  # fmt: skip
+    """The rounds of the published input (:mod:`bench.faults_run`) on fresh topics and schema;
+    returns the supervised worker (its counts) and the rounds' results."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    run = new_run(None)
+    settings = run_settings(base, run, partitions)
+    console.print(
+        f"fault campaign ({profile}) {run.run_id}: {sizes['events']:,} events, "
+        f"{campaign.devices:,} devices ({campaign.bad_devices} bad), {len(plan) + 1} rounds, "
+        f"faults {[f.value for f in plan]}; logs {run.log_dir}"
+    )
+    engine = create_async_engine(settings.database_url, pool_pre_ping=True)
+    worker = Worker(run, {**worker_env(run, settings, 0, batch_size), **GOVERNANCE_LIMITS})
+    results: list[RoundResult] = []
+    try:
+        await create_topic(settings)
+        run.created_topic = True
+        run.created_schemas.append(run.worker_schema)
+        worker.start()
+        run.done.add("worker")
+        runner = Campaign(run, settings, worker, engine, StackLayout.from_env(), seed)
+        results = await runner.rounds(campaign, plan)
+        worker.stop()
+    finally:
+        await engine.dispose()
+        await cleanup(run, settings, keep)
+    return worker, results
 
 
 def cli(
@@ -183,6 +211,18 @@ def cli(
     seed: Annotated[int, typer.Option()] = 11,
     keep: Annotated[bool, typer.Option("--keep", help="Keep topics and schemas.")] = False,
     json_out: Annotated[Path | None, typer.Option(help="Write the figures as JSON.")] = None,
+    watcher: Annotated[
+        bool | None,
+        typer.Option(
+            "--watcher/--no-watcher",
+            help="The watcher kill mid-re-LIST against the test kube-apiserver (default: with "
+            "--long only; needs `devicestate-dev testenv build`).",
+        ),
+    ] = None,
+    watcher_only: Annotated[
+        bool, typer.Option("--watcher-only", help="Only the watcher fault.")
+    ] = False,
+    watcher_pods: Annotated[int, typer.Option(min=10, help="Pods of the watcher fault.")] = 2000,
 ) -> None:
     """Run the fault campaign against the local stack; exit 1 on any difference, loss,
     double or spurious quarantine."""
@@ -199,7 +239,8 @@ def cli(
         return await campaign_main(
             profile, events=events, worker_kills=worker_kills, brokers=brokers, nodes=nodes,
             devices=devices, partitions=partitions, batch_size=batch_size, seed=seed, keep=keep,
-            json_out=json_out,
+            json_out=json_out, watcher=long if watcher is None else watcher,
+            watcher_only=watcher_only, watcher_pods=watcher_pods,
         )  # fmt: skip
 
     try:
