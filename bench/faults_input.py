@@ -2,8 +2,8 @@
 whose outcome is known in advance, cut into rounds.
 
 Every device reads ``Healthy`` except the *bad* ones (``bad_share`` of them, drawn by the seed):
-each fresh observation of a bad device turns it ``Unhealthy`` with probability 1/4, and once
-``Unhealthy`` it stays so. No ``Unknown``, no heartbeats, no releases: so the governor's only
+it reads ``Unhealthy`` from a drawn record of the stream on (uniform over the whole stream, so
+quarantines are made in every round), and stays so. No ``Unknown``, no heartbeats, no releases: so the governor's only
 quarantines are one system quarantine per bad device seen ``Unhealthy``, with the id
 ``<node>/<resourceID>@<statusVersion of its first Unhealthy observation>``, and it releases none.
 Re-sends (exact duplicates and stale copies, ``dup_ratio`` of the records) must make no row.
@@ -85,7 +85,10 @@ def campaign_input(
     node_names = [f"fault-node-{i + 1:04d}" for i in range(nodes)]
     node_part = [partition_of(n.encode(), partitions) for n in node_names]
     rid = [f"GPU-{uuid.uuid5(NAMESPACE, f'{seed}/gpu/{d}')}" for d in range(devices)]
-    bad = set(rng.sample(range(devices), max(1, round(devices * bad_share))))
+    bad = rng.sample(range(devices), max(1, round(devices * bad_share)))
+    # Turns spread over the whole stream: every round makes quarantines, so a fault can miss
+    # one as well as make one.
+    turn_at = {d: rng.randrange(events) for d in bad}
     unhealthy: set[int] = set()
     latest: dict[int, bytes] = {}
     previous: dict[int, bytes] = {}
@@ -109,7 +112,7 @@ def campaign_input(
             d = rng.randrange(devices)
             version += 1
             node = node_names[d % nodes]
-            if d in bad and (d in unhealthy or rng.random() < 0.25):
+            if d in turn_at and i >= turn_at[d]:
                 if d not in unhealthy:
                     quarantines[f"{node}/{rid[d]}@{version}"] = (node, rid[d])
                 unhealthy.add(d)
