@@ -120,6 +120,7 @@ async def campaign_main(
         console.print(f"[red]{exc}[/red]")
         return 2
     started = time.monotonic()
+    code = code_version()  # now: the tree may change while the campaign runs
     results: list[RoundResult] = []
     worker: Worker | None = None
     watcher = watcher or watcher_only
@@ -151,7 +152,7 @@ async def campaign_main(
     if json_out is not None:
         report = {
             "command": command_line(),
-            "code": code_version(),
+            "code": code,
             "profile": profile,
             "sizes": sizes,
             "summary": summary,
