@@ -7,6 +7,8 @@ Run from the repository root with the project's virtualenv:
 - ``python -m bench.governor``: the pure governor (``step``) over a synthetic governance log.
 - ``python -m bench.ab``: the pipeline benchmark of two git revisions, interleaved on one stack.
 - ``python -m bench.profile_summary``: summarise a pyinstrument session of ``--profile-*``.
+- ``python -m bench.faults``: the fault campaign (``--short`` in CI, ``--long``); see
+  :mod:`bench.faults` and ``docs/reliability.md``.
 
 Modules of the pipeline benchmark, by job: :mod:`bench.stack` (reaching the local stack, the run's
 names, clean-up), :mod:`bench.processes` (child processes by PID), :mod:`bench.cpu` (the /proc
