@@ -5,8 +5,9 @@
   ``devtools.stack``), then the stack's own launch, waiting until it answers.
 - ``postgres-restart``: the stack's own ``pg_ctl stop -m fast`` (every connection dropped), then
   its start.
-- ``broker-loss``: SIGKILL of one of three brokers, left down (needs a three-broker stack,
-  ``--brokers 3``: see :func:`lose_a_broker`).
+- ``broker-loss``: SIGKILL of one of three brokers, left down for :data:`LOSS_SECONDS` while the
+  stream goes on, then started again (needs a three-broker stack, ``--brokers 3``: see
+  :func:`lose_a_broker`).
 
 The worker is supervised like a Deployment would: :meth:`Worker.ensure_running` restarts it when
 it exited on its own, and counts it (an exit the campaign did not cause is a finding).
@@ -21,12 +22,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Final
 
 from bench.console import console
 from bench.processes import Child, start_child
 from bench.stack import Run
-from devtools.stack import kafka, postgres
-from devtools.stack.supervisor import StackLayout, file_lock, pid_alive
+from devtools.stack import postgres
+from devtools.stack.brokers import brokers, start_broker, stop_broker
+from devtools.stack.supervisor import StackLayout, file_lock
+
+LOSS_SECONDS: Final = 20.0
+"""How long the lost broker stays down (seconds) while the stream goes on."""
 
 
 class FaultKind(StrEnum):
@@ -94,28 +100,14 @@ def _locked(layout: StackLayout, action: Callable[[], None]) -> None:
 
 
 def restart_broker(layout: StackLayout, down_seconds: float) -> float:
-    """SIGKILL the stack's broker by its recorded PID, wait ``down_seconds``, launch it again and
-    wait until it answers metadata; returns the seconds it was unreachable. Raises
-    ``RuntimeError`` when the stack's broker is not running."""
-
-    def cycle() -> None:
-        record = kafka.running(layout, _report)
-        if record is None:
-            raise RuntimeError(
-                "no Kafka broker of this stack is running (devicestate-dev stack up)"
-            )
-        _report(f"kafka: SIGKILL pid {record.pid}")
-        os.kill(record.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while pid_alive(record.pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        layout.pid_file(kafka.NAME).unlink(missing_ok=True)
-        time.sleep(down_seconds)
-        launch = kafka.launch(layout, _report)
-        kafka.wait_ready(layout, launch, _report, timeout=180)
-
+    """SIGKILL broker 1 of the stack by its recorded PID, wait ``down_seconds``, start it again
+    on its storage and wait until the metadata names every broker; returns the seconds it took.
+    Raises ``RuntimeError`` when the broker is not running."""
     started = time.monotonic()
-    _locked(layout, cycle)
+    if stop_broker(layout, 1, kill=True, report=_report) is None:
+        raise RuntimeError("no Kafka broker of this stack is running (devicestate-dev stack up)")
+    time.sleep(down_seconds)
+    start_broker(layout, 1, report=_report, timeout=180)
     return time.monotonic() - started
 
 
@@ -133,13 +125,21 @@ def restart_postgres(layout: StackLayout, down_seconds: float) -> float:
     return time.monotonic() - started
 
 
-def lose_a_broker(layout: StackLayout) -> float:
-    """SIGKILL one broker of a three-broker stack and leave it down.
-
-    Not wired yet: the three-broker stack (``devicestate-dev stack up --brokers 3``) is being
-    added to ``devtools/stack`` in parallel; this needs from it the PID record of one broker that
-    is not the only replica leader. Raises ``NotImplementedError`` until then."""
-    raise NotImplementedError(
-        "broker-loss needs a three-broker stack (devicestate-dev stack up --brokers 3), "
-        "not available in devtools/stack yet"
-    )
+def lose_a_broker(layout: StackLayout, down_seconds: float = LOSS_SECONDS) -> float:
+    """SIGKILL the last broker of a three-broker stack by its PID and leave it down for
+    ``down_seconds`` while the stream goes on (two replicas of three in sync: with
+    ``min.insync.replicas=2`` and ``acks=all`` every write still counts), then start it again and
+    wait until its replicas are back in sync; returns the seconds it took. Raises
+    ``RuntimeError`` on a stack of fewer than three brokers."""
+    count = len(brokers(layout))
+    if count < 3:
+        raise RuntimeError(
+            f"broker-loss needs a three-broker stack (devicestate-dev stack up --brokers 3); "
+            f"this one has {count}"
+        )
+    started = time.monotonic()
+    pid = stop_broker(layout, count, kill=True, report=_report)
+    _report(f"kafka: broker {count} (pid {pid}) SIGKILLed; down {down_seconds:.0f} s")
+    time.sleep(down_seconds)
+    start_broker(layout, count, report=_report, timeout=180)
+    return time.monotonic() - started
