@@ -127,7 +127,7 @@ async def test_ensure_topics_is_idempotent(settings: Settings) -> None:
 async def test_events_keyed_by_node_in_order_and_dead_letters_with_headers(
     settings: Settings,
 ) -> None:
-    nodes = ["gpu-node-a", "gpu-node-b", "gpu-node-c", "gpu-node-ä"]
+    nodes = ["gpu-node-a", "gpu-node-b", "gpu-node-c", "gpu-node-d.rack-7"]  # DNS-1123 subdomains
     events: list[Event] = []
     for version in range(1, 31):
         node = nodes[version % len(nodes)]
