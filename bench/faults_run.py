@@ -190,9 +190,8 @@ class Campaign:
             began = time.monotonic()
             try:
                 result.fault_seconds = round(await self.inject(fault), 2)
-            except (
-                RuntimeError
-            ) as exc:  # a fault this stack cannot take (broker-loss on one broker)
+            # A fault this stack cannot take (broker-loss on one broker, no broker running).
+            except RuntimeError as exc:
                 result.error = str(exc)
                 return result
         try:
