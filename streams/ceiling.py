@@ -12,7 +12,6 @@ it (stage ``governor-device-ceiling``): every such record is dead-lettered once.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
@@ -22,14 +21,16 @@ from services.domain.batch import CommitHook, PendingCommit
 from services.domain.device_ceiling import first_per_node
 from services.domain.directory import DeviceKey
 from services.domain.events import DeviceHealthObserved
+from streams.deadletter import deliver_in_order
 
 log = structlog.get_logger(__name__)
 
 CEILING_STAGE: Final = "device-ceiling"
 """``devicestate-stage`` of an observation of a new device of a node at the ceiling."""
 
-SendDeadLetter = Callable[[Any, str], Awaitable[Any]]
-"""``send(faust_message, reason)``: dead-letter one original record, awaiting the broker."""
+SendDeadLetter = Callable[[Any, str], Awaitable[Awaitable[Any]]]
+"""``send(faust_message, reason)``: put the dead letter of one original record on the producer;
+gives the broker's acknowledgement (:func:`streams.deadletter.deliver_in_order`)."""
 
 
 def dead_lettering_over_ceiling(
@@ -64,7 +65,7 @@ def dead_lettering_over_ceiling(
                 p = over.record.position
                 message = messages[(p.topic, p.partition, p.offset)]
                 sends.append(send(message, over.reason))
-            await asyncio.gather(*sends)
+            await deliver_in_order(sends)
             log.warning(
                 "observations over the device ceiling dead-lettered",
                 count=len(commit.over_ceiling),

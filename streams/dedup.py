@@ -62,7 +62,7 @@ from services.domain.log import LogPosition
 from services.runtime.config import WorkerProcessSettings
 from streams.batchwrite import BatchNotWritten, BatchWriter, is_retriable, write_grace_seconds
 from streams.ceiling import CEILING_STAGE, dead_lettering_over_ceiling
-from streams.deadletter import dead_letter
+from streams.deadletter import deliver_in_order, enqueue_dead_letter
 from streams.dedup_decode import DecodedBatch, decode_into, record_event_time
 from streams.dedup_table import TABLE_NAME, known_ranks, remember, select_new
 from streams.forward import BatchView, Forwarder
@@ -246,7 +246,7 @@ class DeviceDedup:
             first[part] = min(first.get(part, event.message.offset), event.message.offset)
         try:
             if batch.dead:
-                await asyncio.gather(*batch.dead)
+                await deliver_in_order(batch.dead)
             starts = await self.gaps.log_starts(first)
             logged = LoggedBatch(
                 selection.records,
@@ -343,16 +343,26 @@ class DeviceDedup:
 
     async def _dead_letter(
         self, message: Any, _: Any, reason: str, stage: str = DEAD_LETTER_STAGE
-    ) -> Any:
+    ) -> Awaitable[Any]:
+        """Enqueue the dead letter of faust ``message``; returns its acknowledgement
+        (:func:`~streams.deadletter.deliver_in_order`)."""
         source = f"{message.topic}/{message.partition}/{message.offset}"
         log.warning("event dead-lettered", source=source, reason=reason, stage=stage)
-        return await dead_letter(
-            self.dead_letter_topic, self.metrics, message, stage=stage, reason=reason
-        )
+        return await self._enqueue(message, source, reason, stage)
 
-    async def _dead_letter_over_ceiling(self, message: Any, reason: str) -> Any:
-        return await dead_letter(
-            self.dead_letter_topic, self.metrics, message, stage=CEILING_STAGE, reason=reason
+    async def _dead_letter_over_ceiling(self, message: Any, reason: str) -> Awaitable[Any]:
+        source = f"{message.topic}/{message.partition}/{message.offset}"
+        return await self._enqueue(message, source, reason, CEILING_STAGE)
+
+    async def _enqueue(self, message: Any, source: str, reason: str, stage: str) -> Awaitable[Any]:
+        return await enqueue_dead_letter(
+            self.dead_letter_topic,
+            self.metrics,
+            key=message.key,
+            value=message.value,
+            source=source,
+            stage=stage,
+            reason=reason,
         )
 
     def _highwaters(self, events: Sequence[Any]) -> dict[tuple[str, int], int]:

@@ -31,8 +31,10 @@ from streams.metrics import WorkerMetrics
 
 log = structlog.get_logger(__name__)
 
-DeadLetter = Callable[[Any, LogPosition, str], Awaitable[Any]]
-"""``(faust message, its position, reason) -> awaitable`` sending it to the dead-letter topic."""
+DeadLetter = Callable[[Any, LogPosition, str], Awaitable[Awaitable[Any] | None]]
+"""``(faust message, its position, reason) -> awaitable`` putting it on the dead-letter topic's
+producer and giving its acknowledgement (``None``: sent already), for
+:func:`streams.deadletter.deliver_in_order`."""
 
 
 @dataclass(slots=True)
@@ -46,8 +48,8 @@ class DecodedBatch:
     order: dict[LogPosition, int] = field(default_factory=dict)  # decoded records' batch index
     # What the inventory folds, in batch order: observations, DRA objects, resource counts.
     items: list[tuple[LogPosition, InventoryRecord]] = field(default_factory=list)
-    dead: list[Awaitable[Any]] = field(default_factory=list)
-    """Pending dead-letter sends, awaited before the batch is written."""
+    dead: list[Awaitable[Awaitable[Any] | None]] = field(default_factory=list)
+    """Pending dead-letter sends (:data:`DeadLetter`), delivered before the batch is written."""
     skew_seconds: float = 30.0
     """How far ``observedAt`` may run ahead of the Kafka timestamp (:mod:`services.domain.event_time`)."""
     times: dict[LogPosition, datetime] = field(default_factory=dict)
