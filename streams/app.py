@@ -74,6 +74,10 @@ def faust_settings(settings: WorkerProcessSettings, replication: int = 1) -> dic
       next batch while one is being written.
     - ``broker_session_timeout=10``: a restarted worker gets its partitions back ~10 s after a
       crash instead of 60 s.
+    - ``producer_max_batch_size`` 256 KiB (faust's default is 16 KiB), never above
+      ``max_message_bytes``: the dead letters of one node all go to one partition, and with the
+      idempotent producer one batch per partition is in flight, so a 16 KiB batch held a burst of
+      refused observations to a few dozen letters per broker round trip (issue 11, one hot node).
     """
     return {
         "broker": broker_urls(settings.kafka_bootstrap_servers),
@@ -91,6 +95,8 @@ def faust_settings(settings: WorkerProcessSettings, replication: int = 1) -> dic
         "broker_max_poll_records": max(500, settings.worker_batch_size),
         "broker_commit_interval": 1.0,
         "producer_linger": 0.005,
+        "producer_max_batch_size": min(256 * 1024, settings.max_message_bytes),
+        "producer_max_request_size": settings.max_message_bytes,
         # A killed worker's partitions are reassigned after the session timeout (faust's default
         # is 60 s); heartbeats run on the event loop, which no batch blocks for long.
         "broker_session_timeout": 10.0,
