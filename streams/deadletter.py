@@ -13,17 +13,35 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from services.adapters.kafka.headers import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE
+from services.adapters.kafka.headers import (
+    HEADER_REASON,
+    HEADER_RECORDS,
+    HEADER_SOURCE,
+    HEADER_STAGE,
+)
 from services.domain.governance.input_codec import encode_input
 from services.domain.governance.intake import Folded
 from streams.forward import record_key
 from streams.metrics import WorkerMetrics
 
 log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Letter:
+    """One dead letter by its parts: ``records`` originals (1: ``value`` is the original's
+    bytes), ``source`` the first original's ``<topic>/<partition>/<offset>``."""
+
+    key: bytes | None
+    value: bytes | None
+    source: str
+    reason: str
+    records: int = 1
 
 
 async def dead_letter(
@@ -71,16 +89,21 @@ async def enqueue_dead_letter(
     source: str,
     stage: str,
     reason: str,
+    records: int = 1,
 ) -> Awaitable[Any]:
     """Put the dead letter of a record given by its parts on the producer (this waits only for
     room in its buffer) and return the broker's acknowledgement, to be awaited before the
-    batch's offsets are committed (:func:`deliver_in_order`)."""
-    metrics.dead_lettered.labels(stage).inc()
+    batch's offsets are committed (:func:`deliver_in_order`). ``records`` > 1: a letter holding
+    that many originals (:data:`~services.adapters.kafka.headers.HEADER_RECORDS`), each counted
+    in ``dead_lettered{stage}``."""
+    metrics.dead_lettered.labels(stage).inc(records)
     headers = [
         (HEADER_REASON, reason.encode()),
         (HEADER_STAGE, stage.encode()),
         (HEADER_SOURCE, source.encode()),
     ]
+    if records != 1:
+        headers.append((HEADER_RECORDS, str(records).encode()))
     ack: Awaitable[Any] = await topic.send(key=key, value=value, headers=headers, force=True)
     return ack
 

@@ -61,8 +61,8 @@ from services.domain.directory import DeviceKey
 from services.domain.log import LogPosition
 from services.runtime.config import WorkerProcessSettings
 from streams.batchwrite import BatchNotWritten, BatchWriter, is_retriable, write_grace_seconds
-from streams.ceiling import CEILING_STAGE, dead_lettering_over_ceiling
-from streams.deadletter import deliver_in_order, enqueue_dead_letter
+from streams.ceiling import CEILING_STAGE, HEADROOM_BYTES, dead_lettering_over_ceiling
+from streams.deadletter import Letter, deliver_in_order, enqueue_dead_letter
 from streams.dedup_decode import DecodedBatch, decode_into, record_event_time
 from streams.dedup_table import TABLE_NAME, known_ranks, remember, select_new
 from streams.forward import BatchView, Forwarder
@@ -230,7 +230,8 @@ class DeviceDedup:
             view = BatchView(batch.order, batch.node_events, dict(times), set(batch.clamped))
             hook = self.forwarder.before_commit(view)
         refused: set[DeviceKey] = set()
-        hook = dead_lettering_over_ceiling(hook, events, self._dead_letter_over_ceiling, refused)
+        budget = self.settings.max_message_bytes - HEADROOM_BYTES
+        hook = dead_lettering_over_ceiling(hook, events, self._send, refused, budget)
         if selection.duplicates:
             self.metrics.table_duplicates.labels("duplicate").inc(selection.duplicates)
         if selection.stale:
@@ -348,21 +349,18 @@ class DeviceDedup:
         (:func:`~streams.deadletter.deliver_in_order`)."""
         source = f"{message.topic}/{message.partition}/{message.offset}"
         log.warning("event dead-lettered", source=source, reason=reason, stage=stage)
-        return await self._enqueue(message, source, reason, stage)
+        return await self._send(Letter(message.key, message.value, source, reason), stage)
 
-    async def _dead_letter_over_ceiling(self, message: Any, reason: str) -> Awaitable[Any]:
-        source = f"{message.topic}/{message.partition}/{message.offset}"
-        return await self._enqueue(message, source, reason, CEILING_STAGE)
-
-    async def _enqueue(self, message: Any, source: str, reason: str, stage: str) -> Awaitable[Any]:
+    async def _send(self, letter: Letter, stage: str = CEILING_STAGE) -> Awaitable[Any]:
         return await enqueue_dead_letter(
             self.dead_letter_topic,
             self.metrics,
-            key=message.key,
-            value=message.value,
-            source=source,
+            key=letter.key,
+            value=letter.value,
+            source=letter.source,
             stage=stage,
-            reason=reason,
+            reason=letter.reason,
+            records=letter.records,
         )
 
     def _highwaters(self, events: Sequence[Any]) -> dict[tuple[str, int], int]:

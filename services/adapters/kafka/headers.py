@@ -12,6 +12,9 @@
   record's bytes as its value, without a type header).
 - :data:`HEADER_ORIGINAL_SIZE` (``devicestate-original-size``): on a dead letter whose original
   was larger than a record may be, the original's size; the value holds its first bytes.
+- :data:`HEADER_RECORDS` (``devicestate-records``): on a dead letter that holds several originals
+  (the observations of one node over the device ceiling, ``streams.ceiling``), how many; its
+  value is a JSON envelope listing each original with its source and reason.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ HEADER_STAGE: Final = "devicestate-stage"
 HEADER_SOURCE: Final = "devicestate-source"
 HEADER_ORIGINAL_SIZE: Final = "devicestate-original-size"
 """On a dead letter whose value was cut to fit the topic: the original's size in bytes (decimal)."""
+HEADER_RECORDS: Final = "devicestate-records"
+"""On a dead letter holding several originals: how many (decimal)."""
 
 Headers: TypeAlias = list[tuple[str, bytes]]
 """Headers as aiokafka and faust send them: ``(name, value)`` pairs."""
