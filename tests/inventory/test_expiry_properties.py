@@ -144,12 +144,16 @@ conflict_updates = st.lists(
 
 
 def upsert(table: dict[int, ConflictRow], key: int, active: bool, hours: int) -> None:
-    """A conflict raised or cleared at ``hours``: ``last_seen`` never moves back (as in the fold)."""
+    """A conflict raised or cleared at ``hours``, as the fold does it: it knows only the active
+    conflicts, so raising one that is not active starts a new row, clearing one that is not
+    active writes nothing, and ``last_seen`` of an active one never moves back."""
     at = T0 + timedelta(hours=hours)
     old = table.get(key)
-    last = at if old is None else max(old.last_seen, at)
-    first = at if old is None or not old.active else old.first_seen
-    table[key] = ConflictRow("k", "n", str(key), "d", active, first, last)
+    if old is None or not old.active:
+        if active:
+            table[key] = ConflictRow("k", "n", str(key), "d", True, at, at)
+        return
+    table[key] = dataclasses.replace(old, active=active, last_seen=max(old.last_seen, at))
 
 
 @settings(max_examples=200, deadline=None)
