@@ -258,6 +258,7 @@ class DeviceDedup:
                 consumed_from=first,
                 log_start=starts,
                 max_devices_per_node=self.settings.max_devices_per_node,
+                history_retention_seconds=self.settings.device_history_retention_seconds,
             )
             result, cancelled = await self.writer.write(
                 lambda: self.sink.apply_batch(logged, hook), len(selection.records)

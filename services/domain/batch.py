@@ -89,6 +89,9 @@ class LoggedBatch:
     max_devices_per_node: int | None = None
     """The device ceiling (:mod:`services.domain.device_ceiling`): an observation of a new device
     of a node that holds this many already is not applied (``None``: no ceiling)."""
+    history_retention_seconds: float = 0.0
+    """``device_history`` rows older than this before their partition's watermark are deleted
+    (:mod:`services.domain.retention`; 0: kept)."""
 
     @property
     def empty(self) -> bool:

@@ -326,6 +326,22 @@ class PolicySettings(SettingsGroup):
     )
 
 
+class RetentionSettings(SettingsGroup):
+    """How much the projection keeps of what the log keeps anyway (issue 11 item 9). The worker
+    and the replay read it: give the replay the worker's value, or ``replay --verify`` reports the
+    history rows one of them dropped. Claim aliases and cleared conflicts are dropped a week after
+    (event time) without a setting (``docs/reliability.md``, "Retention")."""
+
+    device_history_retention_seconds: float = Field(
+        0.0,
+        ge=0,
+        description="device_history rows observed more than this long before their partition's "
+        "newest event time are deleted with each batch (seconds, event time; 0: keep all). The "
+        "log keeps them: a replay rebuilds the table with the same setting. The history "
+        "endpoints then answer what is left.",
+    )
+
+
 class RecoverySettings(SettingsGroup):
     """How ``devicestate recovery`` runs probes and canaries. Defaults never touch a cluster: the
     in-process executor, and dry-run Jobs if the Kubernetes executor is chosen."""
@@ -429,7 +445,12 @@ class WatcherProcessSettings(
 
 
 class WorkerProcessSettings(
-    GovernanceTopicSettings, DatabaseSettings, WorkerSettings, PolicySettings, LoggingSettings
+    GovernanceTopicSettings,
+    DatabaseSettings,
+    WorkerSettings,
+    PolicySettings,
+    RetentionSettings,
+    LoggingSettings,
 ):
     """``devicestate worker``: the event topic and governance log it folds, the projection it
     writes, the governor's policy."""
@@ -467,7 +488,12 @@ class EnforcementProcessSettings(
 
 
 class ReplayProcessSettings(
-    GovernanceTopicSettings, DatabaseSettings, PolicySettings, LoggingSettings
+    GovernanceTopicSettings,
+    DatabaseSettings,
+    WorkerSettings,
+    PolicySettings,
+    RetentionSettings,
+    LoggingSettings,
 ):
     """``devicestate replay``: the topics it reads back, the projection it rebuilds, the policy
     the governance fold runs with."""
@@ -496,6 +522,7 @@ GROUPS: Final[tuple[type[SettingsGroup], ...]] = (
     ApiSettings,
     GovernanceTopicSettings,
     PolicySettings,
+    RetentionSettings,
     RecoverySettings,
     ApiAuthSettings,
     AlertSettings,

@@ -12,6 +12,7 @@ it would have loaded, so the rows written are the same.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 
 from services.domain.directory import Allocation, DeviceKey, DeviceRecord
 from services.domain.events import DeviceHealthObserved, PodsListed
@@ -39,7 +40,15 @@ class DeviceCache:
     only the one writer that owns the tables may use it: nothing here notices other writers.
     """
 
-    __slots__ = ("_devices", "_held_on", "_holders", "_offsets", "_per_node", "_tombstones")
+    __slots__ = (
+        "_devices",
+        "_event_times",
+        "_held_on",
+        "_holders",
+        "_offsets",
+        "_per_node",
+        "_tombstones",
+    )
 
     def __init__(self) -> None:
         self._devices: dict[DeviceKey, DeviceRecord] = {}
@@ -48,6 +57,7 @@ class DeviceCache:
         self._offsets: dict[tuple[str, int], int] = {}
         self._per_node: dict[str, int] = {}
         self._tombstones: dict[str, Tombstone] = {}
+        self._event_times: dict[tuple[str, int], datetime] = {}
 
     def __len__(self) -> int:
         return len(self._devices)
@@ -59,6 +69,10 @@ class DeviceCache:
     def offset(self, topic: str, partition: int) -> int | None:
         """The partition's recorded offset (the last applied), or ``None``."""
         return self._offsets.get((topic, partition))
+
+    def event_times(self) -> dict[tuple[str, int], datetime]:
+        """Each partition's recorded ``last_event_at`` (its watermark), a copy."""
+        return dict(self._event_times)
 
     def node_counts(self, nodes: Iterable[str]) -> dict[str, int]:
         """How many devices each of ``nodes`` holds (nodes without any are absent), as the
@@ -115,10 +129,12 @@ class DeviceCache:
         written: Mapping[DeviceKey, DeviceRecord],
         offsets: Mapping[tuple[str, int], int] | None = None,
         tombstones: Mapping[str, Tombstone] | None = None,
+        event_times: Mapping[tuple[str, int], datetime] | None = None,
     ) -> None:
         """Record a batch's writes: the new state of each device it inserted or updated, the
-        partition offsets it recorded (an offset never moves back, as in the table) and the
-        tombstones it left (merged, then the retention applied, as the store's statements do)."""
+        partition offsets it recorded (an offset never moves back, as in the table), the
+        tombstones it left (merged, then the retention applied, as the store's statements do) and
+        the partitions' watermarks after it (``last_event_at``, which never moves back either)."""
         devices = self._devices
         holders = self._holders
         if tombstones:
@@ -148,3 +164,7 @@ class DeviceCache:
             recorded = self._offsets.get(part)
             if recorded is None or offset > recorded:
                 self._offsets[part] = offset
+        for part, at in (event_times or {}).items():
+            held_at = self._event_times.get(part)
+            if held_at is None or at > held_at:
+                self._event_times[part] = at

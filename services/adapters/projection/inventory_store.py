@@ -24,21 +24,36 @@ worker's partition reaches this one at its next load.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeAlias, TypeVar
 
 import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.adapters.projection.retention_sql import (
+    RetentionStatements,
+    allocated_aliases,
+    forget_identities,
+    prune_conflicts,
+)
 from services.adapters.projection.tables import quoted_schema
 from services.domain.inventory.events import InventoryKind, object_from_json
+from services.domain.inventory.expiry import AliasExpiry
 from services.domain.inventory.fold import ConflictRow, InventoryFold, InventoryPlan, Row
 from services.domain.inventory.rows import place_identity, place_object
 from services.domain.inventory.state import InventoryState
 from services.domain.log import LogPosition
 
 Partition = tuple[str, int]
+Alias = tuple[str, str]
+V = TypeVar("V")
+BatchClock: TypeAlias = tuple[
+    Mapping[LogPosition, datetime], Mapping[Partition, datetime], Mapping[Partition, LogPosition]
+]
+"""``(times, watermarks, last positions)`` of a batch
+(:func:`services.adapters.projection.retention_sql.batch_event_times`)."""
 
 
 def _rows(rows: Iterable[Row]) -> dict[str, str]:
@@ -71,16 +86,17 @@ class InventoryStatements:
         )
         self.upsert_identities = text(
             f"INSERT INTO {s}.device_identities AS d (node, resource_id, device_id, owner, "
-            "status, uuid, candidates, reason, observed_at, reported_with) SELECT u.node, "
-            "u.resource_id, u.device_id, u.owner, u.status, u.uuid, u.candidates, u.reason, "
-            "u.observed_at, u.reported_with "
+            'status, uuid, candidates, reason, observed_at, reported_with, last_observed_at, "partition") '
+            "SELECT u.node, u.resource_id, u.device_id, u.owner, u.status, u.uuid, u.candidates, "
+            'u.reason, u.observed_at, u.reported_with, u.last_observed_at, u."partition" '
             "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS u(node text, resource_id text, "
             "device_id text, owner text, status text, uuid text, candidates text[], reason text, "
-            "observed_at timestamptz, reported_with jsonb) "
-            "ON CONFLICT (node, resource_id) DO UPDATE SET device_id = EXCLUDED.device_id, "
+            'observed_at timestamptz, reported_with jsonb, last_observed_at timestamptz, "partition" '
+            "integer) ON CONFLICT (node, resource_id) DO UPDATE SET device_id = EXCLUDED.device_id, "
             "owner = EXCLUDED.owner, status = EXCLUDED.status, uuid = EXCLUDED.uuid, "
             "candidates = EXCLUDED.candidates, reason = EXCLUDED.reason, "
-            "observed_at = EXCLUDED.observed_at, reported_with = EXCLUDED.reported_with"
+            "observed_at = EXCLUDED.observed_at, reported_with = EXCLUDED.reported_with, "
+            'last_observed_at = EXCLUDED.last_observed_at, "partition" = EXCLUDED."partition"'
         )
         self.upsert_conflicts = text(
             f"INSERT INTO {s}.inventory_conflicts AS c (kind, node, subject, detail, active, "
@@ -101,12 +117,14 @@ class InventoryStatements:
         )
         self.load_identities = text(
             f"SELECT node, resource_id, device_id, owner, status, uuid, candidates, reason, "
-            f"observed_at, reported_with::text FROM {s}.device_identities"
+            f'observed_at, reported_with::text, last_observed_at, "partition" '
+            f"FROM {s}.device_identities"
         )
         self.load_conflicts = text(
             f"SELECT kind, node, subject, detail, active, first_seen, last_seen "
             f"FROM {s}.inventory_conflicts WHERE active ORDER BY kind, node, subject"
         )
+        self.retention = RetentionStatements(schema)
         self.load_progress = text(
             f'SELECT topic, "partition", "offset" FROM {s}.partition_progress '
             'WHERE "offset" IS NOT NULL'
@@ -121,8 +139,10 @@ async def write_plan(conn: AsyncConnection, sql: InventoryStatements, plan: Inve
         await conn.execute(sql.upsert_node_resources, _rows(plan.node_resources.values()))
     if plan.identities:
         await conn.execute(sql.upsert_identities, _rows(plan.identities.values()))
+    await forget_identities(conn, sql.retention, plan.forgotten)
     if plan.conflicts:
         await conn.execute(sql.upsert_conflicts, _rows(c.to_row() for c in plan.conflicts.values()))
+        await prune_conflicts(conn, sql.retention)
 
 
 async def load_fold(
@@ -133,6 +153,7 @@ async def load_fold(
     conflicts) and every partition's recorded offset, read on ``conn`` (the caller's
     transaction)."""
     state = InventoryState()
+    expiry = AliasExpiry()
     for kind, payload, deleted in await conn.execute(sql.load_objects):
         obj = object_from_json(InventoryKind(kind), orjson.loads(payload))
         place_object(state, obj, deleted)
@@ -141,9 +162,12 @@ async def load_fold(
     for row in await conn.execute(sql.load_identities):
         m = dict(row._mapping)
         reported = m.pop("reported_with")
+        last_observed_at, partition = m.pop("last_observed_at"), m.pop("partition")
         place_identity(
             state, {**m, "reported_with": None if reported is None else orjson.loads(reported)}
         )
+        if last_observed_at is not None and partition is not None:
+            expiry.touch((m["node"], m["resource_id"]), partition, last_observed_at)
     state.reindex()
     active = [
         ConflictRow(
@@ -161,7 +185,7 @@ async def load_fold(
         (topic, partition): offset
         for topic, partition, offset in await conn.execute(sql.load_progress)
     }
-    return InventoryFold(state, active), offsets
+    return InventoryFold(state, active, expiry), offsets
 
 
 class InventoryProjection:
@@ -193,12 +217,16 @@ class InventoryProjection:
         applied: set[LogPosition],
         applied_through: Mapping[Partition, int],
         parts: Iterable[Partition],
+        clock: BatchClock | None = None,
     ) -> InventoryPlan:
         """Fold a batch's fresh records (``items``, log order; ``applied``: the positions of the
         observations the directory fold applied) and write the rows on ``conn``, inside the
-        batch's transaction. ``applied_through`` is each partition's recorded offset before the
-        batch (rows locked), ``parts`` the batch's partitions. Call :meth:`committed` once the
-        transaction has committed; until then the next call reloads."""
+        batch's transaction, after the batch's ``devices`` rows. ``applied_through`` is each
+        partition's recorded offset before the batch (rows locked), ``parts`` the batch's
+        partitions, ``clock`` its event times (:func:`~.retention_sql.batch_event_times`; the
+        lapsed claim aliases are then forgotten, :meth:`InventoryFold.expire`). Call
+        :meth:`committed` once the transaction has committed; until then the next call
+        reloads."""
         parts = list(parts)
         if self._stale(applied_through, parts):
             self._fold, self._folded = await load_fold(conn, self.sql)
@@ -206,7 +234,15 @@ class InventoryProjection:
         fold = self._fold
         assert fold is not None
         self._pending = True
-        plan = fold.fold(items, applied)
+        if clock is None:
+            plan = fold.fold(items, applied)
+        else:
+            times, watermarks, last = clock
+            plan = fold.fold(items, applied, times)
+            held = await allocated_aliases(
+                conn, self.sql.retention, fold.expiry.candidates(_by_number(watermarks))
+            )
+            fold.expire(plan, _by_number(watermarks), lambda _: held, _by_number(last))
         await write_plan(conn, self.sql, plan)
         return plan
 
@@ -218,13 +254,30 @@ class InventoryProjection:
         self._pending = False
 
     def fold_owned(
-        self, items: Iterable[tuple[LogPosition, object]], applied: set[LogPosition]
+        self,
+        items: Iterable[tuple[LogPosition, object]],
+        applied: set[LogPosition],
+        clock: BatchClock | None = None,
+        allocated: Callable[[list[Alias]], set[Alias]] | None = None,
     ) -> InventoryPlan:
         """For a writer that owns a fresh or truncated schema (the replay): fold in memory from an
-        empty inventory, nothing loaded; write the plan with :func:`write_plan` in order."""
+        empty inventory, nothing loaded; write the plan with :func:`write_plan` in order. With
+        ``clock`` (as in :meth:`apply`) and ``allocated`` (which of the lapsed aliases a
+        ``devices`` row holds after the batch), the lapsed claim aliases are forgotten."""
         if self._fold is None:
             self._fold = InventoryFold()
-        return self._fold.fold(items, applied)
+        fold = self._fold
+        if clock is None or allocated is None:
+            return fold.fold(items, applied)
+        times, watermarks, last = clock
+        plan = fold.fold(items, applied, times)
+        fold.expire(plan, _by_number(watermarks), allocated, _by_number(last))
+        return plan
+
+
+def _by_number(by_partition: Mapping[Partition, V]) -> dict[int, V]:
+    """Keyed by partition number: the inventory folds one topic."""
+    return {partition: value for (_, partition), value in by_partition.items()}
 
 
 def fresh_items(

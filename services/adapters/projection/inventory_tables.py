@@ -1,5 +1,5 @@
 """Tables of the inventory projection (issue 4), on the shared schema-less ``metadata``
-(Alembic revisions ``0003_inventory``, ``0004_identity_reported_with``). Written by the health agent in the same transaction as the
+(Alembic revisions ``0003_inventory``, ``0004_identity_reported_with``, ``0007_retention``). Written by the health agent in the same transaction as the
 directory (``device_history``/``devices``) and ``partition_progress``, from ``InventoryObserved``,
 ``NodeResourcesChanged`` and the identity of each observation; times are event times.
 
@@ -10,14 +10,16 @@ directory (``device_history``/``devices``) and ``partition_progress``, from ``In
 - ``device_identities``: per reported ``(node, resourceID)``, the resolved physical identity
   (:class:`services.domain.inventory.identity.Identity`), ``observed_at`` its first observation,
   ``reported_with`` the claim it was last reported with
-  (:func:`services.domain.inventory.rows.reported_with_json`; NULL for none);
+  (:func:`services.domain.inventory.rows.reported_with_json`; NULL for none), and for a claim
+  alias (CDI form) ``last_observed_at``/``partition``, by which it is forgotten a week after its
+  last observation once unallocated (:mod:`services.domain.inventory.expiry`);
 - ``inventory_conflicts``: data-quality findings (:class:`services.domain.inventory.state.Conflict`),
-  ``active`` false once cleared.
+  ``active`` false once cleared; a cleared row is deleted a week after the newest conflict.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Column, DateTime, Index, Table, Text
+from sqlalchemy import Boolean, Column, DateTime, Index, Integer, Table, Text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 from services.adapters.projection.tables import metadata
@@ -58,6 +60,10 @@ device_identities = Table(
     Column("reason", Text),
     Column("observed_at", DateTime(timezone=True), nullable=False),
     Column("reported_with", JSONB),  # {namespace, podClaim, request, resourceClaim}
+    # Claim aliases only (retention, services.domain.inventory.expiry): the event time of the
+    # latest applied observation and the health-topic partition it came from (0007).
+    Column("last_observed_at", DateTime(timezone=True)),
+    Column("partition", Integer),
     Index("ix_device_identities_device", "node", "device_id"),
 )
 

@@ -18,10 +18,8 @@ objects in UTC. Status versions are ``int`` (``NUMERIC(39,0)``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -33,6 +31,8 @@ from services.adapters.projection.batch_plan import (
     progress_params,
     recorded_offsets,
 )
+from services.adapters.projection.batch_result import BatchStats as BatchStats
+from services.adapters.projection.batch_result import PreparedBatch, batch_stats
 from services.adapters.projection.batch_sql import BatchStatements, device_rows, history_rows
 from services.adapters.projection.cache import DeviceCache
 from services.adapters.projection.errors import ProjectionConflictError
@@ -40,6 +40,11 @@ from services.adapters.projection.inventory_store import (
     InventoryProjection,
     fresh_items,
     write_plan,
+)
+from services.adapters.projection.retention_sql import (
+    RetentionStatements,
+    batch_event_times,
+    prune_history,
 )
 from services.adapters.projection.rows import record_from_row
 from services.adapters.projection.tombstone_sql import (
@@ -56,73 +61,10 @@ from services.domain.batch import (
     find_gaps,
 )
 from services.domain.device_ceiling import OverCeiling, new_device_nodes, within_ceiling
-from services.domain.directory import DeviceKey, DeviceRecord, Outcome
+from services.domain.directory import DeviceKey, DeviceRecord
 from services.domain.events import DeviceHealthObserved, PodsListed
-from services.domain.inventory.fold import InventoryPlan
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.tombstones import Tombstone
-
-
-@dataclass(frozen=True, slots=True)
-class BatchStats:
-    """What one :meth:`ProjectionStore.apply_batch` did.
-
-    ``applied``/``duplicates``/``stale`` count observations by outcome; ``released`` counts
-    allocations removed (one per device a release touched); ``transitions`` counts applied
-    observations that changed (or first set) a device's health; ``devices_written`` counts device
-    rows inserted or updated (several changes to one device in a batch write it once).
-    """
-
-    applied: int = 0
-    duplicates: int = 0
-    stale: int = 0
-    released: int = 0
-    transitions: int = 0
-    devices_written: int = 0
-    redelivered: int = 0
-    """Records at or before the partition's recorded offset: already applied, skipped whole."""
-    over_ceiling: int = 0
-    """Observations not applied: new devices of a node at the device ceiling."""
-    tombstoned: int = 0
-    """Applied observations of released Pods (older than the release) whose allocation was not
-    added back (:mod:`services.domain.tombstones`)."""
-
-
-def _stats(
-    plan: BatchPlan, devices_written: int, redelivered: int, over_ceiling: int = 0
-) -> BatchStats:
-    return BatchStats(
-        applied=plan.counts[Outcome.APPLIED],
-        duplicates=plan.counts[Outcome.DUPLICATE],
-        stale=plan.counts[Outcome.STALE],
-        released=plan.counts[Outcome.RELEASED],
-        transitions=plan.transitions,
-        devices_written=devices_written,
-        redelivered=redelivered,
-        over_ceiling=over_ceiling,
-        tombstoned=plan.tombstoned,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedBatch:
-    """A batch folded over a :class:`DeviceCache` and encoded for the database, not written yet
-    (see :meth:`ProjectionStore.prepare_batch`)."""
-
-    written: dict[DeviceKey, DeviceRecord]
-    """The new state of each device the batch changes."""
-    offsets: dict[Partition, int]
-    """The partition offsets the batch records."""
-    stats: BatchStats
-    """What the batch does once written."""
-    observed_rows: dict[str, str] | None
-    released_rows: dict[str, str] | None
-    history_rows: dict[str, str] | None
-    progress: dict[str, list[Any]]
-    inventory: InventoryPlan | None = None
-    """The inventory rows to write (when the batch carries :attr:`LoggedBatch.inventory`)."""
-    tombstones: dict[str, Tombstone] | None = None
-    """The tombstones the batch leaves (by Pod UID), when it leaves any."""
 
 
 class ProjectionStore:
@@ -137,6 +79,7 @@ class ProjectionStore:
         self._schema = schema
         self._sql = BatchStatements(schema)
         self._tombstones = TombstoneStatements(schema)
+        self._retention = RetentionStatements(schema)
         self.inventory = InventoryProjection(schema)
         """The inventory this store maintains when batches carry :attr:`LoggedBatch.inventory`."""
 
@@ -189,7 +132,9 @@ class ProjectionStore:
                 raise ValueError("apply_batch: before_commit cannot be used with a cache")
             prepared = self.prepare_batch(batch, cache)
             stats = await self.write_prepared(prepared)
-            cache.update(prepared.written, prepared.offsets, prepared.tombstones)
+            cache.update(
+                prepared.written, prepared.offsets, prepared.tombstones, prepared.watermarks
+            )
             return stats
         inventory_items = batch.inventory
         async with self._engine.begin() as conn:
@@ -216,6 +161,9 @@ class ProjectionStore:
             times = [(p, t) for p, t in batch.event_times if fresh_position(p)]
             progress = progress_params(records, batch.highwaters, batch.consumed_through, times)
             await conn.execute(self._sql.upsert_progress, progress)
+            clock = batch_event_times(records, times, last_event_at)
+            retention = batch.history_retention_seconds
+            await prune_history(conn, self._retention, clock[1], retention)
             inventory = None
             if inventory_items is not None:
                 inventory = await self.inventory.apply(
@@ -224,6 +172,7 @@ class ProjectionStore:
                     applied_positions(plan),
                     applied_through,
                     parts,
+                    clock,
                 )
             if before_commit is not None:
                 await before_commit(
@@ -237,7 +186,7 @@ class ProjectionStore:
                 )
         if inventory_items is not None:
             self.inventory.committed(recorded_offsets(progress, applied_through))
-        return _stats(plan, written, redelivered, len(refused))
+        return batch_stats(plan, written, redelivered, len(refused))
 
     def prepare_batch(self, batch: LoggedBatch, cache: DeviceCache) -> PreparedBatch:
         """The in-memory half of :meth:`apply_batch` with a ``cache``: drop the records at or before
@@ -264,6 +213,17 @@ class ProjectionStore:
             batch.max_devices_per_node,
         )
         plan = plan_batch(current, applied, cache.tombstones(fresh))
+        times = []
+        for position, observed_at in batch.event_times:
+            recorded_offset = cache.offset(position.topic, position.partition)
+            if recorded_offset is None or position.offset > recorded_offset:
+                times.append((position, observed_at))
+        clock = batch_event_times(fresh, times, cache.event_times())
+
+        def allocated(aliases: list[tuple[str, str]]) -> set[tuple[str, str]]:
+            held = (plan.written.get(a) or cache.get(a) for a in aliases)
+            return {a for a, r in zip(aliases, held, strict=True) if r and r.allocations}
+
         inventory = None
         if batch.inventory is not None:
             recorded = {
@@ -272,13 +232,8 @@ class ProjectionStore:
                 if (offset := cache.offset(p.topic, p.partition)) is not None
             }
             inventory = self.inventory.fold_owned(
-                fresh_items(batch.inventory, recorded), applied_positions(plan)
+                fresh_items(batch.inventory, recorded), applied_positions(plan), clock, allocated
             )
-        times = []
-        for position, observed_at in batch.event_times:
-            recorded_offset = cache.offset(position.topic, position.partition)
-            if recorded_offset is None or position.offset > recorded_offset:
-                times.append((position, observed_at))
         observed = [r for k, r in plan.written.items() if k in plan.observed]
         released = [r for k, r in plan.written.items() if k not in plan.observed]
         progress = progress_params(fresh, batch.highwaters, batch.consumed_through, times)
@@ -292,13 +247,14 @@ class ProjectionStore:
         return PreparedBatch(
             written=plan.written,
             offsets=offsets,
-            stats=_stats(plan, len(plan.written), len(records) - len(fresh), len(refused)),
+            stats=batch_stats(plan, len(plan.written), len(records) - len(fresh), len(refused)),
             observed_rows=device_rows(observed) if observed else None,
             released_rows=device_rows(released) if released else None,
             history_rows=history_rows(plan) if plan.history else None,
             progress=progress,
             inventory=inventory,
             tombstones=plan.tombstones or None,
+            watermarks=clock[1],
         )
 
     async def write_prepared(self, prepared: PreparedBatch) -> BatchStats:
@@ -318,6 +274,15 @@ class ProjectionStore:
             if prepared.tombstones:
                 await write_tombstones(conn, self._tombstones, prepared.tombstones)
         return prepared.stats
+
+    async def prune_history(
+        self, watermarks: Mapping[Partition, datetime], retention_seconds: float
+    ) -> None:
+        """Delete the ``device_history`` rows observed more than ``retention_seconds`` before
+        their partition's watermark (each batch does it for its partitions; the replay once at
+        its end). Nothing with a retention of 0."""
+        async with self._engine.begin() as conn:
+            await prune_history(conn, self._retention, watermarks, retention_seconds)
 
     async def _lock_progress(
         self, conn: AsyncConnection, partitions: Iterable[Partition]

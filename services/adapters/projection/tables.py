@@ -87,12 +87,16 @@ device_history = Table(
     Column("raw_health", Text),
     CheckConstraint("kind IN ('observed', 'released')", name="ck_device_history_kind"),
     Index("ix_device_history_device", "node", "resource_id", "observed_at"),
+    # Retention (0007): the rows of a partition older than its horizon, found without a scan.
+    Index("ix_device_history_partition_time", "topic", "partition", "observed_at"),
 )
 """Append-only: one row per change an event made to a device, keyed by the event's log position.
 
 ``kind`` is ``observed`` (an applied observation) or ``released`` (a Pod's allocation removed).
 ``health`` is the device's health after the event (a release leaves it unchanged); every other
-column is the event's (``message`` and ``raw_health`` are null for a release).
+column is the event's (``message`` and ``raw_health`` are null for a release). With
+``DEVICESTATE_DEVICE_HISTORY_RETENTION_SECONDS`` set, rows older than that before their
+partition's ``last_event_at`` are deleted (:mod:`services.domain.retention`).
 """
 
 pod_tombstones = Table(

@@ -46,19 +46,31 @@ Conflict rows are keyed by ``(kind, node, subject)``. ``first_seen`` is the even
 was raised (the start of its current episode), ``last_seen`` the newest event time it was raised,
 seen again or cleared. A conflict is reported in :attr:`InventoryPlan.changes` when it is raised
 while not active and when it is cleared: never twice while it stays active. ``resource-id-reused``
-is a finding about the past; nothing clears it automatically.
+is a finding about the past: it is cleared when its claim alias is forgotten.
+
+Retention (:mod:`.expiry`): a claim alias (CDI form, one per claim) not observed for a week of
+its partition's event time, and no longer allocated, is forgotten at a batch's end
+(:meth:`InventoryFold.expire`: its row in :attr:`InventoryPlan.forgotten`, its conflicts cleared);
+an observation of an alias lapsed meanwhile starts it afresh.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Container, Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime
 
 from services.domain.events import DeviceHealthObserved, DeviceSource
 from services.domain.inventory.events import InventoryObserved
+from services.domain.inventory.expiry import AliasExpiry, claim_alias
 from services.domain.inventory.identity import Identity, IdentityStatus
 from services.domain.inventory.objects import DeviceClassInfo, ResourceSliceInfo
+from services.domain.inventory.plan import (
+    ConflictChange,
+    IdentityResolved,
+    InventoryPlan,
+    forwards,
+)
 from services.domain.inventory.resolution import Alias
 from services.domain.inventory.rows import (
     ConflictKey,
@@ -98,65 +110,7 @@ __all__ = [
 
 _DEVICE_PLUGIN = DeviceSource.DEVICE_PLUGIN
 _AMBIGUOUS = ConflictKind.AMBIGUOUS_RESOURCE_ID.value
-
-
-@dataclass(frozen=True, slots=True)
-class ConflictChange:
-    """A conflict raised (``row.active``) or cleared, by the record at ``position`` whose event
-    time is ``at``; ``row`` is the conflict's row after the change."""
-
-    position: LogPosition
-    at: datetime
-    row: ConflictRow
-
-
-@dataclass(frozen=True, slots=True)
-class IdentityResolved:
-    """An alias that had been reported under its own resourceID now names a physical device:
-    a DRA object read at ``position`` (event time ``at``) resolved it after its observations
-    (:meth:`InventoryState.reresolve`). The worker forwards it to the governor, which merges what
-    it held under the reported resourceID onto the device."""
-
-    position: LogPosition
-    at: datetime
-    node: str
-    resource_id: str
-    identity: Identity
-
-
-@dataclass(slots=True)
-class InventoryPlan:
-    """What one batch does to the inventory tables, and what it tells the governor.
-
-    Rows are keyed by primary key (several changes to one row in a batch: the last wins)."""
-
-    objects: dict[ObjectKey, Row] = field(default_factory=dict)
-    node_resources: dict[str, Row] = field(default_factory=dict)
-    identities: dict[tuple[str, str], Row] = field(default_factory=dict)
-    conflicts: dict[ConflictKey, ConflictRow] = field(default_factory=dict)
-    resolved: dict[LogPosition, Identity] = field(default_factory=dict)
-    """The identity :meth:`InventoryState.resolve` returned for each applied observation."""
-    changes: list[ConflictChange] = field(default_factory=list)
-    """Conflicts raised or cleared, in log order."""
-    identified: list[IdentityResolved] = field(default_factory=list)
-    """Aliases a DRA object resolved to a physical device after they were reported, in log
-    order."""
-
-    @property
-    def writes(self) -> int:
-        """Rows to write."""
-        return (
-            len(self.objects)
-            + len(self.node_resources)
-            + len(self.identities)
-            + len(self.conflicts)
-        )
-
-
-def forwards(identity: Identity) -> bool:
-    """Whether a HealthTransition names the device by ``identity.device_id``: only for a resolved
-    or as-reported identity (an ambiguous or unresolved one keeps the reported resourceID)."""
-    return identity.status in (IdentityStatus.RESOLVED, IdentityStatus.REPORTED)
+_REUSED = ConflictKind.RESOURCE_ID_REUSED.value
 
 
 # --- the fold -----------------------------------------------------------------------------------
@@ -169,8 +123,10 @@ class InventoryFold:
         self,
         state: InventoryState | None = None,
         active: Iterable[ConflictRow] = (),
+        expiry: AliasExpiry | None = None,
     ) -> None:
         self.state = state if state is not None else InventoryState()
+        self.expiry = expiry if expiry is not None else AliasExpiry()
         self.active: dict[ConflictKey, ConflictRow] = {}
         self._by_node: dict[str, set[ConflictKey]] = {}
         for row in active:
@@ -185,16 +141,22 @@ class InventoryFold:
         return {k for k in keys if k[0] == kind.value}
 
     def fold(
-        self, items: Iterable[tuple[LogPosition, object]], applied: Container[LogPosition]
+        self,
+        items: Iterable[tuple[LogPosition, object]],
+        applied: Container[LogPosition],
+        times: Mapping[LogPosition, datetime] | None = None,
     ) -> InventoryPlan:
         """Apply a batch's records (``(position, record)`` in log order; records of other types
         are skipped, and observations whose position is not in ``applied``) and return the plan
-        of its writes."""
+        of its writes. ``times``: the event time of the applied observations (their partition's
+        running maximum, :func:`services.domain.event_time.effective_times`; else their
+        ``observedAt``), which claim aliases are kept by (:mod:`.expiry`)."""
         plan = InventoryPlan()
         for position, record in items:
             if isinstance(record, DeviceHealthObserved):
                 if position in applied:
-                    self._observed(plan, position, record)
+                    at = record.observed_at if times is None else times.get(position)
+                    self._observed(plan, position, record, at or record.observed_at)
             elif isinstance(record, InventoryObserved):
                 self._inventory(plan, position, record)
             elif isinstance(record, NodeResourcesChanged):
@@ -203,12 +165,52 @@ class InventoryFold:
 
     # -- per record --------------------------------------------------------------------------------
 
+    def expire(
+        self,
+        plan: InventoryPlan,
+        watermarks: Mapping[int, datetime],
+        allocated: Callable[[list[Alias]], set[Alias]],
+        positions: Mapping[int, LogPosition],
+    ) -> None:
+        """At a batch's end: forget the claim aliases lapsed under ``watermarks`` (the
+        watermark of each partition the batch read, after it) that ``allocated`` (given the
+        lapsed ones, sorted) does not say a ``devices`` row still holds; ``positions``: each
+        partition's last position in the batch (where the cleared conflicts are placed)."""
+        lapsed = self.expiry.candidates(watermarks)
+        if not lapsed:
+            return
+        held = allocated(lapsed)
+        for alias in lapsed:
+            if alias not in held:
+                at = self.expiry.lapsed_at(alias)
+                self._forget(plan, alias, positions[self.expiry.partition[alias]], at)
+
+    def _forget(
+        self, plan: InventoryPlan, alias: Alias, position: LogPosition, at: datetime
+    ) -> None:
+        """Forget a lapsed claim alias: its state and row, and its conflicts (cleared at ``at``)."""
+        self.state.forget(alias)
+        self.expiry.forget(alias)
+        plan.identities.pop(alias, None)
+        plan.forgotten.add(alias)
+        node, resource_id = alias
+        if node in self._by_node:
+            for kind in (_AMBIGUOUS, _REUSED):
+                self._clear(plan, (kind, node, resource_id), position, at)
+
     def _observed(
-        self, plan: InventoryPlan, position: LogPosition, event: DeviceHealthObserved
+        self,
+        plan: InventoryPlan,
+        position: LogPosition,
+        event: DeviceHealthObserved,
+        seen_at: datetime,
     ) -> None:
         state = self.state
         node = event.node
         alias = (node, event.resource_id)
+        claim = claim_alias(event.resource_id, event.source)
+        if claim and self.expiry.lapsed(alias, seen_at):  # as if its row had been deleted
+            self._forget(plan, alias, position, self.expiry.lapsed_at(alias))
         before = state.aliases.get(alias)
         if before is not None and event.source is _DEVICE_PLUGIN and before.owner is _DEVICE_PLUGIN:
             # The common case, fast: a device-plugin ID's identity depends on the ID alone
@@ -224,7 +226,9 @@ class InventoryFold:
         after = state.aliases[alias]
         plan.resolved[position] = after  # the identity kept: an unresolved reading keeps it
         at = event.observed_at
-        if after != before or state.resolutions.inputs.get(alias) != given:
+        if claim:
+            self.expiry.touch(alias, position.partition, seen_at)
+        if claim or after != before or state.resolutions.inputs.get(alias) != given:
             self._identity_row(plan, alias, after)
         for conflict in conflicts:
             self._raise(plan, conflict, position, at)
@@ -235,8 +239,15 @@ class InventoryFold:
 
     def _identity_row(self, plan: InventoryPlan, alias: Alias, identity: Identity) -> None:
         state = self.state
+        expiry = self.expiry
+        plan.forgotten.discard(alias)
         plan.identities[alias] = identity_row(
-            *alias, identity, state.first_seen[alias], state.resolutions.inputs.get(alias)
+            *alias,
+            identity,
+            state.first_seen[alias],
+            state.resolutions.inputs.get(alias),
+            expiry.last_seen.get(alias),
+            expiry.partition.get(alias),
         )
 
     def _reresolved(

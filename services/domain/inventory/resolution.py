@@ -185,6 +185,15 @@ class Resolutions:
         if new is not None:
             self._by_device.setdefault(new, set()).add(alias)
 
+    def forget(self, alias: Alias, device: str | None) -> None:
+        """Drop what ``alias`` was reported with and its place under ``device`` (retention:
+        :mod:`.expiry`)."""
+        old = self.inputs.pop(alias, None)
+        if old is not None:
+            _unindex(self._by_claim, old.claim_key, alias)
+        if device is not None:
+            _unindex(self._by_device, device, alias)
+
     def aliases_of_claim(self, key: ClaimKey) -> list[Alias]:
         """Aliases last reported with claim ``key``, sorted."""
         return sorted(self._by_claim.get(key, ()))

@@ -102,10 +102,14 @@ def identity_row(
     identity: Identity,
     observed_at: datetime,
     reported_with: AliasInput | None = None,
+    last_observed_at: datetime | None = None,
+    partition: int | None = None,
 ) -> Row:
     """The ``device_identities`` row of a reported ``(node, resourceID)``: ``observed_at`` is the
     event time of its first observation, ``reported_with`` the claim its latest observation that
-    named one named (what a claim read later re-resolves it through; ``None`` for none)."""
+    named one named (what a claim read later re-resolves it through; ``None`` for none). For a
+    claim alias (:mod:`.expiry`), ``last_observed_at`` is the event time of its latest applied
+    observation and ``partition`` the health-topic partition it came from (``None`` otherwise)."""
     return {
         "node": node,
         "resource_id": resource_id,
@@ -117,6 +121,8 @@ def identity_row(
         "reason": identity.reason,
         "observed_at": observed_at,
         "reported_with": None if reported_with is None else reported_with_json(reported_with),
+        "last_observed_at": last_observed_at,
+        "partition": partition,
     }
 
 

@@ -313,6 +313,17 @@ class InventoryState:
             self._node_aliases.setdefault(alias[0], set()).add(alias[1])
         self.resolutions.file_device(alias, _indexed(previous), _indexed(identity))
 
+    def forget(self, alias: Alias) -> None:
+        """Drop ``alias`` as if it had never been observed (retention: :mod:`.expiry`)."""
+        identity = self.aliases.pop(alias, None)
+        self.first_seen.pop(alias, None)
+        held = self._node_aliases.get(alias[0])
+        if held is not None:
+            held.discard(alias[1])
+            if not held:
+                del self._node_aliases[alias[0]]
+        self.resolutions.forget(alias, _indexed(identity))
+
     def ownership_conflicts(self, nodes: Iterable[str] | None = None) -> list[Conflict]:
         """Nodes where a device plugin and DRA both offer a resource or a GPU (KEP-5004); only
         those of ``nodes`` when given (each node's findings depend on that node's slices,

@@ -160,7 +160,7 @@ async def _run(
     from services.adapters.kafka.topics import TopicCheckError, TopicRole, ensure_topics
     from services.adapters.projection.schema_admin import drop_schema, next_replay_schema
     from services.processes.replay.governance import replay_governance, verify_governance
-    from services.processes.replay.run import ReplayError, make_engine, replay
+    from services.processes.replay.run import ReplayError, ReplayRetention, make_engine, replay
     from services.processes.replay.run import verify as diff_live
 
     engine = make_engine(database_url)
@@ -218,6 +218,10 @@ async def _run(
                         progress=on_progress,
                         on_start=on_start,
                         max_devices_per_node=settings.max_devices_per_node,
+                        retention=ReplayRetention(
+                            settings.max_clock_skew_seconds,
+                            settings.device_history_retention_seconds,
+                        ),
                     )
         except (ReplayError, TopicCheckError, ValueError) as exc:
             typer.echo(f"error: {exc}", err=True)

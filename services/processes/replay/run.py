@@ -32,14 +32,11 @@ import asyncio
 import functools
 import gc
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Final
 
-from services.adapters.kafka.headers import record_type
-from services.adapters.kafka.reader import TopicMissing, TopicSnapshot
-from services.adapters.kafka.reader import topic_partitions as kafka_topic_partitions
 from services.adapters.projection.cache import DeviceCache
 from services.adapters.projection.engine import Engine, create_engine
 from services.adapters.projection.migrate import migrate
@@ -52,36 +49,32 @@ from services.adapters.projection.schema_admin import (
 )
 from services.adapters.projection.store import BatchStats, ProjectionStore
 from services.adapters.projection.tables import check_schema_name
-from services.domain.batch import InventoryRecord, LoggedBatch
-from services.domain.events import DeviceHealthObserved, PodDevicesReleased, PodsListed
-from services.domain.inventory.events import InventoryObserved
-from services.domain.log import LoggedEvent, LogPosition
-from services.domain.node_events import NodeResourcesChanged
-from services.domain.records import check_key, decode_typed_record
+from services.domain.batch import LoggedBatch
 from services.processes.replay.dead_letters import refused_positions
+from services.processes.replay.log_reader import REPLAY_CLIENT_ID as REPLAY_CLIENT_ID
+from services.processes.replay.log_reader import (
+    LogBatch,
+    ReplayError,
+    ReplayRetention,
+    read_log,
+    topic_partitions,
+)
 from services.runtime.config import KafkaSettings
 
-REPLAY_CLIENT_ID: Final = "devicestate-replay"
 _COLLECT_EVERY: Final = 1_000_000
 """Records between two collections of the young generations during a replay."""
-_READ_SLICE: Final = 100
-"""Most records :func:`read_log` fetches and decodes between two yields to the event loop."""
 
-
-class ReplayError(RuntimeError):
-    """The replay cannot run as asked (missing topic, existing target schema, ...)."""
-
-
-@dataclass(frozen=True, slots=True)
-class LogBatch:
-    """Decoded events of one read, with the records that did not decode."""
-
-    records: list[LoggedEvent]
-    undecodable: int
-    read: int
-    node_events: int = 0
-    items: list[tuple[LogPosition, InventoryRecord]] = field(default_factory=list)
-    """What the inventory folds, in read order: observations, DRA objects, resource counts."""
+__all__ = [
+    "REPLAY_CLIENT_ID",
+    "ReplayError",
+    "ReplayRetention",
+    "ReplaySummary",
+    "make_engine",
+    "read_log",
+    "replay",
+    "topic_partitions",
+    "verify",
+]
 
 
 @dataclass(slots=True)
@@ -122,90 +115,6 @@ ProgressCallback = Callable[[int, int], None]
 """``progress(records_read_so_far, total_records)``."""
 
 
-async def read_log(
-    bootstrap_servers: str,
-    topic: str,
-    *,
-    batch_size: int = 5000,
-    end_offsets: dict[tuple[str, int], int] | None = None,
-    on_ready: Callable[[int], None] | None = None,
-    skip: Collection[LogPosition] = (),
-) -> AsyncIterator[LogBatch]:
-    """Yield the topic's records from the beginning up to the end offsets captured at the start.
-
-    ``end_offsets`` (if given) is filled with each partition's end offset, and ``on_ready`` called
-    with the number of records to read, before the first batch. Records at a position in ``skip``
-    count as undecodable (the worker dead-lettered them). Raises :class:`ReplayError` when
-    the topic does not exist.
-    """
-    partitions = await topic_partitions(bootstrap_servers, topic)
-    async with TopicSnapshot(
-        bootstrap_servers,
-        topic,
-        partitions,
-        client_id=REPLAY_CLIENT_ID,
-        max_poll_records=batch_size,
-        max_partition_fetch_bytes=8 * 1024 * 1024,
-        fetch_max_bytes=64 * 1024 * 1024,
-    ) as snapshot:
-        if end_offsets is not None:
-            end_offsets.update({(tp.topic, tp.partition): snapshot.end[tp] for tp in snapshot.end})
-        if on_ready is not None:
-            on_ready(snapshot.total)
-        while not snapshot.done:
-            records: list[LoggedEvent] = []
-            items: list[tuple[LogPosition, InventoryRecord]] = []
-            undecodable = read = node_events = 0
-            # A batch is gathered from small reads with a yield to the event loop after each:
-            # decoding then runs while PostgreSQL works on the previous batch, and the writer
-            # resumes as soon as a statement returns instead of after a whole batch's decoding.
-            while not snapshot.done and read < batch_size:
-                fetched = await snapshot.fetch(
-                    min(_READ_SLICE, batch_size - read), timeout_ms=0 if read else 1000
-                )
-                if not fetched and read:
-                    break  # nothing more fetched yet: hand over what we have
-                for tp, messages in fetched.items():
-                    for message in messages:
-                        read += 1
-                        position = LogPosition(tp.topic, tp.partition, message.offset)
-                        try:
-                            if position in skip:
-                                raise ValueError("dead-lettered: the projection refused it")
-                            if message.value is None:
-                                raise ValueError("record has no value")
-                            event = check_key(
-                                decode_typed_record(
-                                    message.value, record_type(message.headers), inventory=True
-                                ),
-                                message.key,
-                            )
-                        except Exception:
-                            undecodable += 1
-                            continue
-                        if isinstance(
-                            event, DeviceHealthObserved | InventoryObserved | NodeResourcesChanged
-                        ):
-                            items.append((position, event))
-                        if not isinstance(
-                            event, DeviceHealthObserved | PodDevicesReleased | PodsListed
-                        ):
-                            node_events += 1
-                            continue
-                        records.append(LoggedEvent(position, event))
-                await asyncio.sleep(0)
-            if read:
-                yield LogBatch(records, undecodable, read, node_events, items)
-
-
-async def topic_partitions(bootstrap_servers: str, topic: str) -> list[int]:
-    """The topic's partition numbers; raises :class:`ReplayError` when it does not exist."""
-    try:
-        return await kafka_topic_partitions(bootstrap_servers, topic, client_id=REPLAY_CLIENT_ID)
-    except TopicMissing as exc:
-        raise ReplayError(str(exc)) from None
-
-
 async def replay(
     settings: KafkaSettings,
     *,
@@ -217,12 +126,15 @@ async def replay(
     progress: ProgressCallback | None = None,
     on_start: Callable[[int], None] | None = None,
     max_devices_per_node: int | None = None,
+    retention: ReplayRetention | None = None,
 ) -> ReplaySummary:
     """Rebuild the projection in ``schema`` from ``settings.topic``.
 
     ``max_devices_per_node`` is the worker's device ceiling (``DEVICESTATE_MAX_DEVICES_PER_NODE``,
     :mod:`services.domain.device_ceiling`): give the worker's, so the replay leaves out the
-    observations the worker dead-lettered (``None``: no ceiling).
+    observations the worker dead-lettered (``None``: no ceiling). ``retention``: the worker's
+    clock skew bound and history retention (``None``: event times unbounded, history kept), so
+    the replay keeps the rows the worker keeps (:mod:`services.domain.retention`).
 
     Without ``in_place`` the schema must not exist yet (it is created and migrated); with it, the
     schema is migrated and its tables truncated first (stop the worker meanwhile). ``on_start`` gets
@@ -243,6 +155,7 @@ async def replay(
             progress,
             on_start,
             max_devices_per_node=max_devices_per_node,
+            retention=retention,
         )
     if await schema_exists(engine, schema):
         raise ReplayError(
@@ -262,6 +175,7 @@ async def replay(
             on_start,
             deferred_indexes=deferred,
             max_devices_per_node=max_devices_per_node,
+            retention=retention,
         )
     except Exception:
         await drop_schema(engine, schema)  # a half-built replay schema is of no use
@@ -278,6 +192,7 @@ async def _rebuild(
     *,
     deferred_indexes: Sequence[str] = (),
     max_devices_per_node: int | None = None,
+    retention: ReplayRetention | None = None,
 ) -> ReplaySummary:
     """Read, fold and write the log as a pipeline of three stages that overlap: the reader task
     fetches and decodes batch n+2 and a worker thread folds batch n+1 over the cache (and
@@ -310,6 +225,7 @@ async def _rebuild(
                 end_offsets=summary.end_offsets,
                 on_ready=ready,
                 skip=refused,
+                skew_seconds=None if retention is None else retention.skew_seconds,
             ):
                 await queue.put(batch)
         except asyncio.CancelledError:
@@ -342,12 +258,13 @@ async def _rebuild(
             uncollected = 0
             while (batch := await queue.get()) is not None:
                 prepared = None
-                if batch.records or batch.items:
+                if batch.records or batch.items or batch.event_times:
                     # In a thread, so that the event loop keeps driving the write in flight and
                     # the reader meanwhile (the GIL changes hands every few milliseconds).
                     logged = LoggedBatch(
                         batch.records,
                         summary.end_offsets,
+                        event_times=batch.event_times,
                         inventory=batch.items,
                         max_devices_per_node=max_devices_per_node,
                     )
@@ -355,7 +272,10 @@ async def _rebuild(
                         functools.partial(store.prepare_batch, logged, cache)
                     )
                     cache.update(  # the next batch folds on it
-                        prepared.written, prepared.offsets, prepared.tombstones
+                        prepared.written,
+                        prepared.offsets,
+                        prepared.tombstones,
+                        prepared.watermarks,
                     )
                 if in_flight is not None:
                     await written(*in_flight)  # one write at a time, in log order
@@ -371,6 +291,10 @@ async def _rebuild(
                 last, in_flight = in_flight, None
                 await written(*last)
             await reading  # re-raise a reader error
+            if retention is not None:
+                # Once, at the end: nothing reads the history back, so its rows after the last
+                # batch are the worker's whenever they are dropped (and no index is needed yet).
+                await store.prune_history(cache.event_times(), retention.history_seconds)
         finally:
             tasks = (
                 [reading] if in_flight is None or in_flight[1] is None else [reading, in_flight[1]]
