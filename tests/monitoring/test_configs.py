@@ -4,6 +4,7 @@ PrometheusRule of deploy/monitoring/ holds exactly the groups of deploy/promethe
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -43,7 +44,9 @@ def test_amtool_refuses_a_route_to_an_unknown_receiver(
     monitoring_binaries: Binaries, tmp_path: Path
 ) -> None:
     broken = tmp_path / "alertmanager.yml"
-    broken.write_text(ALERTMANAGER_CONFIG.read_text().replace("receiver: oncall", "receiver: nobody"))
+    broken.write_text(
+        ALERTMANAGER_CONFIG.read_text().replace("receiver: oncall", "receiver: nobody")
+    )
     result = run_tool(monitoring_binaries.amtool, "check-config", str(broken))
     assert result.returncode != 0
 
@@ -63,7 +66,27 @@ def test_the_prometheus_rule_object_is_generated_from_the_rules_file() -> None:
 
 def test_a_change_to_the_rules_file_shows_in_the_generated_object(tmp_path: Path) -> None:
     changed = tmp_path / "rules.yml"
-    changed.write_text(
-        (DEPLOY / "prometheus" / "rules.yml").read_text().replace("> 120", "> 600")
-    )
+    changed.write_text((DEPLOY / "prometheus" / "rules.yml").read_text().replace("> 120", "> 600"))
     assert monitoring_rules.render(changed) != PROMETHEUS_RULE.read_text()
+
+
+def test_promtool_check_metrics_flags_what_the_services_must_not_do(
+    monitoring_binaries: Binaries,
+) -> None:
+    # The linter test_scrape.py runs on every /metrics: a counter without _total and a unit that
+    # is not a base unit are refused, so its passing there means something.
+    bad = (
+        "# HELP requests_count Requests.\n# TYPE requests_count counter\nrequests_count 1\n"
+        "# HELP latency_milliseconds Latency.\n# TYPE latency_milliseconds gauge\n"
+        "latency_milliseconds 3\n"
+    )
+    result = subprocess.run(
+        [str(monitoring_binaries.promtool), "check", "metrics"],
+        input=bad,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert '"_total" suffix' in result.stderr and 'base unit "seconds"' in result.stderr

@@ -60,7 +60,9 @@ def test_promtool_unit_tests_fail_on_a_wrong_expectation(
     test_dir = tmp_path / "tests" / "monitoring"
     test_dir.mkdir(parents=True)
     (test_dir / "rules_test.yml").write_text(broken)
-    result = run_tool(monitoring_binaries.promtool, "test", "rules", str(test_dir / "rules_test.yml"))
+    result = run_tool(
+        monitoring_binaries.promtool, "test", "rules", str(test_dir / "rules_test.yml")
+    )
     assert result.returncode != 0
     assert "DevicestateBreakerOpen" in result.stdout + result.stderr
 
