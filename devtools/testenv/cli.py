@@ -1,7 +1,8 @@
-"""``devicestate-dev testenv build|up|down|env``: a real kube-apiserver + etcd on 127.0.0.1 for tests.
+"""``devicestate-dev testenv build|monitoring|up|down|env``: a real kube-apiserver + etcd on
+127.0.0.1 for tests, and the monitoring tools (Prometheus, promtool, Alertmanager, amtool).
 
 Progress goes to stderr; stdout carries only ``NAME=value`` lines a script may read: the binary
-paths after ``build``, the connection settings after ``up`` and from ``env``.
+paths after ``build`` and ``monitoring``, the connection settings after ``up`` and from ``env``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from devtools.stack.supervisor import StackError, StackLayout, file_lock
-from devtools.testenv import kubeapi, kustomize
+from devtools.testenv import kubeapi, kustomize, monitoring
 
 app = typer.Typer(
     help=(
@@ -65,6 +66,23 @@ def build(
     print(f"KUBE_APISERVER={binaries.kube_apiserver}")
     print(f"ETCD={binaries.etcd}")
     print(f"KUSTOMIZE={kustomize_binary}")
+
+
+@app.command("monitoring")
+def monitoring_build(
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even if cached.")] = False,
+) -> None:
+    """Build Prometheus, promtool, Alertmanager and amtool (pinned in
+    devtools/testenv/monitoring-go, for the alert-rule and monitoring tests), or reuse the cached
+    ones."""
+    try:
+        binaries = monitoring.ensure_binaries(_report, force=force)
+    except (kubeapi.KubeAPIError, StackError, OSError) as exc:
+        _fail(exc)
+    print(f"PROMETHEUS={binaries.prometheus}")
+    print(f"PROMTOOL={binaries.promtool}")
+    print(f"ALERTMANAGER={binaries.alertmanager}")
+    print(f"AMTOOL={binaries.amtool}")
 
 
 @app.command()

@@ -241,7 +241,7 @@ async def test_alerts_reach_alertmanager_after_two_5xx_with_identical_labels(
             "alertname": "DeviceQuarantined",
             "incident": QUARANTINE,
             "node": "gpu-node-b",
-            "resource_id": "GPU-a5ced723",
+            "resourceID": "GPU-a5ced723",
             "severity": "critical",
         }
     )

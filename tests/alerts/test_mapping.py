@@ -26,6 +26,7 @@ from services.processes.alerts.mapping import (
     alert_name,
     camel_case,
     device_url,
+    pod_namespaces,
 )
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -94,7 +95,8 @@ def test_firing_alert_shape() -> None:
             "alertname": "DeviceQuarantined",
             "incident": QUARANTINE,
             "node": "gpu-node-b",
-            "resource_id": "GPU-a5ced723",
+            "resourceID": "GPU-a5ced723",
+            "reason": "Unhealthy",
             "severity": "critical",
         },
         "annotations": {
@@ -140,6 +142,7 @@ def test_fleet_incident_has_no_node_or_resource_labels() -> None:
     assert alert["labels"] == {
         "alertname": "MassSignalBreakerOpen",
         "incident": "breaker/2026-11-29T12:00:00Z",
+        "reason": "Unhealthy",
         "severity": "warning",
     }
     assert alert["annotations"]["summary"] == "MassSignalBreakerOpen"
@@ -155,7 +158,19 @@ def test_node_incident_omits_resource_id() -> None:
         )
     )
     assert alert is not None
-    assert set(alert["labels"]) == {"alertname", "incident", "node", "severity"}
+    assert set(alert["labels"]) == {"alertname", "incident", "node", "reason", "severity"}
+
+
+def test_namespace_and_reason_labels() -> None:
+    details = {"reason": "pod-status-unhealthy", "pods": ["ml/b-1", "qa/c", "ml/a-0", "bad"]}
+    alert = alert_from_decision(decision(details=details))
+    assert alert is not None
+    assert alert["labels"]["namespace"] == "ml,qa"
+    assert alert["labels"]["reason"] == "pod-status-unhealthy"
+    bare = alert_from_decision(decision(details={"pods": [], "reason": ""}))
+    assert bare is not None
+    assert "namespace" not in bare["labels"] and "reason" not in bare["labels"]
+    assert pod_namespaces(None) == pod_namespaces(["no-slash"]) == ""
 
 
 def test_description_cuts_huge_details() -> None:

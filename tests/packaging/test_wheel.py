@@ -57,6 +57,8 @@ def test_the_devtools_wheel_has_the_tools_and_their_data(wheels: dict[str, list[
         "devtools/cli.py",
         "devtools/stack/maven/pom.xml",
         "devtools/testenv/kustomize-go/go.mod",
+        "devtools/testenv/monitoring-go/prometheus/go.sum",
+        "devtools/testenv/monitoring-go/alertmanager/go.sum",
         "devtools/examples/demo-stream.jsonl",
     } <= files
     assert not any(name.startswith(("services/", "streams/")) for name in files)

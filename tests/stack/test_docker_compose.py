@@ -17,7 +17,7 @@ import yaml
 from services.runtime.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-PROCESSES = {"watcher": "watch", "worker": "worker", "api": "api"}
+PROCESSES = {"watcher": "watch", "worker": "worker", "api": "api", "alerts": "alerts"}
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +116,45 @@ def test_the_compose_broker_creates_no_topic_by_itself(compose: dict[str, Any]) 
     # topic (issue 11 item 6): the processes create and check their topics instead.
     kafka_env = _environment(compose["services"]["kafka"])
     assert kafka_env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+
+
+def test_prometheus_scrapes_every_process_on_its_published_metrics_port(
+    compose: dict[str, Any],
+) -> None:
+    services = compose["services"]
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    targets = {
+        target
+        for job in config["scrape_configs"]
+        for static in job["static_configs"]
+        for target in static["targets"]
+    }
+    ports = {
+        "watcher": "DEVICESTATE_WATCHER_METRICS_PORT",
+        "worker": "DEVICESTATE_WORKER_METRICS_PORT",
+        "api": "DEVICESTATE_API_PORT",
+    }
+    expected = {f"{name}:{_environment(services[name])[var]}" for name, var in ports.items()}
+    expected.add("alerts:9109")  # `devicestate alerts --metrics-port` default
+    assert targets == expected
+    (alertmanager,) = config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
+    assert alertmanager == "alertmanager:9093"
+    webhook = _environment(services["alerts"])["DEVICESTATE_ALERT_WEBHOOK_URL"]
+    assert webhook == f"http://{alertmanager}"
+
+
+@pytest.mark.parametrize(
+    ("service", "directory", "config"),
+    [
+        ("prometheus", "prometheus", "prometheus.yml"),
+        ("alertmanager", "alertmanager", "alertmanager.yml"),
+    ],
+)
+def test_monitoring_services_mount_the_deploy_configs(
+    compose: dict[str, Any], service: str, directory: str, config: str
+) -> None:
+    spec = compose["services"][service]
+    mounts = {m.split(":")[0]: m.split(":")[1] for m in spec["volumes"] if m.startswith("./")}
+    assert mounts == {f"./deploy/{directory}": f"/etc/{directory}"}
+    assert f"--config.file=/etc/{directory}/{config}" in spec["command"]
+    assert (ROOT / "deploy" / directory / config).is_file()

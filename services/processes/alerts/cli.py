@@ -34,7 +34,8 @@ def alerts(
 
     Reads the decisions topic (DEVICESTATE_DECISIONS_TOPIC); every decision that starts or ends an
     alert is POSTed to DEVICESTATE_ALERT_WEBHOOK_URL + /api/v2/alerts, firing and resolved with
-    identical labels (alertname, incident, node, resource_id, severity). Retries connection
+    identical labels (alertname, incident, node, resourceID, namespace,
+    reason, severity). Retries connection
     errors and 5xx (DEVICESTATE_ALERT_RETRIES times, then reads again), skips alerts refused
     with a 4xx, commits offsets only after delivery. Runs until SIGTERM or Ctrl-C.
     """

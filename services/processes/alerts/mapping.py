@@ -8,8 +8,16 @@ firing and the resolved alert of one incident must carry exactly the same labels
   (``quarantine/<node>/<resourceID>/<quarantineID>`` -> ``DeviceQuarantined``; see
   :data:`ALERT_NAMES`; an unlisted type is CamelCased, ``foo-bar`` -> ``FooBar``);
 - ``incident``: the stable incident key (the dedup key);
-- ``node``, ``resource_id``: when the decision names them;
+- ``node``, ``resourceID``: when the decision names them (``resourceID`` as the directory API
+  spells it);
+- ``namespace``: the namespaces of the Pods holding the device (``details.pods``, each
+  ``namespace/name``; sorted, comma-separated) when the decision lists any;
+- ``reason``: the decision's reason code (``details.reason``, e.g. ``pod-status-unhealthy``) when
+  it has one;
 - ``severity``: the decision's severity (``warning`` when it has none).
+
+Alertmanager's routes and inhibitions (``deploy/alertmanager/alertmanager.yml``) group and match
+on these names.
 
 :class:`ActiveAlerts` remembers the firing alerts, so a ``resolved`` decision reuses the labels
 and ``startsAt`` its incident fired with, even if the resolving decision carries another severity,
@@ -81,8 +89,22 @@ def alert_labels(decision: Decision) -> dict[str, str]:
     if decision.node:
         labels["node"] = decision.node
     if decision.resource_id:
-        labels["resource_id"] = decision.resource_id
+        labels["resourceID"] = decision.resource_id
+    namespaces = pod_namespaces(decision.details.get("pods"))
+    if namespaces:
+        labels["namespace"] = namespaces
+    reason = decision.details.get("reason")
+    if isinstance(reason, str) and reason:
+        labels["reason"] = reason
     return labels
+
+
+def pod_namespaces(pods: object) -> str:
+    """``["ml/a", "ml/b", "qa/c"]`` -> ``"ml,qa"``; ``""`` when there are none (or not a list)."""
+    if not isinstance(pods, list):
+        return ""
+    found = {pod.split("/", 1)[0] for pod in pods if isinstance(pod, str) and "/" in pod}
+    return ",".join(sorted(n for n in found if n))
 
 
 def describe(decision: Decision) -> str:

@@ -7,7 +7,9 @@ never collide on metric names.
 
 from __future__ import annotations
 
+import threading
 from typing import Final
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -23,6 +25,8 @@ class WatcherMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
         self.events_published = Counter(
             "devicestate_watcher_events_published",
             "Events published to the event topic, by event type.",
@@ -134,7 +138,18 @@ class WatcherMetrics:
             registry=self.registry,
         )
 
-    def serve(self, port: int) -> None:
-        """Serve ``/metrics`` on ``port`` (all interfaces) from a daemon thread; 0 means off."""
-        if port:
-            start_http_server(port, registry=self.registry)
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        """Serve ``/metrics`` on ``port`` (all interfaces) from a daemon thread; 0 means off.
+        Raises ``OSError`` if the port is taken."""
+        if port and self._server is None:
+            self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
+
+    def close(self) -> None:
+        """Stop the HTTP server :meth:`serve` started, if any."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None

@@ -97,7 +97,9 @@ async def run_file(session: WatchSession, path: Path, settings: WatchSettings) -
 
 
 async def run_watch(
-    settings: WatcherProcessSettings, from_file: Path | None = None
+    settings: WatcherProcessSettings,
+    from_file: Path | None = None,
+    metrics: WatcherMetrics | None = None,
 ) -> WatchSummary:
     """Run the watcher and return its :class:`WatchSummary`.
 
@@ -107,8 +109,12 @@ async def run_watch(
     :class:`~services.adapters.kafka.topics.TopicCheckError` when the topics are missing (and
     not to be created) or wrong, ``services.adapters.kube.errors.ApiRejected`` if the API refuses the watcher (RBAC),
     ``OSError`` if the file cannot be read.
+
+    ``metrics``: counters to keep in (a caller that serves and closes them itself, e.g. a test
+    whose Prometheus scrapes them after the file's end); by default new ones, served on
+    ``settings.watcher_metrics_port``.
     """
-    metrics = WatcherMetrics()
+    metrics = WatcherMetrics() if metrics is None else metrics
     try:
         metrics.serve(settings.watcher_metrics_port)
     except OSError as exc:
