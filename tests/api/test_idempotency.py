@@ -260,3 +260,41 @@ async def test_a_failed_append_answers_every_waiter_503_and_frees_the_key(
         other = {**QUARANTINE, "resourceID": "GPU-3"}
         again = await api.post("/v1/quarantines", json=other, headers=keyed("operator", key))
         assert again.status_code == 503
+
+
+async def test_another_replica_answers_409_once_the_first_body_is_decided(
+    make_api: ApiFactory, governor: Governor, kafka_bootstrap: str, governance_topic: str
+) -> None:
+    """Two API replicas (two registries) and one key, two bodies, the first still undecided
+    when the second arrives: the second replica cannot know the first body yet and appends
+    (the governor decides the commandID once, for the first), but once the decision is recorded
+    it answers 409 naming the conflict, not the first body's outcome as if it were its own
+    (issue 11, item 4). A repeat of the second body on its replica gets the same 409."""
+    key = "replica-key-1"
+    other = {**QUARANTINE, "resourceID": "GPU-1"}
+    async with make_api() as one, make_api() as two:
+        first = await one.post("/v1/quarantines", json=QUARANTINE, headers=keyed("operator", key))
+        assert first.status_code == 202, first.text
+        [(_, command)] = await read_commands(kafka_bootstrap, governance_topic, 1)
+
+        async def decide_soon() -> None:
+            await asyncio.sleep(0.5)
+            await governor.decide(
+                command.command_id,
+                "quarantine",
+                True,
+                request_fingerprint=command.request_fingerprint,
+            )
+
+        decider = asyncio.create_task(decide_soon())
+        second = await two.post(
+            "/v1/quarantines?wait=10", json=other, headers=keyed("operator", key)
+        )
+        await decider
+        assert second.status_code == 409, second.text
+        assert f"Idempotency-Key '{key}'" in second.json()["detail"]
+        again = await two.post("/v1/quarantines", json=other, headers=keyed("operator", key))
+        assert again.status_code == 409, again.text
+        # The first body still gets its own outcome, on either replica.
+        mine = await two.post("/v1/quarantines", json=QUARANTINE, headers=keyed("operator", key))
+        assert mine.status_code == 201, mine.text

@@ -240,7 +240,17 @@ async def submit(
         node=node,
         resource_id=resource_id,
     )
-    return await _answer(reads, command_id, action, principal, wait, quarantine_id, look=False)
+    return await _answer(
+        reads,
+        command_id,
+        action,
+        principal,
+        wait,
+        quarantine_id,
+        look=False,
+        use=use,
+        registry=request.app.state.idempotency_keys,
+    )
 
 
 async def _replay(
@@ -269,7 +279,15 @@ async def _replay(
             raise HTTPException(status, message)
         log.info("idempotent repeat", command_id=use.command_id, actor=principal.name)
         return await _answer(
-            reads, use.command_id, action, principal, wait, quarantine_id, look=True
+            reads,
+            use.command_id,
+            action,
+            principal,
+            wait,
+            quarantine_id,
+            look=True,
+            use=use,
+            registry=registry,
         )
     try:
         done = await reads.command(use.command_id)
@@ -322,12 +340,27 @@ async def _answer(
     quarantine_id: str | None,
     *,
     look: bool,
+    use: KeyUse | None = None,
+    registry: KeyRegistry | None = None,
 ) -> JSONResponse:
     """The outcome of an appended command if decided (waiting up to ``wait`` s; with ``look``
-    reading it once even when ``wait`` is 0, as a repeated key does), else 202 pending."""
+    reading it once even when ``wait`` is 0, as a repeated key does), else 202 pending. ``use``:
+    the key this request appended under; a decision recorded for another request with that key
+    (another API process appended first, and the governor decides a commandID once) is a 409,
+    and ``registry`` forgets ``use``."""
     outcome = None
     if wait > 0 or look:
         outcome = await wait_for_outcome(reads, command_id, wait)
+    if (
+        outcome is not None
+        and use is not None
+        and outcome.request_fingerprint not in (None, use.fingerprint)
+    ):
+        message = conflict_message(command_id, outcome.action, None)
+        if registry is not None:
+            registry.forget(use)
+        _log_conflict(principal, use, message)
+        raise HTTPException(409, message)
     if outcome is not None:
         quarantine = await quarantine_of(reads, outcome, quarantine_id)
         return command_response(outcome_out(outcome, quarantine), _decided_status(outcome))

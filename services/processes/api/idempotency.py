@@ -21,8 +21,10 @@ carries its request's fingerprint (``OperatorCommand.request_fingerprint``), whi
 records with its decision (``governance_commands.request_fingerprint``, rebuilt by replay like the
 rest): a key whose command is decided answers with that outcome for the same request, and with
 409 for another action or another fingerprint, whichever process sees it. While the command is
-still undecided, a different body sent to another replica is appended and then ignored by the
-governor (the answer is the first command's). The registry remembers the last
+still undecided, a different body sent to another replica cannot be told apart yet: it is
+appended (202 pending), and the governor, deciding the commandID once, ignores it; as soon as
+the decision is recorded, that replica answers the request (with ``?wait``) and any repeat of it
+409, never the first body's outcome as its own. The registry remembers the last
 :data:`KEYS_REMEMBERED` keys.
 """
 
@@ -114,6 +116,13 @@ class KeyRegistry:
         if self._uses.get(use.command_id) is use:
             del self._uses[use.command_id]
         use.appended.set()
+
+    def forget(self, use: KeyUse) -> None:
+        """``use`` was appended here, but the governor recorded another request's command under
+        its commandID (another API process appended first): forget it, so the recorded
+        fingerprint answers later requests with the key."""
+        if self._uses.get(use.command_id) is use:
+            del self._uses[use.command_id]
 
 
 def conflict_message(command_id: str, action: str, request_line: str | None) -> str:
