@@ -74,37 +74,30 @@ async def dead_letter_record(
 ) -> Any:
     """:func:`dead_letter` of a record given by its parts (``source``:
     ``<topic>/<partition>/<offset>`` of the original)."""
-    ack = await enqueue_dead_letter(
-        topic, metrics, key=key, value=value, source=source, stage=stage, reason=reason
+    return await (
+        await enqueue_dead_letter(topic, metrics, Letter(key, value, source, reason), stage)
     )
-    return await ack
 
 
 async def enqueue_dead_letter(
-    topic: Any,
-    metrics: WorkerMetrics,
-    *,
-    key: bytes | None,
-    value: bytes | None,
-    source: str,
-    stage: str,
-    reason: str,
-    records: int = 1,
+    topic: Any, metrics: WorkerMetrics, letter: Letter, stage: str
 ) -> Awaitable[Any]:
-    """Put the dead letter of a record given by its parts on the producer (this waits only for
-    room in its buffer) and return the broker's acknowledgement, to be awaited before the
-    batch's offsets are committed (:func:`deliver_in_order`). ``records`` > 1: a letter holding
-    that many originals (:data:`~services.adapters.kafka.headers.HEADER_RECORDS`), each counted
-    in ``dead_lettered{stage}``."""
-    metrics.dead_lettered.labels(stage).inc(records)
+    """Put ``letter`` on the producer (this waits only for room in its buffer) with stage
+    ``stage`` and return the broker's acknowledgement, to be awaited before the batch's offsets
+    are committed (:func:`deliver_in_order`). A letter of several originals carries
+    :data:`~services.adapters.kafka.headers.HEADER_RECORDS`; each counts in
+    ``dead_lettered{stage}``."""
+    metrics.dead_lettered.labels(stage).inc(letter.records)
     headers = [
-        (HEADER_REASON, reason.encode()),
+        (HEADER_REASON, letter.reason.encode()),
         (HEADER_STAGE, stage.encode()),
-        (HEADER_SOURCE, source.encode()),
+        (HEADER_SOURCE, letter.source.encode()),
     ]
-    if records != 1:
-        headers.append((HEADER_RECORDS, str(records).encode()))
-    ack: Awaitable[Any] = await topic.send(key=key, value=value, headers=headers, force=True)
+    if letter.records != 1:
+        headers.append((HEADER_RECORDS, str(letter.records).encode()))
+    ack: Awaitable[Any] = await topic.send(
+        key=letter.key, value=letter.value, headers=headers, force=True
+    )
     return ack
 
 

@@ -353,16 +353,7 @@ class DeviceDedup:
         return await self._send(Letter(message.key, message.value, source, reason), stage)
 
     async def _send(self, letter: Letter, stage: str = CEILING_STAGE) -> Awaitable[Any]:
-        return await enqueue_dead_letter(
-            self.dead_letter_topic,
-            self.metrics,
-            key=letter.key,
-            value=letter.value,
-            source=letter.source,
-            stage=stage,
-            reason=letter.reason,
-            records=letter.records,
-        )
+        return await enqueue_dead_letter(self.dead_letter_topic, self.metrics, letter, stage)
 
     def _highwaters(self, events: Sequence[Any]) -> dict[tuple[str, int], int]:
         highwaters: dict[tuple[str, int], int] = {}
