@@ -56,7 +56,7 @@ import faust
 import structlog
 
 from services.adapters.projection.errors import refusal_reason
-from services.domain.batch import CommitHook, LoggedBatch, RecordsAfterGap
+from services.domain.batch import CommitHook, LoggedBatch, RecordsAfterGap, first_holes
 from services.domain.directory import DeviceKey
 from services.domain.log import LogPosition
 from services.runtime.config import WorkerProcessSettings
@@ -239,12 +239,13 @@ class DeviceDedup:
 
         highwaters = self._highwaters(events)
         # Progress covers every consumed record, also those dropped early or dead-lettered.
-        consumed: dict[tuple[str, int], int] = {}
-        first: dict[tuple[str, int], int] = {}
+        offsets: dict[tuple[str, int], list[int]] = {}
         for event in events:
-            part = (event.message.topic, event.message.partition)
-            consumed[part] = max(consumed.get(part, -1), event.message.offset)
-            first[part] = min(first.get(part, event.message.offset), event.message.offset)
+            offsets.setdefault((event.message.topic, event.message.partition), []).append(
+                event.message.offset
+            )
+        consumed = {part: max(seen) for part, seen in offsets.items()}
+        first = {part: min(seen) for part, seen in offsets.items()}
         try:
             if batch.dead:
                 await deliver_in_order(batch.dead)
@@ -257,6 +258,7 @@ class DeviceDedup:
                 batch.items,  # the inventory is maintained with the directory
                 consumed_from=first,
                 log_start=starts,
+                consumed_holes=first_holes(offsets),
                 max_devices_per_node=self.settings.max_devices_per_node,
                 history_retention_seconds=self.settings.device_history_retention_seconds,
             )

@@ -86,6 +86,11 @@ class LoggedBatch:
     plus one, or, for a partition with nothing recorded yet, past its ``log_start``."""
     log_start: Mapping[Partition, int] = field(default_factory=dict)
     """Per partition, the first offset the topic holds (the consumer's earliest offset)."""
+    consumed_holes: Mapping[Partition, int] = field(default_factory=dict)
+    """Per partition, the first offset missing between the first and the last record the
+    caller consumed of it in this batch (:func:`first_holes`): the topics' offsets are
+    contiguous (no transactions, no compaction), so a hole is a record handed out of order, and
+    the store refuses the partition as after a gap when the hole is past its recorded offset."""
     max_devices_per_node: int | None = None
     """The device ceiling (:mod:`services.domain.device_ceiling`): an observation of a new device
     of a node that holds this many already is not applied (``None``: no ceiling)."""
@@ -127,9 +132,9 @@ class Transition:
 def find_gaps(
     batch: LoggedBatch, recorded: Mapping[Partition, int]
 ) -> dict[Partition, tuple[int, int]]:
-    """The partitions where ``batch`` starts after records the sink never got:
-    ``(offset the sink has through, first offset of the batch)`` each (see
-    :class:`RecordsAfterGap`). ``recorded`` is each partition's recorded offset; a partition with
+    """The partitions where ``batch`` starts after records the sink never got, or skips one of
+    them (:attr:`LoggedBatch.consumed_holes`): ``(offset the sink has through, first offset of
+    the batch, or the hole)`` each (see :class:`RecordsAfterGap`). ``recorded`` is each partition's recorded offset; a partition with
     none must start at its ``log_start``, when the batch gives it."""
     gaps = {}
     for part, first in batch.consumed_from.items():
@@ -141,7 +146,23 @@ def find_gaps(
             continue
         if first > through + 1:
             gaps[part] = (through, first)
+        elif batch.consumed_holes.get(part, -1) > through:
+            gaps[part] = (through, batch.consumed_holes[part])
     return gaps
+
+
+def first_holes(offsets: Mapping[Partition, Sequence[int]]) -> dict[Partition, int]:
+    """Per partition, the first offset missing between the smallest and the largest of its
+    ``offsets`` (any order, repeats allowed); partitions without a hole are absent."""
+    holes = {}
+    for part, seen in offsets.items():
+        expected = min(seen, default=0)
+        for offset in sorted(set(seen)):
+            if offset != expected:
+                holes[part] = expected
+                break
+            expected += 1
+    return holes
 
 
 @dataclass(frozen=True, slots=True)

@@ -146,6 +146,31 @@ class BatchSinkContract:
         )
         assert stats.applied == 1
 
+    async def test_a_batch_that_skips_a_record_is_refused_whole(
+        self, harness: Harness, observation: ObservationFactory, logged: LogFactory
+    ) -> None:
+        """A record handed out of order inside a batch (offsets 2 and 4, not 3; seen after a
+        worker kill on three brokers) must not be written past: the missing record would never
+        be read again (the fault campaign lost one observation this way)."""
+        await harness.sink.apply_batch(
+            LoggedBatch(logged([observation(1), observation(2, at=1)]), consumed_from={P0: 0})
+        )
+        devices, progress = await harness.devices(), await harness.progress()
+        skipping = LoggedBatch(
+            [*logged([observation(3, at=3)], start=2), *logged([observation(5, at=5)], start=4)],
+            consumed_from={P0: 2},
+            consumed_holes={P0: 3},
+        )
+        with pytest.raises(RecordsAfterGap) as refused:
+            await harness.sink.apply_batch(skipping)
+        assert refused.value.gaps == {P0: (1, 3)}
+        assert await harness.devices() == devices and await harness.progress() == progress
+        # A hole at or before the recorded offset (a redelivered part) is harmless.
+        redelivered = LoggedBatch(
+            logged([observation(3, at=3)], start=2), consumed_from={P0: 0}, consumed_holes={P0: 1}
+        )
+        assert (await harness.sink.apply_batch(redelivered)).applied == 1
+
     async def test_a_partition_with_nothing_recorded_must_start_at_its_first_offset(
         self, harness: Harness, observation: ObservationFactory, logged: LogFactory
     ) -> None:
