@@ -17,15 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from devtools.stack.supervisor import HOST, Reporter
-from devtools.testenv.kubeapi import (
-    ProcessRef,
-    _get,
-    _spawn,
-    _stop_process,
-    _wait_until,
-    free_port,
-)
 from devtools.testenv.monitoring import Binaries
+from devtools.testenv.processes import ProcessRef, free_port, http_get, spawn_ready, stop_process
 
 
 def _quiet(line: str) -> None:
@@ -49,7 +42,7 @@ class Server:
 
 
 def _ready(url: str) -> bool:
-    status, _ = _get(f"{url}/-/ready")
+    status, _ = http_get(f"{url}/-/ready")
     return status == 200
 
 
@@ -73,13 +66,16 @@ def start_prometheus(
         "--web.enable-lifecycle",
         "--log.level=info",
     ]
-    process = _spawn("prometheus", command, directory / "prometheus.log")
     url = f"http://{HOST}:{port}"
-    try:
-        _wait_until("Prometheus was ready", process, lambda: _ready(url), timeout, report)
-    except BaseException:
-        _stop_process(process, report)
-        raise
+    process = spawn_ready(
+        "prometheus",
+        command,
+        directory / "prometheus.log",
+        "Prometheus was ready",
+        lambda: _ready(url),
+        timeout,
+        report,
+    )
     return Server(process, url, directory)
 
 
@@ -103,24 +99,27 @@ def start_alertmanager(
         "--cluster.listen-address=",  # one instance: no gossip, no second port
         "--log.level=info",
     ]
-    process = _spawn("alertmanager", command, directory / "alertmanager.log")
     url = f"http://{HOST}:{port}"
-    try:
-        _wait_until("Alertmanager was ready", process, lambda: _ready(url), timeout, report)
-    except BaseException:
-        _stop_process(process, report)
-        raise
+    process = spawn_ready(
+        "alertmanager",
+        command,
+        directory / "alertmanager.log",
+        "Alertmanager was ready",
+        lambda: _ready(url),
+        timeout,
+        report,
+    )
     return Server(process, url, directory)
 
 
 def stop(server: Server, report: Reporter = _quiet) -> None:
     """End the server by its PID (SIGTERM, SIGKILL after 30 s)."""
-    _stop_process(server.process, report)
+    stop_process(server.process, report)
 
 
 def get_json(url: str) -> Any:
     """GET ``url`` and parse the JSON body; raises ``ValueError`` on a non-200 answer."""
-    status, body = _get(url)
+    status, body = http_get(url)
     if status != 200:
         raise ValueError(f"GET {url}: HTTP {status}: {body[:500]}")
     return json.loads(body)
