@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,31 @@ def _ready(url: str) -> bool:
     return status == 200
 
 
+def _start(
+    name: str,
+    what: str,
+    directory: Path,
+    port: int | None,
+    command: Callable[[int], list[str]],
+    timeout: float,
+    report: Reporter,
+) -> Server:
+    """Run ``command(port)`` with its log in ``directory/<name>.log`` until ``/-/ready`` says 200."""
+    directory.mkdir(parents=True, exist_ok=True)
+    port = free_port() if port is None else port
+    url = f"http://{HOST}:{port}"
+    process = spawn_ready(
+        name,
+        command(port),
+        directory / f"{name}.log",
+        f"{what} was ready",
+        lambda: _ready(url),
+        timeout,
+        report,
+    )
+    return Server(process, url, directory)
+
+
 def start_prometheus(
     binaries: Binaries,
     directory: Path,
@@ -56,27 +82,22 @@ def start_prometheus(
 ) -> Server:
     """Prometheus with ``config`` (``--config.file``), TSDB in ``directory/data``, on ``port``
     (default: a free one); ``/-/reload`` is enabled (``--web.enable-lifecycle``)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    port = free_port() if port is None else port
-    command = [
-        str(binaries.prometheus),
-        f"--config.file={config}",
-        f"--storage.tsdb.path={directory / 'data'}",
-        f"--web.listen-address={HOST}:{port}",
-        "--web.enable-lifecycle",
-        "--log.level=info",
-    ]
-    url = f"http://{HOST}:{port}"
-    process = spawn_ready(
+    return _start(
         "prometheus",
-        command,
-        directory / "prometheus.log",
-        "Prometheus was ready",
-        lambda: _ready(url),
+        "Prometheus",
+        directory,
+        port,
+        lambda port: [
+            str(binaries.prometheus),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={directory / 'data'}",
+            f"--web.listen-address={HOST}:{port}",
+            "--web.enable-lifecycle",
+            "--log.level=info",
+        ],
         timeout,
         report,
     )
-    return Server(process, url, directory)
 
 
 def start_alertmanager(
@@ -89,27 +110,22 @@ def start_alertmanager(
 ) -> Server:
     """Alertmanager with ``config``, state in ``directory/data``, on ``port`` (default: a free
     one), clustering off."""
-    directory.mkdir(parents=True, exist_ok=True)
-    port = free_port() if port is None else port
-    command = [
-        str(binaries.alertmanager),
-        f"--config.file={config}",
-        f"--storage.path={directory / 'data'}",
-        f"--web.listen-address={HOST}:{port}",
-        "--cluster.listen-address=",  # one instance: no gossip, no second port
-        "--log.level=info",
-    ]
-    url = f"http://{HOST}:{port}"
-    process = spawn_ready(
+    return _start(
         "alertmanager",
-        command,
-        directory / "alertmanager.log",
-        "Alertmanager was ready",
-        lambda: _ready(url),
+        "Alertmanager",
+        directory,
+        port,
+        lambda port: [
+            str(binaries.alertmanager),
+            f"--config.file={config}",
+            f"--storage.path={directory / 'data'}",
+            f"--web.listen-address={HOST}:{port}",
+            "--cluster.listen-address=",  # one instance: no gossip, no second port
+            "--log.level=info",
+        ],
         timeout,
         report,
     )
-    return Server(process, url, directory)
 
 
 def stop(server: Server, report: Reporter = _quiet) -> None:
