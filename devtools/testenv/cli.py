@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -40,6 +41,16 @@ def _fail(exc: Exception) -> NoReturn:
     raise typer.Exit(1)
 
 
+def _print_built(build: Callable[[], dict[str, Path]]) -> None:
+    """Run a build (or cache check), then print its binaries as ``NAME=path`` on stdout."""
+    try:
+        paths = build()
+    except (kubeapi.KubeAPIError, StackError, OSError) as exc:
+        _fail(exc)
+    for name, path in paths.items():
+        print(f"{name}={path}")
+
+
 def state_dir() -> Path:
     override = os.environ.get("DEVICESTATE_TESTENV_DIR")
     if override:
@@ -58,14 +69,17 @@ def build(
 ) -> None:
     """Build kube-apiserver and etcd (pinned in tools/kube-apiserver) and kustomize (pinned in
     devtools/testenv/kustomize-go, for the deploy/ tests), or reuse the cached ones."""
-    try:
+
+    def paths() -> dict[str, Path]:
         binaries = kubeapi.ensure_binaries(_report, force=force)
         kustomize_binary = kustomize.ensure_kustomize(_report, force=force)
-    except (kubeapi.KubeAPIError, StackError, OSError) as exc:
-        _fail(exc)
-    print(f"KUBE_APISERVER={binaries.kube_apiserver}")
-    print(f"ETCD={binaries.etcd}")
-    print(f"KUSTOMIZE={kustomize_binary}")
+        return {
+            "KUBE_APISERVER": binaries.kube_apiserver,
+            "ETCD": binaries.etcd,
+            "KUSTOMIZE": kustomize_binary,
+        }
+
+    _print_built(paths)
 
 
 @app.command("monitoring")
@@ -75,14 +89,17 @@ def monitoring_build(
     """Build Prometheus, promtool, Alertmanager and amtool (pinned in
     devtools/testenv/monitoring-go, for the alert-rule and monitoring tests), or reuse the cached
     ones."""
-    try:
+
+    def paths() -> dict[str, Path]:
         binaries = monitoring.ensure_binaries(_report, force=force)
-    except (kubeapi.KubeAPIError, StackError, OSError) as exc:
-        _fail(exc)
-    print(f"PROMETHEUS={binaries.prometheus}")
-    print(f"PROMTOOL={binaries.promtool}")
-    print(f"ALERTMANAGER={binaries.alertmanager}")
-    print(f"AMTOOL={binaries.amtool}")
+        return {
+            "PROMETHEUS": binaries.prometheus,
+            "PROMTOOL": binaries.promtool,
+            "ALERTMANAGER": binaries.alertmanager,
+            "AMTOOL": binaries.amtool,
+        }
+
+    _print_built(paths)
 
 
 @app.command()

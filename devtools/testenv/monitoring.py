@@ -24,14 +24,10 @@ monitoring tools").
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from devtools.stack.supervisor import Reporter, StackLayout, file_lock
-from devtools.testenv.kubeapi import KubeAPIError, _build_env, _go_command
+from devtools.testenv import gobuild
+from devtools.testenv.errors import KubeAPIError
 
 MODULE_DIR = Path(__file__).resolve().with_name("monitoring-go")
 PROMETHEUS_MODULE = "github.com/prometheus/prometheus"
@@ -48,15 +45,13 @@ PROMETHEUS_TAGS = "netgo,remove_all_sd"
 """``remove_all_sd``: no service discovery but file, HTTP and static (what the tests use)."""
 ALERTMANAGER_TAGS = "netgo"
 _VERSION_FLAG = "-X github.com/prometheus/common/version.Version="
-_COMPLETE_MARKER = ".complete"
 
 
 class MonitoringBuildError(KubeAPIError):
     """Building the monitoring tools failed; the message says what and where (the build log)."""
 
 
-def _stderr(line: str) -> None:
-    print(f"[monitoring] {line}", file=sys.stderr, flush=True)
+_stderr = gobuild.stderr_reporter("monitoring")
 
 
 @dataclass(frozen=True)
@@ -83,14 +78,7 @@ class Binaries:
 
 
 def _required(go_mod: Path, module: str) -> str:
-    try:
-        text = go_mod.read_text()
-    except OSError as exc:
-        raise MonitoringBuildError(f"cannot read {go_mod}: {exc}") from exc
-    match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+v(\S+)", text, re.MULTILINE)
-    if match is None:
-        raise MonitoringBuildError(f"{go_mod} does not require {module}")
-    return match.group(1)
+    return gobuild.required_version(go_mod, module, MonitoringBuildError)
 
 
 def release_of_module(module_version: str) -> str:
@@ -118,11 +106,10 @@ def cache_dir(vers: Versions, env: Mapping[str, str] | None = None) -> Path:
 
 def _fingerprint(module_dir: Path) -> str:
     """go.sum of both modules and the build tags: a change of either means another build."""
-    digest = hashlib.sha256(f"{PROMETHEUS_TAGS};{ALERTMANAGER_TAGS}".encode())
-    for name in ("prometheus", "alertmanager"):
-        with contextlib.suppress(OSError):
-            digest.update((module_dir / name / "go.sum").read_bytes())
-    return digest.hexdigest()
+    return gobuild.go_sum_digest(
+        (module_dir / name / "go.sum" for name in ("prometheus", "alertmanager")),
+        seed=f"{PROMETHEUS_TAGS};{ALERTMANAGER_TAGS}".encode(),
+    )
 
 
 def _binaries(directory: Path, vers: Versions) -> Binaries:
@@ -136,11 +123,7 @@ def _binaries(directory: Path, vers: Versions) -> Binaries:
 
 
 def _marker(directory: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((directory / _COMPLETE_MARKER).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return gobuild.read_marker(directory) or {}
 
 
 def cached_binaries(
@@ -150,11 +133,10 @@ def cached_binaries(
     vers = versions(module_dir)
     binaries = _binaries(cache_dir(vers, env), vers)
     directory = binaries.prometheus.parent
-    if _marker(directory).get("fingerprint") != _fingerprint(module_dir):
-        return None
-    if not all(os.access(path, os.X_OK) for path in binaries.all()):
-        return None
-    return binaries
+    reusable = gobuild.is_reusable(
+        directory, "fingerprint", _fingerprint(module_dir), binaries.all()
+    )
+    return binaries if reusable else None
 
 
 def _alertmanager_source(go: str, directory: Path) -> Path:
@@ -170,7 +152,7 @@ def _alertmanager_source(go: str, directory: Path) -> Path:
     result = subprocess.run(
         [go, "mod", "download", "-json", ALERTMANAGER_MODULE],
         cwd=wrapper,
-        env=_build_env(),
+        env=gobuild.build_env(),
         capture_output=True,
         text=True,
         check=False,
@@ -212,36 +194,20 @@ def _go_build(
     seconds."""
     tmp = directory / "tmp"
     tmp.mkdir(exist_ok=True)
-    jobs = os.environ.get("DEVICESTATE_KUBEAPI_BUILD_JOBS", "1")
     base = "prometheus" if module == PROMETHEUS_MODULE else "alertmanager"
     tool = "promtool" if module == PROMETHEUS_MODULE else "amtool"
-    command = [go, "build", "-p", jobs, "-trimpath", "-tags", tags]
-    command += ["-ldflags", f"-s -w {_VERSION_FLAG}{version}", "-o", f"{tmp}/"]
-    command += [f"{module}/cmd/{base}", f"{module}/cmd/{tool}"]
-    nice = "/usr/bin/nice"
-    if os.access(nice, os.X_OK):
-        command = [nice, "-n", "10", *command]
     report(f"building {base} and {tool} {version} (log: {log})")
-    started = time.monotonic()
-    with log.open("w") as out:
-        out.write("$ " + " ".join(command) + "\n")
-        out.flush()
-        result = subprocess.run(
-            command,
-            cwd=module_dir,
-            env=_build_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            check=False,
-        )
-    seconds = time.monotonic() - started
-    if result.returncode != 0:
-        lines = log.read_text(errors="replace").splitlines()[-30:]
-        raise MonitoringBuildError(
-            f"go build {module} failed (exit {result.returncode}) after {seconds:.0f} s; "
-            f"last lines of {log}:\n" + "\n".join(lines)
-        )
+    seconds = gobuild.go_build(
+        go,
+        [
+            *("-tags", tags, "-ldflags", f"-s -w {_VERSION_FLAG}{version}", "-o", f"{tmp}/"),
+            *(f"{module}/cmd/{base}", f"{module}/cmd/{tool}"),
+        ],
+        module_dir,
+        log,
+        what=module,
+        error=MonitoringBuildError,
+    )
     for name in (base, tool):
         (tmp / name).replace(directory / name)
     report(f"built {base} and {tool} in {seconds:.1f} s")
@@ -266,12 +232,12 @@ def ensure_binaries(report: Reporter = _stderr, force: bool = False) -> Binaries
                 f"{directory} (built {_marker(directory).get('built_at', '?')})"
             )
             return cached
-        go = _go_command(os.environ)
+        go = gobuild.go_command(os.environ)
         report(
             f"building Prometheus {vers.prometheus} and Alertmanager {vers.alertmanager} into "
             f"{directory} (cold: see docs/operations.md, 'Building the monitoring tools')"
         )
-        (directory / _COMPLETE_MARKER).unlink(missing_ok=True)
+        gobuild.clear_marker(directory)
         timings = {
             "prometheus": _go_build(
                 go,
@@ -295,13 +261,15 @@ def ensure_binaries(report: Reporter = _stderr, force: bool = False) -> Binaries
             ),
         }
         shutil.rmtree(directory / "alertmanager-build", ignore_errors=True)  # the source copy
-        marker = {
-            "prometheus": vers.prometheus,
-            "alertmanager": vers.alertmanager,
-            "fingerprint": _fingerprint(MODULE_DIR),
-            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "build_seconds": {name: round(s, 1) for name, s in timings.items()},
-        }
-        (directory / _COMPLETE_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        gobuild.write_marker(
+            directory,
+            {
+                "prometheus": vers.prometheus,
+                "alertmanager": vers.alertmanager,
+                "fingerprint": _fingerprint(MODULE_DIR),
+                "built_at": gobuild.utc_now(),
+                "build_seconds": {name: round(s, 1) for name, s in timings.items()},
+            },
+        )
     report(f"monitoring tools ready in {time.monotonic() - started:.1f} s")
     return _binaries(directory, vers)

@@ -12,20 +12,14 @@ from __future__ import annotations
 
 import json
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from devtools.stack.supervisor import HOST, Reporter
-from devtools.testenv.kubeapi import (
-    ProcessRef,
-    _get,
-    _spawn,
-    _stop_process,
-    _wait_until,
-    free_port,
-)
 from devtools.testenv.monitoring import Binaries
+from devtools.testenv.processes import ProcessRef, free_port, http_get, spawn_ready, stop_process
 
 
 def _quiet(line: str) -> None:
@@ -49,8 +43,33 @@ class Server:
 
 
 def _ready(url: str) -> bool:
-    status, _ = _get(f"{url}/-/ready")
+    status, _ = http_get(f"{url}/-/ready")
     return status == 200
+
+
+def _start(
+    name: str,
+    what: str,
+    directory: Path,
+    port: int | None,
+    command: Callable[[int], list[str]],
+    timeout: float,
+    report: Reporter,
+) -> Server:
+    """Run ``command(port)`` with its log in ``directory/<name>.log`` until ``/-/ready`` says 200."""
+    directory.mkdir(parents=True, exist_ok=True)
+    port = free_port() if port is None else port
+    url = f"http://{HOST}:{port}"
+    process = spawn_ready(
+        name,
+        command(port),
+        directory / f"{name}.log",
+        f"{what} was ready",
+        lambda: _ready(url),
+        timeout,
+        report,
+    )
+    return Server(process, url, directory)
 
 
 def start_prometheus(
@@ -63,24 +82,22 @@ def start_prometheus(
 ) -> Server:
     """Prometheus with ``config`` (``--config.file``), TSDB in ``directory/data``, on ``port``
     (default: a free one); ``/-/reload`` is enabled (``--web.enable-lifecycle``)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    port = free_port() if port is None else port
-    command = [
-        str(binaries.prometheus),
-        f"--config.file={config}",
-        f"--storage.tsdb.path={directory / 'data'}",
-        f"--web.listen-address={HOST}:{port}",
-        "--web.enable-lifecycle",
-        "--log.level=info",
-    ]
-    process = _spawn("prometheus", command, directory / "prometheus.log")
-    url = f"http://{HOST}:{port}"
-    try:
-        _wait_until("Prometheus was ready", process, lambda: _ready(url), timeout, report)
-    except BaseException:
-        _stop_process(process, report)
-        raise
-    return Server(process, url, directory)
+    return _start(
+        "prometheus",
+        "Prometheus",
+        directory,
+        port,
+        lambda port: [
+            str(binaries.prometheus),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={directory / 'data'}",
+            f"--web.listen-address={HOST}:{port}",
+            "--web.enable-lifecycle",
+            "--log.level=info",
+        ],
+        timeout,
+        report,
+    )
 
 
 def start_alertmanager(
@@ -93,34 +110,32 @@ def start_alertmanager(
 ) -> Server:
     """Alertmanager with ``config``, state in ``directory/data``, on ``port`` (default: a free
     one), clustering off."""
-    directory.mkdir(parents=True, exist_ok=True)
-    port = free_port() if port is None else port
-    command = [
-        str(binaries.alertmanager),
-        f"--config.file={config}",
-        f"--storage.path={directory / 'data'}",
-        f"--web.listen-address={HOST}:{port}",
-        "--cluster.listen-address=",  # one instance: no gossip, no second port
-        "--log.level=info",
-    ]
-    process = _spawn("alertmanager", command, directory / "alertmanager.log")
-    url = f"http://{HOST}:{port}"
-    try:
-        _wait_until("Alertmanager was ready", process, lambda: _ready(url), timeout, report)
-    except BaseException:
-        _stop_process(process, report)
-        raise
-    return Server(process, url, directory)
+    return _start(
+        "alertmanager",
+        "Alertmanager",
+        directory,
+        port,
+        lambda port: [
+            str(binaries.alertmanager),
+            f"--config.file={config}",
+            f"--storage.path={directory / 'data'}",
+            f"--web.listen-address={HOST}:{port}",
+            "--cluster.listen-address=",  # one instance: no gossip, no second port
+            "--log.level=info",
+        ],
+        timeout,
+        report,
+    )
 
 
 def stop(server: Server, report: Reporter = _quiet) -> None:
     """End the server by its PID (SIGTERM, SIGKILL after 30 s)."""
-    _stop_process(server.process, report)
+    stop_process(server.process, report)
 
 
 def get_json(url: str) -> Any:
     """GET ``url`` and parse the JSON body; raises ``ValueError`` on a non-200 answer."""
-    status, body = _get(url)
+    status, body = http_get(url)
     if status != 200:
         raise ValueError(f"GET {url}: HTTP {status}: {body[:500]}")
     return json.loads(body)
