@@ -31,7 +31,7 @@ def verdicts(results: dict[str, Any], events: int) -> list[dict[str, Any]]:
         return None if value is None or not base else round(value / base, 3)
 
     pub = results.get("publish")
-    if pub:
+    if pub and "events_per_second" in pub:  # absent with --skip publish
         rows.append(
             {
                 "figure": "publish (aiokafka producer)",

@@ -165,6 +165,8 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
                 poll_seconds=settings.api_read_cache_poll_seconds,
                 max_devices=settings.api_read_cache_max_devices,
             )
+            # Loaded before the first request is taken: a start-up's work, not the first GETs'.
+            await warm.start()
             refresher = asyncio.create_task(warm.run(), name="api read cache")
         app.state.warm_devices = warm
         try:

@@ -6,7 +6,7 @@ every dashboard ask it); reading PostgreSQL, building the response model and val
 about 1.2 ms of CPU per request. :class:`WarmDevices` holds each device's JSON body (exactly what
 the route would answer, ``DeviceOut``) by ``(node, resourceID)``, so a GET is one dict look-up.
 
-Freshness: the copy is loaded when the app starts, then a task asks PostgreSQL every
+Freshness: the copy is loaded when the app starts (before it takes requests), then a task asks PostgreSQL every
 ``api_read_cache_poll_seconds`` what changed since the last read
 (:meth:`~services.adapters.projection.reads_changes.ChangeReads.changed_since`: the devices whose
 ``devices``, ``device_identities`` or ``device_governance`` rows a transaction wrote since, found
@@ -142,6 +142,14 @@ class WarmDevices:
                 bodies.pop(key, None)  # not a device (a governance row alone): nothing to serve
             elif key in bodies or len(bodies) < self._max:
                 bodies[key] = device_body(device)
+
+    async def start(self) -> None:
+        """The first load, before the app takes requests; a database that cannot be read is
+        logged and left to :meth:`run` (GETs read PostgreSQL meanwhile, and answer 503)."""
+        try:
+            await self.load()
+        except (DatabaseError, OSError, TimeoutError) as exc:
+            log.warning("api read cache not loaded at start; reading PostgreSQL", error=repr(exc))
 
     async def run(self) -> None:
         """Load, then refresh every ``poll_seconds`` until cancelled. A failed load or refresh
