@@ -89,6 +89,8 @@ class Options:
     profile_replay: Path | None
     profile_api: Path | None
     api_during_ingest: float | None = None
+    extender_calls: int = 0
+    extender_rate: float = 200.0
 
 
 async def api_during_ingest(
@@ -264,6 +266,8 @@ async def main_async(opts: Options) -> int:
                     schema=schema,
                     client_kinds=opts.api_client.split(","),
                     profile=opts.profile_api,
+                    extender_calls=opts.extender_calls,
+                    extender_rate=opts.extender_rate,
                 )
                 run.done.add("api")
                 if a["error_kinds"]:
@@ -338,6 +342,17 @@ def cli(
             "many seconds after it starts (GETs of devices not written yet are 404s).",
         ),
     ] = None,
+    extender_calls: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="After the GETs of stage (d), this many scheduler-extender filter calls of 100 "
+            "random candidate nodes (0: none).",
+        ),
+    ] = 0,
+    extender_rate: Annotated[
+        float, typer.Option(min=1.0, help="Open-loop rate of the extender calls (req/s).")
+    ] = 200.0,
     json_out: Annotated[
         Path | None, typer.Option("--json-out", help="Write all results as JSON to this path.")
     ] = None,
@@ -408,6 +423,8 @@ def cli(
         profile_replay=profile_replay,
         profile_api=profile_api,
         api_during_ingest=api_during_ingest,
+        extender_calls=extender_calls,
+        extender_rate=extender_rate,
     )
     code = _run_with_signals(opts)
     raise typer.Exit(code)

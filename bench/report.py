@@ -21,6 +21,8 @@ TARGET_REPLAY_SECONDS_PER_MILLION = 60.0
 TARGET_GET_P99_MS = 10.0
 TARGET_GET_P99_INGEST_MS = 25.0
 """Point GET p99 while the worker ingests at full speed (issue 12)."""
+TARGET_FILTER_RATE = 200.0
+"""Scheduler-extender filter calls per second (100 candidate nodes) the p99 target holds at."""
 TARGET_GET_RATE = 1000.0
 
 
@@ -142,6 +144,24 @@ def verdicts(results: dict[str, Any], events: int) -> list[dict[str, Any]]:
                 "ratio": None,
                 "target": "-",
                 "verdict": "-",
+            }
+        )
+    ext = (results.get("api") or {}).get("extender")
+    if ext and "latency_ms" in ext:
+        p99 = ext["latency_ms"]["p99"]
+        rows.append(
+            {
+                "figure": f"(e) scheduler filter p99, {ext['candidate_nodes']} nodes",
+                "value": p99,
+                "unit": "ms",
+                "ratio": None,
+                "target": f"<= {TARGET_GET_P99_MS:.0f} ms at {TARGET_FILTER_RATE:,.0f}/s",
+                "verdict": "PASS"
+                if p99 <= TARGET_GET_P99_MS
+                and ext["errors"] == 0
+                and ext["target_rate"] >= TARGET_FILTER_RATE
+                and ext["achieved_rate"] >= 0.95 * TARGET_FILTER_RATE
+                else "MISS",
             }
         )
     api = results.get("api")
