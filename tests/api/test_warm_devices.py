@@ -127,17 +127,44 @@ async def test_a_resolved_identity_joins_the_governance_of_the_physical_device(
     await served(warm_api, lambda b: (b.get("governance") or {}).get("state") == "Restricted")
 
 
-async def test_a_device_written_after_the_load_is_read_then_kept(
+async def test_a_device_written_after_the_load_appears_within_the_bound(
     warm_api: httpx.AsyncClient,
     store: ProjectionStore,
     observation: ObservationFactory,
     logged: LogFactory,
 ) -> None:
+    warm = warm_of(warm_api)
+    assert warm.complete  # one device, far below the limit: a device it lacks is a 404
+    assert (await warm_api.get("/v1/nodes/gpu-node-a/devices/GPU-9")).status_code == 404
     await store.apply_batch(LoggedBatch(logged([observation(1, resource_id="GPU-9")], start=1)))
+    await until(lambda: ("gpu-node-a", "GPU-9") in warm._bodies)
     response = await warm_api.get("/v1/nodes/gpu-node-a/devices/GPU-9")
     assert response.status_code == 200
     assert response.json()["resourceID"] == "GPU-9"
     assert (await warm_api.get("/v1/nodes/gpu-node-a/devices/GPU-404")).status_code == 404
+
+
+async def test_a_full_copy_reads_the_devices_it_lacks_from_postgresql(
+    make_api: ApiFactory,
+    store: ProjectionStore,
+    observation: ObservationFactory,
+    logged: LogFactory,
+) -> None:
+    await store.apply_batch(
+        LoggedBatch(logged([observation(1), observation(2, resource_id="GPU-1")]))
+    )
+    async with make_api(
+        api_read_cache=True, api_read_cache_poll_seconds=POLL, api_read_cache_max_devices=1
+    ) as api:
+        warm = warm_of(api)
+        assert warm.ready and not warm.complete and len(warm) == 1
+        for rid in ("GPU-0", "GPU-1"):  # one from memory, one from PostgreSQL
+            response = await api.get(f"/v1/nodes/gpu-node-a/devices/{rid}")
+            assert response.status_code == 200
+            assert response.json()["resourceID"] == rid
+        assert warm.stats.hits == 1 and warm.stats.misses == 1
+        assert len(warm) == 1
+        assert (await api.get("/v1/nodes/gpu-node-a/devices/GPU-404")).status_code == 404
 
 
 async def test_a_copy_that_cannot_refresh_is_not_served(

@@ -79,6 +79,10 @@ UNPROCESSABLE: dict[int | str, dict[str, Any]] = {
 }
 
 
+def _not_found(node: str, resource_id: str) -> str:
+    return f"device {resource_id!r} on node {node!r} is not in the directory"
+
+
 def encode_cursor(key: DeviceKey) -> str:
     """Opaque page cursor for the key ``(node, resourceID)`` of the last item of a page."""
     return base64.urlsafe_b64encode(orjson.dumps(list(key))).rstrip(b"=").decode()
@@ -176,10 +180,12 @@ async def get_device(
         body = warm.get(key)
         if body is not None:
             return Response(body, media_type="application/json")
+        if warm.complete:  # not in the directory as of the last refresh
+            raise HTTPException(404, _not_found(node, resource_id))
         generation = warm.generation
     found = await reads.get_device(node, resource_id)
     if found is None:
-        raise HTTPException(404, f"device {resource_id!r} on node {node!r} is not in the directory")
+        raise HTTPException(404, _not_found(node, resource_id))
     body = device_body(found)
     if warm is not None:
         warm.put(key, body, generation)

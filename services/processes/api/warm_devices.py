@@ -16,9 +16,11 @@ by the rows' ``xmin``, whoever the writer) and replaces those bodies. A change c
 down) the copy is not used: GETs read PostgreSQL and answer 503 as they did; the next successful
 refresh catches up from where the last one ended.
 
-A device not in the copy (beyond ``api_read_cache_max_devices``, or written after the last
-refresh) is read from PostgreSQL; its body joins the copy only when no refresh ran in between,
-so a body read before a change never outlives the refresh that saw the change. Each API process
+While the copy holds the whole directory (fewer devices than ``api_read_cache_max_devices``), a
+device it lacks was not in the directory at the last refresh: 404 without a query (a device
+written since is served within the same bound). Otherwise a device not in the copy is read from
+PostgreSQL; its body joins the copy only when no refresh ran in between, so a body read before a
+change never outlives the refresh that saw the change. Each API process
 (each uvicorn worker) holds its own copy.
 """
 
@@ -74,6 +76,7 @@ class WarmDevices:
         self._snapshot_id: str | None = None
         self._generation = 0
         self._ready = False
+        self._complete = False
         self.stats = WarmStats()
 
     def __len__(self) -> int:
@@ -83,6 +86,12 @@ class WarmDevices:
     def ready(self) -> bool:
         """Whether GETs are served from the copy."""
         return self._ready
+
+    @property
+    def complete(self) -> bool:
+        """Whether the copy holds every device of the directory as of the last refresh (none
+        left out by ``max_devices``): a device it lacks is then not in the directory (404)."""
+        return self._ready and self._complete
 
     @property
     def generation(self) -> int:
@@ -104,13 +113,17 @@ class WarmDevices:
         """Add a body read from PostgreSQL after :attr:`generation` was ``generation``; ignored
         when a refresh ran since (the body may predate a change that refresh applied) or the
         copy is full."""
-        if generation == self._generation and self._ready and len(self._bodies) < self._max:
-            self._bodies[key] = body
+        if generation == self._generation and self._ready:
+            if len(self._bodies) < self._max:
+                self._bodies[key] = body
+            else:
+                self._complete = False
 
     async def load(self) -> None:
         """Load the copy (the first ``max_devices`` devices). Raises the database's errors."""
         snapshot = await self._reads.load(self._max)
         self._bodies = {d.record.key: device_body(d) for d in snapshot.items}
+        self._complete = len(self._bodies) < self._max
         self._horizon = snapshot.horizon
         self._generation += 1
         self._ready = True
@@ -142,6 +155,8 @@ class WarmDevices:
                 bodies.pop(key, None)  # not a device (a governance row alone): nothing to serve
             elif key in bodies or len(bodies) < self._max:
                 bodies[key] = device_body(device)
+            else:
+                self._complete = False
 
     async def start(self) -> None:
         """The first load, before the app takes requests; a database that cannot be read is
