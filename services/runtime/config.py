@@ -422,7 +422,7 @@ class ApiFeatureSettings(SettingsGroup):
     api_read_cache_max_devices: int = Field(
         250_000,
         ge=0,
-        description="Most devices the in-memory copy holds (about 1.5 KiB each); GETs of the "
+        description="Most devices the in-memory copy holds (about 3 KiB of RSS each); GETs of the "
         "others read PostgreSQL.",
     )
 
