@@ -66,6 +66,9 @@ async def run_api_stage(
     schema: str,
     client_kinds: list[str],
     profile: Path | None,
+    extender_calls: int = 0,
+    extender_rate: float = 200.0,
+    extender_nodes: int = 100,
 ) -> dict[str, Any]:
     """Start the API on ``schema``, wait until it answers, run ``count`` GETs at ``rate``/s per
     client kind, stop it (by PID) and return the first client's figures (``achieved_rate``
@@ -102,6 +105,7 @@ async def run_api_stage(
         "DEVICESTATE_API_PORT": str(port),
         "DEVICESTATE_LOG_FORMAT": "json",
         "DEVICESTATE_LOG_LEVEL": "WARNING",
+        "DEVICESTATE_SCHEDULER_EXTENDER": "true" if extender_calls else "false",
     }
     child = start_child("api", argv, env, run.log_dir)
     run.children.append(child)
@@ -142,6 +146,17 @@ async def run_api_stage(
         child.check()
         await asyncio.sleep(2.0)  # let a backlog drain before the next client
     result = dict(by_client[client_kinds[0]])
+    if extender_calls:
+        result["extender"] = await _extender_load(
+            base,
+            child,
+            devices,
+            extender_calls,
+            extender_rate,
+            extender_nodes,
+            seed,
+            client_kinds[0],
+        )
     result["other_clients"] = {k: v for k, v in by_client.items() if k != client_kinds[0]}
     result["peak_rss_mb"] = round(child.sample().get("VmHWM", 0) / 1024, 1)
     result["pid"] = child.pid
@@ -151,3 +166,62 @@ async def run_api_stage(
     if profile is not None:
         render_profile(profile)
     return result
+
+
+def extender_bodies(
+    devices: Sequence[tuple[str, str]], calls: int, nodes: int, seed: int
+) -> list[bytes]:
+    """``calls`` ExtenderArgs of a Pod asking one ``nvidia.com/gpu``, each with ``nodes`` random
+    candidate node names of the workload (``NodeNames``: a ``nodeCacheCapable`` extender)."""
+    import orjson
+
+    names = sorted({node for node, _ in devices})
+    rng = random.Random(seed + 2)
+    pod = {
+        "metadata": {"namespace": "bench", "name": "pod"},
+        "spec": {
+            "containers": [{"name": "main", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]
+        },
+    }
+    return [
+        orjson.dumps({"Pod": pod, "NodeNames": rng.sample(names, min(nodes, len(names)))})
+        for _ in range(calls)
+    ]
+
+
+async def _extender_load(
+    base: str,
+    child: Child,
+    devices: Sequence[tuple[str, str]],
+    calls: int,
+    rate: float,
+    nodes: int,
+    seed: int,
+    kind: str,
+) -> dict[str, Any]:
+    """``calls`` POSTs of ``/scheduler/filter`` at ``rate``/s, with the API's CPU."""
+    bodies = extender_bodies(devices, calls, nodes, seed)
+    cpu = CpuSampler()
+    cpu.add("api", child.pid)
+    cpu.start()
+    console.print(f"  load: {calls:,} scheduler filters of {nodes} nodes at {rate:,.0f}/s, {kind}")
+    outcome = await load_gets(
+        base,
+        ["/scheduler/filter"] * calls,
+        rate=rate,
+        count=calls,
+        connections=16,
+        time_limit=calls / rate * 2 + 30,
+        client_kind=kind,
+        bodies=bodies,
+    )
+    outcome["cpu_seconds"] = cpu.stop()
+    outcome["candidate_nodes"] = nodes
+    lat = outcome["latency_ms"]
+    console.print(
+        f"  [extender] {outcome['ok']:,}/{calls:,} OK at {outcome['achieved_rate']:,.0f} req/s; "
+        f"latency ms p50 {lat['p50']} p99 {lat['p99']} max {lat['max']}; "
+        f"errors {outcome['errors']}; CPU s {outcome['cpu_seconds']}"
+    )
+    child.check()
+    return outcome

@@ -172,16 +172,34 @@ class RawHttpClient:
         for _ in range(connections):
             self.idle.put_nowait(None)  # a slot: connect lazily
 
-    async def get(self, path: str) -> int:
+    async def get(self, path: str, body: bytes | None = None) -> int:
+        """GET ``path``, or POST ``body`` (JSON) to it; returns the status."""
+        if body is None:
+            request = b"GET " + path.encode() + b" HTTP/1.1\r\nHost: " + self.host_header
+            request += b"\r\n\r\n"
+        else:
+            request = b"POST " + path.encode() + b" HTTP/1.1\r\nHost: " + self.host_header
+            request += b"\r\nContent-Type: application/json\r\nContent-Length: "
+            request += str(len(body)).encode() + b"\r\n\r\n" + body
         conn = await self.idle.get()
         try:
+            reused = conn is not None
             if conn is None:
                 conn = await asyncio.open_connection(self.host, self.port)
             reader, writer = conn
-            writer.write(
-                b"GET " + path.encode() + b" HTTP/1.1\r\nHost: " + self.host_header + b"\r\n\r\n"
-            )
-            head = await reader.readuntil(b"\r\n\r\n")
+            writer.write(request)
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError as exc:
+                if not reused or exc.partial:
+                    raise
+                # The server closed an idle keep-alive connection (uvicorn: after 5 s) before
+                # this request reached it: send it again on a new one, as httpx does.
+                writer.close()
+                conn = await asyncio.open_connection(self.host, self.port)
+                reader, writer = conn
+                writer.write(request)
+                head = await reader.readuntil(b"\r\n\r\n")
             status = int(head[9:12])
             lower = head.lower()
             at = lower.find(b"content-length:")
@@ -213,8 +231,10 @@ async def load_gets(
     connections: int,
     time_limit: float,
     client_kind: str = "httpx",
+    bodies: Sequence[bytes] | None = None,
 ) -> dict[str, Any]:
-    """Open loop: request i is due at ``start + i / rate`` whatever earlier responses do.
+    """Open loop: request i is due at ``start + i / rate`` whatever earlier responses do
+    (a GET of ``paths[i]``, or with ``bodies`` a POST of ``bodies[i]`` to it).
 
     ``latency`` runs from the request's due time to its response (includes any wait for a free
     connection or a late client: no coordinated omission); ``service`` from the moment the HTTP
@@ -228,21 +248,24 @@ async def load_gets(
     latency: list[float] = []
     service: list[float] = []
     errors: dict[str, int] = {}
-    fetch: Callable[[str], Awaitable[int]]
+    fetch: Callable[[int], Awaitable[int]]
     close: Callable[[], Awaitable[None]]
     if client_kind == "httpx":
         limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
         http = httpx.AsyncClient(base_url=base, limits=limits, timeout=10.0)
 
-        async def fetch(path: str) -> int:
-            return (await http.get(path)).status_code
+        async def fetch(i: int) -> int:
+            if bodies is not None:
+                return (await http.post(paths[i], content=bodies[i])).status_code
+            return (await http.get(paths[i])).status_code
 
         close = http.aclose
     else:
         raw = RawHttpClient(base, connections)
 
-        async def fetch(path: str) -> int:
-            return await asyncio.wait_for(raw.get(path), 10.0)
+        async def fetch(i: int) -> int:
+            body = None if bodies is None else bodies[i]
+            return await asyncio.wait_for(raw.get(paths[i], body), 10.0)
 
         close = raw.aclose
 
@@ -252,11 +275,11 @@ async def load_gets(
     # `latency` (from the due time).
     gate = asyncio.Semaphore(connections)
 
-    async def one(path: str, due: float) -> None:
+    async def one(i: int, due: float) -> None:
         async with gate:
             sent = loop.time()
             try:
-                status = await fetch(path)
+                status = await fetch(i)
             except Exception as exc:  # timeouts, resets
                 errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
                 return
@@ -269,7 +292,7 @@ async def load_gets(
 
     try:
         # Warm-up (not counted): open the connections, warm the server's pools.
-        warm = [asyncio.create_task(fetch(paths[i % len(paths)])) for i in range(connections)]
+        warm = [asyncio.create_task(fetch(i % len(paths))) for i in range(connections)]
         await asyncio.gather(*warm, return_exceptions=True)
 
         tasks: list[asyncio.Task[None]] = []
@@ -285,7 +308,7 @@ async def load_gets(
                 due_count = min(count, int((now - start) * rate) + 1)
                 while sent < due_count:
                     due = start + sent / rate
-                    tasks.append(asyncio.create_task(one(paths[sent], due)))
+                    tasks.append(asyncio.create_task(one(sent, due)))
                     sent += 1
                 if now - last_update >= 0.25:
                     last_update = now

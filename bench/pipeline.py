@@ -49,6 +49,7 @@ from bench.processes import StageUnavailable
 from bench.replay_stage import print_replay_summary, run_replay_stage
 from bench.report import print_table, verdicts
 from bench.stack import (
+    Run,
     StackUnreachable,
     check_stack,
     cleanup,
@@ -57,6 +58,7 @@ from bench.stack import (
     stack_settings,
 )
 from bench.worker_stage import print_worker_summary, run_worker_stage
+from services.runtime.config import Settings
 
 STAGES = ("publish", "baseline", "worker", "replay", "api")
 
@@ -86,6 +88,32 @@ class Options:
     profile_worker: Path | None
     profile_replay: Path | None
     profile_api: Path | None
+    api_during_ingest: float | None = None
+    extender_calls: int = 0
+    extender_rate: float = 200.0
+
+
+async def api_during_ingest(
+    run: Run, settings: Settings, devices: Any, opts: Options, delay: float
+) -> dict[str, Any]:
+    """Stage (d) on the worker's schema while the worker ingests: started ``delay`` seconds
+    after the worker (so most devices exist: a GET of one not written yet is a 404, counted in
+    ``error_kinds``); ``worker_still_ingesting`` says whether the load ended before the worker."""
+    await asyncio.sleep(delay)
+    result = await run_api_stage(
+        run,
+        settings,
+        devices,
+        rate=opts.api_rate,
+        count=opts.api_requests,
+        connections=opts.api_connections,
+        seed=opts.seed,
+        schema=run.worker_schema,
+        client_kinds=opts.api_client.split(",")[:1],
+        profile=None,
+    )
+    result["worker_still_ingesting"] = "worker" not in run.done
+    return result
 
 
 async def main_async(opts: Options) -> int:
@@ -172,6 +200,11 @@ async def main_async(opts: Options) -> int:
             results["worker"] = {"status": "skipped"}
         else:
             run.created_schemas.append(run.worker_schema)
+            during = None
+            if opts.api_during_ingest is not None:
+                during = asyncio.create_task(
+                    api_during_ingest(run, settings, api_devices, opts, opts.api_during_ingest)
+                )
             try:
                 w = results["worker"] = await run_worker_stage(
                     run,
@@ -180,6 +213,8 @@ async def main_async(opts: Options) -> int:
                     batch_size=opts.worker_batch_size,
                     profile=opts.profile_worker,
                 )
+                if during is not None:
+                    results["api_ingest"] = await during
                 run.done.add("worker")
                 print_worker_summary(w, workload)
             except Exception as exc:
@@ -231,6 +266,8 @@ async def main_async(opts: Options) -> int:
                     schema=schema,
                     client_kinds=opts.api_client.split(","),
                     profile=opts.profile_api,
+                    extender_calls=opts.extender_calls,
+                    extender_rate=opts.extender_rate,
                 )
                 run.done.add("api")
                 if a["error_kinds"]:
@@ -296,6 +333,26 @@ def cli(
     keep: Annotated[
         bool, typer.Option("--keep", help="Keep the topic, consumer group and schemas.")
     ] = False,
+    api_during_ingest: Annotated[
+        float | None,
+        typer.Option(
+            "--api-during-ingest",
+            min=0,
+            help="Also run the GET load on the worker's schema while the worker ingests, this "
+            "many seconds after it starts (GETs of devices not written yet are 404s).",
+        ),
+    ] = None,
+    extender_calls: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="After the GETs of stage (d), this many scheduler-extender filter calls of 100 "
+            "random candidate nodes (0: none).",
+        ),
+    ] = 0,
+    extender_rate: Annotated[
+        float, typer.Option(min=1.0, help="Open-loop rate of the extender calls (req/s).")
+    ] = 200.0,
     json_out: Annotated[
         Path | None, typer.Option("--json-out", help="Write all results as JSON to this path.")
     ] = None,
@@ -365,6 +422,9 @@ def cli(
         profile_worker=profile_worker,
         profile_replay=profile_replay,
         profile_api=profile_api,
+        api_during_ingest=api_during_ingest,
+        extender_calls=extender_calls,
+        extender_rate=extender_rate,
     )
     code = _run_with_signals(opts)
     raise typer.Exit(code)

@@ -409,8 +409,9 @@ class EnforcementSettings(SettingsGroup):
 
 class ApiFeatureSettings(SettingsGroup):
     """Optional parts of the directory API: the scheduler-extender endpoint (off: the route does
-    not exist until a deployment asks for it) and the request size of the capacity view's
-    fragmented count (0: the most common claim request)."""
+    not exist until a deployment asks for it), the request size of the capacity view's
+    fragmented count (0: the most common claim request), and the in-memory copy of the directory
+    that point GETs are served from (:mod:`services.processes.api.warm_devices`)."""
 
     scheduler_extender: bool = Field(
         False,
@@ -420,6 +421,25 @@ class ApiFeatureSettings(SettingsGroup):
         0,
         ge=0,
         description="Request size for the fragmented count (0: the most common claim request).",
+    )
+    api_read_cache: bool = Field(
+        True,
+        description="Serve point GETs (`/v1/nodes/{node}/devices/{resourceID}`) from a copy of "
+        "the directory kept in memory: loaded at start, refreshed with what changed in "
+        "PostgreSQL every `api_read_cache_poll_seconds`; false: every GET reads PostgreSQL.",
+    )
+    api_read_cache_poll_seconds: float = Field(
+        0.25,
+        gt=0,
+        le=10,
+        description="How often the in-memory copy asks PostgreSQL what changed (seconds): a GET "
+        "sees a committed change at most this long plus one refresh after its commit.",
+    )
+    api_read_cache_max_devices: int = Field(
+        250_000,
+        ge=0,
+        description="Most devices the in-memory copy holds (about 3 KiB of RSS each); GETs of the "
+        "others read PostgreSQL.",
     )
 
 

@@ -68,12 +68,15 @@ async def governance_topic(kafka_admin: Any, kafka_bootstrap: str) -> AsyncItera
 def api_settings(
     database_url: str, fresh_schema: str, governance_topic: str, kafka_bootstrap: str
 ) -> Settings:
+    # These tests read right after they write: off, the point GET reads PostgreSQL. The copy
+    # and its freshness bound are tested in test_warm_devices.py (and served to schemathesis).
     return Settings(
         database_url=database_url,
         database_schema=fresh_schema,
         governance_topic=governance_topic,
         kafka_bootstrap_servers=kafka_bootstrap,
         api_tokens=tokens_json(),
+        api_read_cache=False,
     )
 
 
@@ -441,7 +444,11 @@ def make_inventory_api(database_url: str, fresh_schema: str) -> ApiFactory:
 
     @asynccontextmanager
     async def make(**overrides: Any) -> AsyncIterator[httpx.AsyncClient]:
-        values: dict[str, Any] = {"database_url": database_url, "database_schema": fresh_schema}
+        values: dict[str, Any] = {
+            "database_url": database_url,
+            "database_schema": fresh_schema,
+            "api_read_cache": False,  # reads right after writes, as api_settings
+        }
         settings = Settings(**{**values, **overrides})
         app = create_app(settings)
         transport = httpx.ASGITransport(app=app)

@@ -41,6 +41,7 @@ async def api(
         topic=f"{tag}.events",
         governance_topic=f"{tag}.governance",
         consumer_group=f"{tag}.worker",
+        api_read_cache=False,  # reads right after writes; the copy: test_warm_devices.py
     )
     app, client = client_for(settings)
     try:

@@ -66,7 +66,8 @@ async def served_api(
     decided by :func:`decide_every_command`."""
     await store.apply_batch(LoggedBatch(as_log([observation(1)]), highwaters={(TOPIC, 0): 1}))
     deciding = asyncio.create_task(decide_every_command(api_settings, governor))
-    server = ServerThread(api_settings)
+    # The device written above is in the in-memory copy the point GETs are served from.
+    server = ServerThread(api_settings.model_copy(update={"api_read_cache": True}))
     server.start()
     try:
         yield server.url

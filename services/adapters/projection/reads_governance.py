@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import orjson
-from sqlalchemy import Executable, and_, case, func, select, tuple_
+from sqlalchemy import Executable, and_, bindparam, case, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.adapters.projection.governance_tables import (
@@ -155,6 +155,13 @@ def _with_governance(source: Any) -> Any:
     ).outerjoin(device_governance, and_(_G.node == c.node, _G.resource_id == governed_as))
 
 
+_JOINED: Final = select(devices, *_GOV_COLUMNS).select_from(_with_governance(devices))
+"""Built once: a statement is immutable, and building it costs more than running it."""
+_ONE_DEVICE: Final = _JOINED.where(
+    devices.c.node == bindparam("node"), devices.c.resource_id == bindparam("rid")
+)
+
+
 def _json(value: Any) -> dict[str, Any]:
     if isinstance(value, str | bytes):
         value = orjson.loads(value)
@@ -168,6 +175,11 @@ class GovernanceReads:
         self._engine = engine
         self._options = in_schema(schema)
 
+    @property
+    def options(self) -> dict[str, Any]:
+        """Execution options that point a statement at this projection's schema."""
+        return self._options
+
     async def _fetch(self, stmt: Executable) -> list[Any]:
         async with self._engine.connect() as conn:
             result = await conn.execute(stmt, execution_options=self._options)
@@ -175,10 +187,12 @@ class GovernanceReads:
 
     # --- devices with their governance ----------------------------------------------------
 
-    def _joined(self) -> Any:
-        return select(devices, *_GOV_COLUMNS).select_from(_with_governance(devices))
+    def joined(self) -> Any:
+        """``devices`` with the governance columns of :meth:`governed` (a ``select``)."""
+        return _JOINED
 
-    def _governed(self, rows: Sequence[Any]) -> list[GovernedDevice]:
+    def governed(self, rows: Sequence[Any]) -> list[GovernedDevice]:
+        """The rows of a :meth:`joined` statement as :class:`GovernedDevice` objects."""
         return [
             GovernedDevice(record_from_row(tuple(r)[:_DEVICE_COLUMNS]), _governance(r._mapping))
             for r in rows
@@ -198,22 +212,25 @@ class GovernanceReads:
         devices in that governance state."""
         c = devices.c
         stmt = (
-            self._joined()
+            self.joined()
             .where(*device_filter_clauses(filters, after))
             .order_by(c.node, c.resource_id)
             .limit(limit + 1)
         )
         if state is not None:
             stmt = stmt.where(_G.state == state.value)
-        items = self._governed(await self._fetch(stmt))
+        items = self.governed(await self._fetch(stmt))
         if len(items) > limit:
             return GovernedPage(items[:limit], items[limit - 1].record.key)
         return GovernedPage(items, None)
 
     async def get_device(self, node: str, resource_id: str) -> GovernedDevice | None:
-        c = devices.c
-        stmt = self._joined().where(c.node == node, c.resource_id == resource_id)
-        items = self._governed(await self._fetch(stmt))
+        """One device with its governance, or ``None`` when the directory has no such row."""
+        async with self._engine.connect() as conn:
+            result = await conn.execute(
+                _ONE_DEVICE, {"node": node, "rid": resource_id}, execution_options=self._options
+            )
+            items = self.governed(list(result))
         return items[0] if items else None
 
     async def node_governance(self, node: str) -> dict[str, DeviceGovernance]:

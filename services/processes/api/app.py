@@ -13,6 +13,7 @@ misconfigured API never starts.
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -25,6 +26,7 @@ from fastapi.responses import JSONResponse
 
 from services.adapters.projection.engine import create_engine
 from services.adapters.projection.errors import DatabaseError
+from services.adapters.projection.reads_changes import ChangeReads
 from services.adapters.projection.reads_devices import DeviceReads
 from services.adapters.projection.reads_governance import GovernanceReads
 from services.adapters.projection.reads_inventory import InventoryReads
@@ -51,6 +53,8 @@ from services.processes.api.idempotency import KeyRegistry
 from services.processes.api.openapi import install_openapi
 from services.processes.api.readiness import LagReader
 from services.processes.api.routes_ops import GovernanceGaugeCache
+from services.processes.api.warm_devices import WarmDevices
+from services.processes.api.warm_devices import stop as stop_refresher
 from services.runtime.config import ApiProcessSettings
 
 DESCRIPTION = """\
@@ -154,10 +158,22 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
         publisher = CommandPublisher(settings)
         app.state.publisher = publisher
         app.state.lag = LagReader.of(settings)
+        warm = refresher = None
+        if settings.api_read_cache:
+            warm = WarmDevices(
+                ChangeReads(engine, settings.database_schema),
+                poll_seconds=settings.api_read_cache_poll_seconds,
+                max_devices=settings.api_read_cache_max_devices,
+            )
+            # Loaded before the first request is taken: a start-up's work, not the first GETs'.
+            await warm.start()
+            refresher = asyncio.create_task(warm.run(), name="api read cache")
+        app.state.warm_devices = warm
         try:
             await publisher.start()  # raises TopicCheckError: the topics are wrong
             yield
         finally:
+            await stop_refresher(refresher)
             await app.state.lag.close()
             await publisher.close()
             await engine.dispose()
@@ -176,6 +192,7 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
     app.state.governance_gauges = GovernanceGaugeCache()
     app.state.inventory_gauges = routes_inventory.InventoryGaugeCache()
     app.state.extender_stats = routes_extender.ExtenderStats()
+    app.state.warm_devices = None  # the lifespan starts it (api_read_cache)
     app.add_exception_handler(RequestValidationError, validation_failed)
     app.add_exception_handler(DatabaseError, database_unavailable)
     app.add_exception_handler(OSError, database_unavailable)

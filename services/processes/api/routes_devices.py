@@ -13,7 +13,7 @@ import binascii
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
 
 from services.adapters.projection.read_models import DeviceFilters
 from services.adapters.projection.reads_devices import DeviceReads
@@ -34,6 +34,7 @@ from services.processes.api.schemas import (
     NodesOut,
     NodeSummaryOut,
 )
+from services.processes.api.warm_devices import WarmDevices, device_body
 
 MAX_PAGE = 1000
 """Largest ``limit`` of one page."""
@@ -76,6 +77,10 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {
 UNPROCESSABLE: dict[int | str, dict[str, Any]] = {
     422: {"model": ErrorOut, "description": "Invalid query parameter."}
 }
+
+
+def _not_found(node: str, resource_id: str) -> str:
+    return f"device {resource_id!r} on node {node!r} is not in the directory"
 
 
 def encode_cursor(key: DeviceKey) -> str:
@@ -162,13 +167,29 @@ async def get_node(store: Store, reads: Reads, node: NodeName) -> NodeSummaryOut
 @router.get(
     "/nodes/{node}/devices/{resourceID:path}", response_model=DeviceOut, responses=NOT_FOUND
 )
-async def get_device(reads: Reads, node: NodeName, resource_id: ResourceID) -> DeviceOut:
+async def get_device(
+    request: Request, reads: Reads, node: NodeName, resource_id: ResourceID
+) -> Response:
     """One device with its governance. The resourceID is the rest of the path and may contain
     `/`."""
+    # The body is DeviceOut (response_model, for the document), encoded once per change of the
+    # device: from the warm copy (warm_devices) when it holds the device.
+    warm: WarmDevices | None = request.app.state.warm_devices
+    key = (node, resource_id)
+    if warm is not None:
+        body = warm.get(key)
+        if body is not None:
+            return Response(body, media_type="application/json")
+        if warm.complete:  # not in the directory as of the last refresh
+            raise HTTPException(404, _not_found(node, resource_id))
+        generation = warm.generation
     found = await reads.get_device(node, resource_id)
     if found is None:
-        raise HTTPException(404, f"device {resource_id!r} on node {node!r} is not in the directory")
-    return DeviceOut.of(found.record, found.governance)
+        raise HTTPException(404, _not_found(node, resource_id))
+    body = device_body(found)
+    if warm is not None:
+        warm.put(key, body, generation)
+    return Response(body, media_type="application/json")
 
 
 @router.get(

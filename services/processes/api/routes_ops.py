@@ -27,6 +27,7 @@ from services.processes.api.routes_extender import extender_metrics
 from services.processes.api.routes_inventory import CAPACITY_NODE_VIEW_METRICS, inventory_gauges
 from services.processes.api.routing import ServiceRoute
 from services.processes.api.schemas import LagOut, PartitionOut, ReadyOut
+from services.processes.api.warm_devices import warm_metrics
 
 log = structlog.get_logger(__name__)
 
@@ -149,7 +150,11 @@ async def metrics(
     (ResourceSlice devices minus Node capacity where both offer the resource),
     ``devicestate_api_inventory_up``. With the scheduler extender enabled:
     ``devicestate_scheduler_extender_calls_total{outcome}`` and
-    ``devicestate_scheduler_extender_failed_nodes_total``.
+    ``devicestate_scheduler_extender_failed_nodes_total``. With the point GETs' in-memory copy
+    (``DEVICESTATE_API_READ_CACHE``): ``devicestate_api_read_cache_ready``,
+    ``..._devices``, ``..._refresh_seconds`` (the last refresh's duration: with the poll
+    interval, how stale a GET can be), ``..._hits_total``, ``..._misses_total``,
+    ``..._refresh_errors_total``.
     """
     clock = request.app.state.clock
     registry = CollectorRegistry()
@@ -196,6 +201,9 @@ async def metrics(
     await inventory_gauges(request, registry, capacity_node_view, DATABASE_ERRORS)
     if request.app.state.settings.scheduler_extender:
         extender_metrics(request, registry)
+    warm = getattr(request.app.state, "warm_devices", None)
+    if warm is not None:
+        warm_metrics(warm, registry)
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
