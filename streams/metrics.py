@@ -7,13 +7,13 @@ exposes that registry over HTTP on ``settings.worker_metrics_port`` (0 keeps it 
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
-from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from services.runtime.metrics_http import MetricsHttpServer
 
 _BATCH_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _UNKNOWN_SECONDS_BUCKETS = (10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
@@ -25,8 +25,7 @@ class WorkerMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        self._server: WSGIServer | None = None
-        self._thread: threading.Thread | None = None
+        self._http = MetricsHttpServer(self.registry)
         r = self.registry
         self.consumed = Counter(
             "devicestate_worker_events_consumed",
@@ -222,21 +221,13 @@ class WorkerMetrics:
         if port == 0:
             return None
         try:
-            server, thread = start_http_server(port, addr=addr, registry=self.registry)
+            return self._http.start(port, addr)
         except OSError as exc:
             raise SystemExit(
                 f"error: cannot serve the worker's metrics on {addr}:{port} ({exc.strerror}); "
                 "set DEVICESTATE_WORKER_METRICS_PORT to a free port, or 0 to turn them off"
             ) from None
-        self._server, self._thread = server, thread
-        return int(server.server_port)
 
     def close(self) -> None:
         """Stop the HTTP server started by :meth:`serve`, if any."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        self._http.close()

@@ -7,11 +7,11 @@ never collide on metric names.
 
 from __future__ import annotations
 
-import threading
 from typing import Final
-from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from services.runtime.metrics_http import MetricsHttpServer
 
 CLAIM_STAGE_BUCKETS: Final = (
     0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600,
@@ -25,8 +25,7 @@ class WatcherMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        self._server: WSGIServer | None = None
-        self._thread: threading.Thread | None = None
+        self._http = MetricsHttpServer(self.registry)
         self.events_published = Counter(
             "devicestate_watcher_events_published",
             "Events published to the event topic, by event type.",
@@ -141,15 +140,9 @@ class WatcherMetrics:
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         """Serve ``/metrics`` on ``port`` (all interfaces) from a daemon thread; 0 means off.
         Raises ``OSError`` if the port is taken."""
-        if port and self._server is None:
-            self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
+        if port and not self._http.running:
+            self._http.start(port, addr)
 
     def close(self) -> None:
         """Stop the HTTP server :meth:`serve` started, if any."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        self._http.close()
