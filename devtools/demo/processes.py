@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -57,6 +58,19 @@ def start_child(command: str, log_dir: Path, env: dict[str, str] | None = None) 
         env={**os.environ, **(env or {})},
     )
     return Child(command, process, log_path, log_file)
+
+
+def require_free_port(host: str, port: int, setting: str) -> None:
+    """Raise ``RuntimeError`` naming ``setting`` when ``host:port`` is taken: a process already
+    listening there would answer the demo's health check for it and serve another directory."""
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise RuntimeError(
+                f"{host}:{port} is already in use ({exc.strerror}): the demo's API cannot listen "
+                f"there; stop what holds it, or set {setting} to a free port"
+            ) from None
 
 
 def wait_http_ok(url: str, child: Child, timeout: float) -> None:

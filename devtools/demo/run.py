@@ -21,7 +21,7 @@ import typer
 from rich.markup import escape
 
 from devtools.demo.catchup import wait_caught_up
-from devtools.demo.processes import Child, start_child, wait_http_ok
+from devtools.demo.processes import Child, require_free_port, start_child, wait_http_ok
 from services.client.directory import fetch_devices, make_console, render_table
 from services.runtime.config import Settings
 from services.runtime.logs import configure_logging
@@ -98,6 +98,7 @@ def demo(
         console.rule("3/5 stream worker and directory API")
         worker = start_child("worker", log_dir)
         children.append(worker)
+        require_free_port(settings.api_host, settings.api_port, "DEVICESTATE_API_PORT")
         api = start_child("api", log_dir)
         children.append(api)
         wait_http_ok(f"http://{settings.api_host}:{settings.api_port}/healthz", api, 60)
