@@ -151,6 +151,14 @@ def query(server: Server, promql: str) -> list[dict[str, Any]]:
     return result
 
 
+def targets(server: Server) -> list[dict[str, Any]]:
+    """Prometheus ``/api/v1/targets``: the active targets (each with ``labels``, ``health``,
+    ``lastError`` and ``lastScrape``)."""
+    body = get_json(f"{server.url}/api/v1/targets?state=active")
+    active: list[dict[str, Any]] = body["data"]["activeTargets"]
+    return active
+
+
 def alerts(server: Server, active: bool = True, inhibited: bool = True) -> list[dict[str, Any]]:
     """Alertmanager ``/api/v2/alerts`` (``active``/``inhibited`` filters as the API takes them)."""
     params = urllib.parse.urlencode(

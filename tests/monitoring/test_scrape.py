@@ -78,7 +78,14 @@ def api_process(tmp_path: Path) -> Iterator[Callable[[Settings, int], subprocess
         process.wait()
 
 
-async def eventually(check: Callable[[], Any], what: str, seconds: float = 120.0) -> Any:
+async def eventually(
+    check: Callable[[], Any],
+    what: str,
+    seconds: float = 120.0,
+    why: Callable[[], Any] | None = None,
+) -> Any:
+    """``check()``'s first truthy answer, polled every 0.5 s; ``AssertionError`` after
+    ``seconds``, with the last answer and, given ``why``, what it says (the scrape targets)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     last: Any = None
@@ -90,7 +97,8 @@ async def eventually(check: Callable[[], Any], what: str, seconds: float = 120.0
         if last and not isinstance(last, Exception):
             return last
         await asyncio.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+    said = f"; {await asyncio.to_thread(why)!r}" if why is not None else ""
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}{said}")
 
 
 def value(server: Server, promql: str) -> float | None:
@@ -139,13 +147,17 @@ async def test_prometheus_scrapes_the_pipeline_and_evaluates_the_rules(
     watcher_metrics.serve(ports["devicestate-watcher"], addr="127.0.0.1")
     try:
         prometheus = prometheus_server(prometheus_config(tmp_path / "prometheus.yml", ports))
+
+        def worker_alive() -> None:
+            assert worker.process.poll() is None, "the worker exited"
+
         summary = await run_watch(settings, from_file=DEMO_STREAM, metrics=watcher_metrics)
         await wait_caught_up(
             kafka_bootstrap,
             settings.topic,
             settings.consumer_group,
             120,
-            still_alive=lambda: worker.process.poll() is None,
+            still_alive=worker_alive,
         )
         assert api.poll() is None, (tmp_path / "api.log").read_text()
 
@@ -155,8 +167,15 @@ async def test_prometheus_scrapes_the_pipeline_and_evaluates_the_rules(
             lambda: value(prometheus, 'devicestate_quarantines_active{job="devicestate-api"}') == 5,
             "the API's quarantine gauge at 5 in Prometheus",
         )
+        # Each job is scraped on its own loop: one may not have had its first scrape yet.
         for job in JOBS:
-            assert value(prometheus, f'up{{job="{job}"}}') == 1, job
+            up = f'up{{job="{job}"}}'
+            await eventually(
+                lambda up=up: value(prometheus, up) == 1,  # type: ignore[misc]
+                f"{up} == 1",
+                seconds=60,
+                why=lambda: monitoring_servers.targets(prometheus),
+            )
         assert value(prometheus, "devicestate_governor_active_quarantines") == 5
         assert (
             value(prometheus, 'devicestate_devices_by_governance_state{state="Quarantined"}') == 5

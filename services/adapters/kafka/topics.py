@@ -76,8 +76,12 @@ TOPIC_ALREADY_EXISTS: Final = 36
 """Kafka error code ``TOPIC_ALREADY_EXISTS`` (another process created it between list and create)."""
 
 
-METADATA_WAIT_SECONDS: Final = 10.0
+METADATA_WAIT_SECONDS: Final = 30.0
 """Longest wait (seconds) for created topics to show in the metadata before they are checked."""
+
+LISTED_IN_A_ROW: Final = 3
+"""Metadata answers in a row (each from a random broker) that must list a created framework
+topic before it is used."""
 
 
 class TopicState(StrEnum):
@@ -204,10 +208,11 @@ async def ensure_topics(
         existing = set(await admin.list_topics())
         states = {name: TopicState.EXISTED for name in specs if name in existing}
         missing = [specs[name] for name in specs if name not in existing]
+        created: set[str] = set()
         if missing and create:
             states |= await _create(admin, missing, replication)
-            await _until_listed(admin, [spec.name for spec in missing])
-        problems = await inspect_topics(admin, specs, replication)
+            created = {spec.name for spec in missing}
+        problems = await _inspect_once_listed(admin, specs, replication, created)
         if problems:
             raise TopicCheckError(problems)
         return states
@@ -215,13 +220,39 @@ async def ensure_topics(
         await admin.close()
 
 
-async def _until_listed(admin: AIOKafkaAdminClient, names: list[str]) -> None:
-    # A created topic reaches the brokers' metadata a moment after the controller answered.
+async def _inspect_once_listed(
+    admin: AIOKafkaAdminClient,
+    specs: dict[str, TopicSpec],
+    replication: int,
+    created: set[str],
+) -> list[TopicProblem]:
+    # A created topic reaches each broker's metadata a moment after the controller answered,
+    # and every metadata request goes to a random broker: inspect again (each time perhaps on
+    # another broker) while a topic just created is not listed yet.
     loop = asyncio.get_running_loop()
     deadline = loop.time() + METADATA_WAIT_SECONDS
-    while loop.time() < deadline:
-        if set(names) <= set(await admin.list_topics()):
-            return
+    while True:
+        problems = await inspect_topics(admin, specs, replication)
+        unlisted = [p.topic for p in problems if p.missing and p.topic in created]
+        if not unlisted:
+            return problems
+        if loop.time() >= deadline:
+            log.warning(
+                "created topics not in the metadata yet",
+                topics=unlisted,
+                waited_seconds=METADATA_WAIT_SECONDS,
+            )
+            return problems
+        await asyncio.sleep(0.2)
+
+
+async def _until_listed(admin: AIOKafkaAdminClient, names: list[str]) -> None:
+    # As above: each listing asks a random broker, so a few answers in a row must list them.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + METADATA_WAIT_SECONDS
+    in_a_row = 0
+    while loop.time() < deadline and in_a_row < LISTED_IN_A_ROW:
+        in_a_row = in_a_row + 1 if set(names) <= set(await admin.list_topics()) else 0
         await asyncio.sleep(0.1)
 
 
