@@ -49,7 +49,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import datetime
 from typing import Any, Final, Protocol
 
 import faust
@@ -58,12 +57,19 @@ import structlog
 from services.adapters.projection.errors import refusal_reason
 from services.domain.batch import CommitHook, LoggedBatch, RecordsAfterGap, first_holes
 from services.domain.directory import DeviceKey
+from services.domain.early_drops import EarlyDropsUnjustified
 from services.domain.log import LogPosition
 from services.runtime.config import WorkerProcessSettings
 from streams.batchwrite import BatchNotWritten, BatchWriter, is_retriable, write_grace_seconds
 from streams.ceiling import CEILING_STAGE, HEADROOM_BYTES, dead_lettering_over_ceiling
 from streams.deadletter import Letter, deliver_in_order, enqueue_dead_letter
-from streams.dedup_decode import DecodedBatch, decode_into, record_event_time
+from streams.dedup_decode import (
+    DecodedBatch,
+    consumed_offsets,
+    decode_into,
+    early_event_times,
+    record_event_time,
+)
 from streams.dedup_table import TABLE_NAME, known_ranks, remember, select_new
 from streams.forward import BatchView, Forwarder
 from streams.gaps import GapRecovery
@@ -196,10 +202,12 @@ class DeviceDedup:
         dead_letter: Any,
         bisecting: bool = False,
         refusal: str | None = None,
+        use_table: bool = True,
     ) -> None:
         """Write ``events`` (``bisecting``: a part of a refused batch; errors are raised to
         :meth:`_isolate`). ``refusal``: the database refused these events' values; they are
-        dead-lettered with that reason and only their offsets are written."""
+        dead-lettered with that reason and only their offsets are written. ``use_table``
+        false: nothing is dropped early (the table dropped what the projection lacks)."""
         batch = DecodedBatch(events, skew_seconds=self.settings.max_clock_skew_seconds)
         for event in events:
             if refusal is None:
@@ -208,24 +216,11 @@ class DeviceDedup:
                 batch.dead.append(self._dead_letter(event.message, None, refusal, POISON_STAGE))
         record_event_time(self.metrics, batch)
 
-        known = known_ranks(self.table, stream, batch.records, batch.sources)
+        known = known_ranks(self.table, stream, batch.records, batch.sources) if use_table else {}
         selection = select_new(batch.records, known)
         hook = None
         times = batch.times
-        # Event times of the records the store does not see as applied observations (dropped
-        # early, node events), bounded by the broker's clock like the rest.
-        event_times: list[tuple[LogPosition, datetime]] = []
-        if batch.node_events or len(selection.records) < len(batch.records):
-            kept = set(selection.kept)
-            event_times.extend(
-                (r.position, times[r.position])
-                for i, r in enumerate(batch.records)
-                if i not in kept
-            )
-            event_times.extend((n.position, times[n.position]) for n in batch.node_events)
-        if batch.clamped:  # kept observations count at their bounded time, not their observedAt
-            dropped = {position for position, _ in event_times}
-            event_times.extend((p, times[p]) for p in batch.clamped if p not in dropped)
+        dropped, event_times = early_event_times(batch, selection.kept)
         if self.forwarder is not None:
             view = BatchView(batch.order, batch.node_events, dict(times), set(batch.clamped))
             hook = self.forwarder.before_commit(view)
@@ -239,11 +234,7 @@ class DeviceDedup:
 
         highwaters = self._highwaters(events)
         # Progress covers every consumed record, also those dropped early or dead-lettered.
-        offsets: dict[tuple[str, int], list[int]] = {}
-        for event in events:
-            offsets.setdefault((event.message.topic, event.message.partition), []).append(
-                event.message.offset
-            )
+        offsets = consumed_offsets(events)
         consumed = {part: max(seen) for part, seen in offsets.items()}
         first = {part: min(seen) for part, seen in offsets.items()}
         try:
@@ -261,6 +252,7 @@ class DeviceDedup:
                 consumed_holes=first_holes(offsets),
                 max_devices_per_node=self.settings.max_devices_per_node,
                 history_retention_seconds=self.settings.device_history_retention_seconds,
+                dropped_early=dropped,
             )
             result, cancelled = await self.writer.write(
                 lambda: self.sink.apply_batch(logged, hook), len(selection.records)
@@ -271,6 +263,13 @@ class DeviceDedup:
         except BatchNotWritten as exc:
             if isinstance(exc.__cause__, RecordsAfterGap) and not bisecting:
                 await self._skip_gaps(stream, events, started, exc.__cause__)
+            elif isinstance(exc.__cause__, EarlyDropsUnjustified) and use_table:
+                # The table said the projection has records it does not: write them after all.
+                log.error("dedup table ahead of the projection", error=str(exc.__cause__))
+                self.metrics.table_unjustified.inc(len(exc.__cause__.positions))
+                await self._process(
+                    stream, events, started, _already_sent, bisecting, refusal, use_table=False
+                )
             elif bisecting or not is_poison(exc):
                 self._stop_at(events, exc, raise_it=bisecting)
             else:

@@ -11,7 +11,7 @@ events (heartbeats, resource counts, watcher ticks) and DRA inventory records ar
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -112,3 +112,30 @@ def record_event_time(metrics: WorkerMetrics, batch: DecodedBatch) -> None:
             offset=first.offset,
             max_skew_seconds=batch.skew_seconds,
         )
+
+
+def early_event_times(
+    batch: DecodedBatch, kept: Collection[int]
+) -> tuple[list[LoggedEvent], list[tuple[LogPosition, datetime]]]:
+    """The observations of ``batch`` not ``kept`` (indexes into ``batch.records``: the rest was
+    dropped early), and the event times the store must count besides its applied observations:
+    those dropped early and the node events, plus the clamped ones (kept observations count at
+    their bounded time, not their observedAt), bounded by the broker's clock like the rest."""
+    times = batch.times
+    keep = set(kept)
+    dropped = [r for i, r in enumerate(batch.records) if i not in keep]
+    event_times = [(r.position, times[r.position]) for r in dropped]
+    event_times.extend((n.position, times[n.position]) for n in batch.node_events)
+    if batch.clamped:
+        counted = {position for position, _ in event_times}
+        event_times.extend((p, times[p]) for p in batch.clamped if p not in counted)
+    return dropped, event_times
+
+
+def consumed_offsets(events: Sequence[Any]) -> dict[tuple[str, int], list[int]]:
+    """Per ``(topic, partition)``, the offsets of faust ``events``, in batch order."""
+    offsets: dict[tuple[str, int], list[int]] = {}
+    for event in events:
+        message = event.message
+        offsets.setdefault((message.topic, message.partition), []).append(message.offset)
+    return offsets

@@ -103,6 +103,13 @@ class WorkerMetrics:
             "never got (out-of-order delivery after a rebalance); read again in order.",
             registry=r,
         )
+        self.table_unjustified = Counter(
+            "devicestate_worker_table_unjustified_drops",
+            "Observations the dedup table dropped early that the projection did not have "
+            "(services/domain/early_drops.py): their batch was written again without the table. "
+            "Any increase is a bug to report.",
+            registry=r,
+        )
         self.clock_clamped = Counter(
             "devicestate_worker_event_time_clamped",
             "Records whose observedAt was more than DEVICESTATE_MAX_CLOCK_SKEW_SECONDS ahead of "

@@ -97,6 +97,11 @@ class LoggedBatch:
     history_retention_seconds: float = 0.0
     """``device_history`` rows older than this before their partition's watermark are deleted
     (:mod:`services.domain.retention`; 0: kept)."""
+    dropped_early: Sequence[LoggedEvent] = ()
+    """Observations the caller dropped before the store (its dedup table said the projection has
+    them), in log order: the store checks those after the recorded offsets against the
+    projection and refuses the batch when one is not there
+    (:class:`~services.domain.early_drops.EarlyDropsUnjustified`)."""
 
     @property
     def empty(self) -> bool:

@@ -23,6 +23,7 @@ from services.adapters.projection.store import BatchStats, ProjectionStore
 from services.domain.batch import LoggedBatch, Partition, PendingCommit, RecordsAfterGap
 from services.domain.device_ceiling import within_ceiling
 from services.domain.directory import DeviceKey, DeviceRecord, fold
+from services.domain.early_drops import EarlyDropsUnjustified
 from services.domain.events import Health
 from services.domain.log import LogPosition
 from streams.dedup import BatchSink
@@ -170,6 +171,38 @@ class BatchSinkContract:
             logged([observation(3, at=3)], start=2), consumed_from={P0: 0}, consumed_holes={P0: 1}
         )
         assert (await harness.sink.apply_batch(redelivered)).applied == 1
+
+    async def test_observations_dropped_early_must_be_in_the_projection(
+        self, harness: Harness, observation: ObservationFactory, logged: LogFactory
+    ) -> None:
+        """The worker's dedup table drops observations it says the projection has; one it does
+        not have (the table ahead of the projection) would be lost behind the recorded offset,
+        so the batch is refused whole (the fault campaign once lost 74 observations after a
+        worker kill, the cause not found)."""
+        await harness.sink.apply_batch(LoggedBatch(logged([observation(5)])))
+        devices, progress = await harness.devices(), await harness.progress()
+        resent, newer = logged([observation(5, at=1), observation(7, at=2)], start=1)
+        with pytest.raises(EarlyDropsUnjustified) as refused:
+            await harness.sink.apply_batch(
+                LoggedBatch([], consumed_through={P0: 2}, dropped_early=[resent, newer])
+            )
+        assert refused.value.positions == [newer.position]
+        assert (await harness.devices(), await harness.progress()) == (devices, progress)
+        # Explained drops: a re-send of the committed version, and one of an earlier record of
+        # the same batch; drops at or before the recorded offset are not checked.
+        stale = logged([observation(4, at=1)], start=1)[0]
+        second, again = logged([observation(8, at=3), observation(8, at=4)], start=2)
+        stats = await harness.sink.apply_batch(
+            LoggedBatch([second], consumed_through={P0: 3}, dropped_early=[stale, again])
+        )
+        assert stats.applied == 1
+        assert (await harness.progress())[P0].offset == 3
+        old = logged([observation(9, at=9)], start=0)[0]  # at the recorded offset: not checked
+        assert (
+            await harness.sink.apply_batch(
+                LoggedBatch([], consumed_through={P0: 3}, dropped_early=[old])
+            )
+        ).redelivered == 0
 
     async def test_a_partition_with_nothing_recorded_must_start_at_its_first_offset(
         self, harness: Harness, observation: ObservationFactory, logged: LogFactory

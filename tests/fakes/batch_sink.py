@@ -27,6 +27,7 @@ from services.domain.directory import (
     apply_event,
     tombstones_of,
 )
+from services.domain.early_drops import EarlyDropsUnjustified, unjustified_drops
 from services.domain.events import DeviceHealthObserved
 from services.domain.log import LoggedEvent
 from services.domain.tombstones import Tombstone, merged, retained
@@ -98,6 +99,12 @@ class FakeSink:
             return bool(position.offset > before.get((position.topic, position.partition), -1))
 
         records = [r for r in batch.records if fresh(r.position)]
+        dropped = [r for r in batch.dropped_early if fresh(r.position)]
+        if dropped:
+            committed = {key: stored.devices[key].status_version for key in stored.devices}
+            unexplained = unjustified_drops(dropped, records, committed)
+            if unexplained:
+                raise EarlyDropsUnjustified(unexplained)
         devices = dict(stored.devices)
         held = Counter(node for node, _ in devices)
         applied, refused = within_ceiling(

@@ -336,3 +336,30 @@ async def test_halted_worker_withholds_every_later_batch(tmp_path: Any) -> None:
     await built.dedup.handle_batch(None, events)
     assert sink.calls == 0
     assert all(e.message.acked for e in events)  # faust's ack skips them: offsets not committed
+
+
+async def test_a_table_ahead_of_the_projection_loses_nothing(
+    tmp_path: Any, observation: Any
+) -> None:
+    """The table claims a rank the projection does not have (as a wrong restore would): the
+    store refuses the batch, and the agent writes it again without dropping anything early."""
+    sink = FakeSink(run_hooks=False)
+    built = build_worker_app(_unit_settings(tmp_path), sink=sink)
+    app = built.app
+    app.finalize()
+    app.flow_control.resume()
+    built.dedup.dead_letter_topic = FakeDeadLetters()
+    key = table_key("gpu-node-a", "GPU-0")
+    async with built.dedup.agent.test_context() as agent:
+        await agent.put(encode_event(observation(5)), key=b"gpu-node-a", wait=False)
+        await _wait_for(lambda: len(sink.batches) >= 1)
+        built.dedup.table.data[key] = "99"  # ahead of the projection (v5)
+        for version in (7, 7, 8):
+            await agent.put(encode_event(observation(version)), key=b"gpu-node-a", wait=False)
+        await _wait_for(lambda: len(sink.batches) >= 2)
+        await asyncio.sleep(0.1)
+
+    assert [r.event.status_version for r in sink.batches[-1]] == [7, 8]
+    assert sink.projection.devices[("gpu-node-a", "GPU-0")].status_version == 8
+    assert built.metrics.table_unjustified._value.get() == 2  # the two fresh versions
+    assert {str(k): v for k, v in built.dedup.table.items()} == {key: "8"}

@@ -35,6 +35,7 @@ from services.adapters.projection.batch_result import BatchStats as BatchStats
 from services.adapters.projection.batch_result import PreparedBatch, batch_stats
 from services.adapters.projection.batch_sql import BatchStatements, device_rows, history_rows
 from services.adapters.projection.cache import DeviceCache
+from services.adapters.projection.early_drops_sql import check_early_drops
 from services.adapters.projection.errors import ProjectionConflictError
 from services.adapters.projection.inventory_store import (
     InventoryProjection,
@@ -104,6 +105,8 @@ class ProjectionStore:
         records one by one whatever the batch split. Redelivered observations are
         DUPLICATE/STALE no-ops and history rows are keyed by log position, so at-least-once
         delivery never writes a history row twice. Raises
+        :class:`~services.domain.early_drops.EarlyDropsUnjustified` (rolled back) when an
+        observation of :attr:`LoggedBatch.dropped_early` is not in the projection, and
         :class:`~services.adapters.projection.errors.ProjectionConflictError` when a concurrent
         writer changed the same devices (rolled back; retry), and SQLAlchemy's ``DBAPIError``
         family for database failures (rolled back).
@@ -151,6 +154,9 @@ class ProjectionStore:
 
             records = [r for r in batch.records if fresh_position(r.position)]
             redelivered = len(batch.records) - len(records)
+            dropped = [r for r in batch.dropped_early if fresh_position(r.position)]
+            if dropped:
+                await check_early_drops(conn, self._sql, dropped, records)
             current, tombstones = await self._lock_devices(conn, records)
             applied, refused = await self._within_ceiling(conn, records, current, batch)
             plan = plan_batch(current, applied, tombstones)
