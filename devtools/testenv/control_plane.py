@@ -43,9 +43,11 @@ FEATURE_GATES = "DRADeviceTaintRules=true"
 to apply rules' taints to the devices it allocates from; the controller-manager's
 device-taint-eviction controller to evict for NoExecute rules."""
 
-CONTROLLERS = "*,-node-lifecycle-controller"
-"""All default controllers but node lifecycle: no kubelet renews a node Lease here, so it would
-mark every Node NotReady and taint it unreachable after 50 s, in the middle of a test."""
+CONTROLLERS = "*"
+"""The default controllers, node lifecycle included: it removes the ``node.kubernetes.io/not-ready``
+taint that admission puts on every new Node once the Node reports Ready, and taints the Node
+unreachable when its Lease is not renewed for 50 s: a test that wants a Node to stay schedulable
+renews its Lease (``kube-node-lease``) as kubelet does."""
 
 
 @dataclass(frozen=True)
