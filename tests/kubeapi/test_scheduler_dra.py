@@ -41,16 +41,16 @@ T = TypeVar("T")
 
 
 async def _eventually(
-    what: str, probe: Callable[[], Awaitable[T | None]], timeout: float = 60.0
+    what: str, probe: Callable[[], Awaitable[T | None]], within: float = 60.0
 ) -> T:
-    """Poll ``probe`` until it returns something other than None; fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
+    """Poll ``probe`` until it returns something other than None; fail after ``within`` s."""
+    deadline = time.monotonic() + within
     while True:
         value = await probe()
         if value is not None:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout:.0f} s")
+            pytest.fail(f"{what}: not within {within:.0f} s")
         await asyncio.sleep(0.2)
 
 
