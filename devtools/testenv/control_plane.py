@@ -147,11 +147,7 @@ def start(
         raise KubeAPIError("this API server was started without control-plane tokens")
     work_dir = work_dir.resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
-    scheduler_kubeconfig = work_dir / "kubeconfig-scheduler.yaml"
     manager_kubeconfig = work_dir / "kubeconfig-controller-manager.yaml"
-    write_kubeconfig(
-        scheduler_kubeconfig, api.server_url, api.ca_file, SCHEDULER_USER, api.scheduler_token
-    )
     write_kubeconfig(
         manager_kubeconfig,
         api.server_url,
@@ -159,13 +155,8 @@ def start(
         CONTROLLER_MANAGER_USER,
         api.controller_manager_token,
     )
-    config = work_dir / "kube-scheduler-config.json"  # JSON is YAML too
-    config.write_text(
-        json.dumps(scheduler_configuration(scheduler_kubeconfig, extenders), indent=2) + "\n"
-    )
-    scheduler_port, manager_port = free_ports(2)
+    manager_port = free_ports(1)[0]
     manager_url = f"https://{HOST}:{manager_port}"
-    scheduler_url = f"https://{HOST}:{scheduler_port}"
     manager = spawn_ready(
         "kube-controller-manager",
         [
@@ -179,15 +170,7 @@ def start(
         report,
     )
     try:
-        scheduler = spawn_ready(
-            "kube-scheduler",
-            [str(binaries.kube_scheduler), *scheduler_flags(work_dir, config, scheduler_port)],
-            work_dir / "kube-scheduler.log",
-            f"kube-scheduler at {scheduler_url}/readyz",
-            lambda: _ok(f"{scheduler_url}/readyz"),  # informers synced
-            timeout,
-            report,
-        )
+        scheduler = start_scheduler(api, work_dir, report, timeout, binaries, extenders=extenders)
     except BaseException:
         stop_process(manager, report)
         raise
@@ -197,12 +180,59 @@ def start(
     )
     return ControlPlane(
         work_dir=work_dir,
-        scheduler=scheduler,
+        scheduler=scheduler.process,
         controller_manager=manager,
-        scheduler_url=scheduler_url,
+        scheduler_url=scheduler.url,
         controller_manager_url=manager_url,
-        scheduler_config=config,
+        scheduler_config=scheduler.config,
     )
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """A running kube-scheduler (what ``start_scheduler`` returns)."""
+
+    process: ProcessRef
+    url: str
+    config: Path
+    name: str  # the profile's schedulerName: Pods with spec.schedulerName == name are its own
+
+
+def start_scheduler(
+    api: KubeAPI,
+    work_dir: Path,
+    report: Reporter = _stderr,
+    timeout: float = 120.0,
+    binaries: ControlPlaneBinaries | None = None,
+    *,
+    extenders: Sequence[Mapping[str, Any]] = (),
+    scheduler_name: str = "default-scheduler",
+) -> Scheduler:
+    """Start one kube-scheduler against ``api`` (files in ``work_dir``, named after
+    ``scheduler_name``) and wait for its ``/readyz``. Another name than ``default-scheduler``
+    gives a second scheduler beside the default one, for the Pods that name it. Raises
+    :class:`KubeAPIError` as :func:`start` does; stop it with ``stop_process(s.process)``."""
+    binaries = control_plane_build.ensure_binaries(report) if binaries is None else binaries
+    work_dir = work_dir.resolve()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    kubeconfig = work_dir / f"kubeconfig-{scheduler_name}.yaml"
+    write_kubeconfig(kubeconfig, api.server_url, api.ca_file, SCHEDULER_USER, api.scheduler_token)
+    config = work_dir / f"{scheduler_name}-config.json"  # JSON is YAML too
+    configuration = scheduler_configuration(kubeconfig, extenders)
+    configuration["profiles"] = [{"schedulerName": scheduler_name}]
+    config.write_text(json.dumps(configuration, indent=2) + "\n")
+    port = free_ports(1)[0]
+    url = f"https://{HOST}:{port}"
+    process = spawn_ready(
+        f"kube-scheduler ({scheduler_name})",
+        [str(binaries.kube_scheduler), *scheduler_flags(work_dir, config, port)],
+        work_dir / f"{scheduler_name}.log",
+        f"kube-scheduler {scheduler_name} at {url}/readyz",
+        lambda: _ok(f"{url}/readyz"),  # its informers have synced
+        timeout,
+        report,
+    )
+    return Scheduler(process, url, config, scheduler_name)
 
 
 def stop(plane: ControlPlane, report: Reporter = _stderr) -> None:

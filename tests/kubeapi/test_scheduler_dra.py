@@ -66,6 +66,7 @@ async def gpu_node(rest: KubeREST) -> AsyncIterator[tuple[str, str]]:
     node, namespace = await make_gpu_node(rest)
     heartbeat = asyncio.create_task(renew_node_lease(rest, node))
     try:
+        await wait_node_schedulable(rest, node)
         yield node, namespace
     finally:
         heartbeat.cancel()
@@ -102,6 +103,17 @@ async def renew_node_lease(rest: KubeREST, node: str, every: float = 5.0) -> Non
             body={"spec": {"renewTime": _now()}},
             content_type="application/merge-patch+json",
         )
+
+
+async def wait_node_schedulable(rest: KubeREST, node: str) -> None:
+    """Wait until the node lifecycle controller has removed the ``not-ready`` taint admission
+    puts on a new Node, so a Pod's first scheduling attempt sees the Node as it will stay."""
+
+    async def probe() -> bool | None:
+        taints = (await rest.request("GET", f"/api/v1/nodes/{node}")).body["spec"].get("taints")
+        return None if taints else True
+
+    await _eventually(f"Node {node} without taints", probe)
 
 
 async def make_gpu_node(rest: KubeREST) -> tuple[str, str]:
