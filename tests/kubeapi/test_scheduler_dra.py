@@ -308,6 +308,7 @@ async def test_the_scheduler_never_allocates_the_quarantined_gpu_until_it_is_rel
     await _claim_and_pod(rest, namespace, "train-last")
     condition = await _unschedulable(rest, namespace, "train-last")
     assert condition["reason"] == "Unschedulable", condition
+    assert "cannot allocate all claims" in condition["message"], condition
     claim = (
         await rest.request("GET", f"{RESOURCE}/namespaces/{namespace}/resourceclaims/train-last")
     ).body
