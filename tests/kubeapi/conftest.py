@@ -25,7 +25,7 @@ import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import pytest_asyncio
@@ -33,6 +33,9 @@ from kubernetes_asyncio import client, config
 
 from devtools.stack.supervisor import StackError
 from devtools.testenv import control_plane, kubeapi, kustomize
+
+if TYPE_CHECKING:
+    from tests.kubeapi.kube_rest import KubeREST
 
 NAMESPACE = kubeapi.SERVICE_NAMESPACE
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -95,6 +98,15 @@ def kube_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Con
             control_plane.stop(plane)
     finally:
         kubeapi.stop(api)
+
+
+@pytest_asyncio.fixture
+async def control_plane_rest(kube_control_plane: ControlPlaneEnv) -> AsyncIterator[KubeREST]:
+    """A REST session on ``kube_control_plane``'s API server, as admin."""
+    from tests.kubeapi.kube_rest import KubeREST
+
+    async with KubeREST(kube_control_plane.api) as session:
+        yield session
 
 
 @pytest.fixture(scope="session")

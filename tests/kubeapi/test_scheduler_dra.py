@@ -13,14 +13,11 @@ that shows the test can fail.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import sys
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import UTC, datetime
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -29,6 +26,7 @@ from services.processes.enforcement.desired import LABEL_SELECTOR
 from services.runtime.config import Settings
 from tests.kubeapi.conftest import ControlPlaneEnv
 from tests.kubeapi.kube_rest import KubeREST
+from tests.kubeapi.kubelet import eventually, node_heartbeats, register_node
 from tests.kubeapi.test_enforcement import REPO, _quarantine, _released_fields, _write
 
 DRIVER = "gpu.example.com"
@@ -37,115 +35,26 @@ GPUS = 8
 QUARANTINED = "gpu-3"
 RESOURCE = "/apis/resource.k8s.io/v1"
 
-T = TypeVar("T")
-
-
-async def _eventually(
-    what: str, probe: Callable[[], Awaitable[T | None]], within: float = 60.0
-) -> T:
-    """Poll ``probe`` until it returns something other than None; fail after ``within`` s."""
-    deadline = time.monotonic() + within
-    while True:
-        value = await probe()
-        if value is not None:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {within:.0f} s")
-        await asyncio.sleep(0.2)
-
 
 @pytest.fixture
-async def rest(kube_control_plane: ControlPlaneEnv) -> AsyncIterator[KubeREST]:
-    async with KubeREST(kube_control_plane.api) as session:
-        yield session
-
-
-@pytest.fixture
-async def gpu_node(rest: KubeREST) -> AsyncIterator[tuple[str, str]]:
+async def gpu_node(control_plane_rest: KubeREST) -> AsyncIterator[tuple[str, str]]:
     """``(node, namespace)`` of :func:`make_gpu_node`, deleted afterwards."""
+    rest = control_plane_rest
     node, namespace = await make_gpu_node(rest)
-    heartbeat = asyncio.create_task(renew_node_lease(rest, node))
-    try:
-        await wait_node_schedulable(rest, node)
+    async with node_heartbeats(rest, [node]):
         yield node, namespace
-    finally:
-        heartbeat.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await heartbeat
-    # The namespace controller (kube-controller-manager) removes the Pods and claims.
-    await rest.request("DELETE", f"/api/v1/namespaces/{namespace}", ok=(200, 202))
-    await rest.request("DELETE", f"{RESOURCE}/resourceslices/{node}-{DRIVER}")
-    await rest.request("DELETE", f"/api/v1/nodes/{node}")
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-async def renew_node_lease(rest: KubeREST, node: str, every: float = 5.0) -> None:
-    """Kubelet's heartbeat: create the Node's Lease in ``kube-node-lease`` and renew it every
-    ``every`` seconds until cancelled, so the node lifecycle controller keeps the Node Ready
-    (without it the Node is tainted unreachable after 50 s)."""
-    path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}"
-    await rest.create(
-        {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": node, "namespace": "kube-node-lease"},
-            "spec": {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": _now()},
-        }
-    )
-    while True:
-        await asyncio.sleep(every)
-        await rest.request(
-            "PATCH",
-            path,
-            body={"spec": {"renewTime": _now()}},
-            content_type="application/merge-patch+json",
-        )
-
-
-async def wait_node_schedulable(rest: KubeREST, node: str) -> None:
-    """Wait until the node lifecycle controller has removed the ``not-ready`` taint admission
-    puts on a new Node, so a Pod's first scheduling attempt sees the Node as it will stay."""
-
-    async def probe() -> bool | None:
-        taints = (await rest.request("GET", f"/api/v1/nodes/{node}")).body["spec"].get("taints")
-        return None if taints else True
-
-    await _eventually(f"Node {node} without taints", probe)
+        # The namespace controller (kube-controller-manager) removes the Pods and claims.
+        await rest.request("DELETE", f"/api/v1/namespaces/{namespace}", ok=(200, 202))
+        await rest.request("DELETE", f"{RESOURCE}/resourceslices/{node}-{DRIVER}")
 
 
 async def make_gpu_node(rest: KubeREST) -> tuple[str, str]:
-    """A Ready Node (status written as kubelet would), a DeviceClass, a ResourceSlice with 8 GPUs
+    """A Ready Node (:func:`~tests.kubeapi.kubelet.register_node`), a DeviceClass, a ResourceSlice with 8 GPUs
     on the node, and a namespace: ``(node, namespace)``, all unique to the test."""
     suffix = uuid.uuid4().hex[:6]
     node, namespace = f"gpu-node-{suffix}", f"train-{suffix}"
     await rest.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    await rest.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    resources = {"cpu": "16", "memory": "64Gi", "pods": "110"}
-    await rest.request(
-        "PATCH",
-        f"/api/v1/nodes/{node}/status",
-        body={
-            "status": {
-                "capacity": resources,
-                "allocatable": resources,
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True",
-                        "reason": "KubeletReady",
-                        "message": "kubelet is posting ready status",
-                        "lastHeartbeatTime": now,
-                        "lastTransitionTime": now,
-                    }
-                ],
-            }
-        },
-        content_type="application/strategic-merge-patch+json",
-    )
+    await register_node(rest, node)
     classes = (await rest.request("GET", f"{RESOURCE}/deviceclasses")).body["items"]
     if DEVICE_CLASS not in {c["metadata"]["name"] for c in classes}:
         await rest.create(
@@ -234,7 +143,7 @@ async def _allocated(rest: KubeREST, namespace: str, name: str) -> tuple[str, st
         assert reserved == [name]
         return node, str(result["device"])
 
-    return await _eventually(f"Pod {namespace}/{name} bound with its claim allocated", probe)
+    return await eventually(f"Pod {namespace}/{name} bound with its claim allocated", probe)
 
 
 async def _unschedulable(rest: KubeREST, namespace: str, name: str) -> dict[str, Any]:
@@ -248,7 +157,7 @@ async def _unschedulable(rest: KubeREST, namespace: str, name: str) -> dict[str,
                 return dict(condition)
         return None
 
-    return await _eventually(f"Pod {namespace}/{name} reported unschedulable", probe)
+    return await eventually(f"Pod {namespace}/{name} reported unschedulable", probe)
 
 
 async def _enforce(kube_control_plane: ControlPlaneEnv, schema: str) -> None:
@@ -282,12 +191,12 @@ async def _own_rules(rest: KubeREST) -> list[dict[str, Any]]:
 
 async def test_the_scheduler_never_allocates_the_quarantined_gpu_until_it_is_released(
     kube_control_plane: ControlPlaneEnv,
-    rest: KubeREST,
+    control_plane_rest: KubeREST,
     gpu_node: tuple[str, str],
     engine: AsyncEngine,
     fresh_schema: str,
 ) -> None:
-    node, namespace = gpu_node
+    rest, (node, namespace) = control_plane_rest, gpu_node
     quarantine = _quarantine(f"{DRIVER}/{node}/{QUARANTINED}", node=node)
     await _write(engine, fresh_schema, [quarantine])
     await _enforce(kube_control_plane, fresh_schema)

@@ -13,9 +13,7 @@ both advertise ``nvidia.com/gpu: 2`` allocatable, so the scheduler alone would u
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -32,16 +30,10 @@ from tests.api.inventory_scenario import NODE_B, NODE_C, load_fleet
 from tests.conftest import LogFactory, ObservationFactory
 from tests.kubeapi.conftest import ControlPlaneEnv
 from tests.kubeapi.kube_rest import KubeREST
-from tests.kubeapi.test_scheduler_dra import _eventually, renew_node_lease, wait_node_schedulable
+from tests.kubeapi.kubelet import eventually, node_heartbeats, register_node
 
 SCHEDULER = "devicestate-extender"
 NAMESPACE = "ml-extender"
-
-
-@pytest.fixture
-async def rest(kube_control_plane: ControlPlaneEnv) -> AsyncIterator[KubeREST]:
-    async with KubeREST(kube_control_plane.api) as session:
-        yield session
 
 
 @pytest.fixture
@@ -70,7 +62,7 @@ async def directory_api(
         )
     )
     serving = asyncio.create_task(server.serve())
-    await _eventually("the directory API listening", lambda: _started(server), 30)
+    await eventually("the directory API listening", lambda: _started(server), 30)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -110,53 +102,16 @@ async def extender_scheduler(
 
 
 @pytest.fixture
-async def plugin_nodes(rest: KubeREST) -> AsyncIterator[list[str]]:
-    """gpu-node-b and gpu-node-c as Nodes, Ready, each with 2 nvidia.com/gpu allocatable (as the
+async def plugin_nodes(control_plane_rest: KubeREST) -> AsyncIterator[list[str]]:
+    """gpu-node-b and gpu-node-c as Ready Nodes, each with 2 nvidia.com/gpu allocatable (as the
     device plugin makes kubelet report), Leases renewed; a namespace for the Pods."""
+    rest = control_plane_rest
     await rest.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    resources = {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "2"}
-    heartbeats = []
     for node in (NODE_B, NODE_C):
-        labels = {"kubernetes.io/hostname": node}
-        await rest.create(
-            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": labels}}
-        )
-        await rest.request(
-            "PATCH",
-            f"/api/v1/nodes/{node}/status",
-            body={
-                "status": {
-                    "capacity": resources,
-                    "allocatable": resources,
-                    "conditions": [
-                        {
-                            "type": "Ready",
-                            "status": "True",
-                            "reason": "KubeletReady",
-                            "lastHeartbeatTime": now,
-                            "lastTransitionTime": now,
-                        }
-                    ],
-                }
-            },
-            content_type="application/strategic-merge-patch+json",
-        )
-        heartbeats.append(asyncio.create_task(renew_node_lease(rest, node)))
-    try:
-        for node in (NODE_B, NODE_C):
-            await wait_node_schedulable(rest, node)
+        await register_node(rest, node, {"nvidia.com/gpu": "2"})
+    async with node_heartbeats(rest, [NODE_B, NODE_C]):
         yield [NODE_B, NODE_C]
-    finally:
-        for heartbeat in heartbeats:
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
         await rest.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}", ok=(200, 202))
-        for node in (NODE_B, NODE_C):
-            lease = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}"
-            await rest.request("DELETE", lease)
-            await rest.request("DELETE", f"/api/v1/nodes/{node}")
 
 
 def _gpu_pod(name: str, scheduler: str, node: str | None = None) -> dict[str, Any]:
@@ -192,12 +147,13 @@ async def _outcome(rest: KubeREST, name: str) -> tuple[str | None, dict[str, Any
                 return node, dict(condition)
         return None
 
-    return await _eventually(f"the scheduler's verdict on Pod {NAMESPACE}/{name}", probe)
+    return await eventually(f"the scheduler's verdict on Pod {NAMESPACE}/{name}", probe)
 
 
 async def test_the_extender_keeps_a_pod_off_the_node_whose_only_free_gpu_is_quarantined(
-    rest: KubeREST, plugin_nodes: list[str], extender_scheduler: str
+    control_plane_rest: KubeREST, plugin_nodes: list[str], extender_scheduler: str
 ) -> None:
+    rest = control_plane_rest
     # Pinned to gpu-node-b: the scheduler alone would bind it (2 GPUs allocatable, none used);
     # the extender drops the node, so the Pod stays Pending with devicestate's reason.
     await rest.create(_gpu_pod("pinned-b", extender_scheduler, NODE_B))
