@@ -66,27 +66,31 @@ class ControlPlane:
 
 
 def scheduler_configuration(
-    kubeconfig: Path, extenders: Sequence[Mapping[str, Any]] = ()
+    kubeconfig: Path,
+    extenders: Sequence[Mapping[str, Any]] = (),
+    scheduler_name: str = "default-scheduler",
 ) -> dict[str, Any]:
-    """A ``KubeSchedulerConfiguration`` (kubescheduler.config.k8s.io/v1): one scheduler, no
-    leader election, and ``extenders`` (``Extender`` objects of that API) if any."""
+    """A ``KubeSchedulerConfiguration`` (kubescheduler.config.k8s.io/v1): one profile named
+    ``scheduler_name`` with the default plugins, no leader election, and ``extenders``
+    (``Extender`` objects of that API) if any."""
     config: dict[str, Any] = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": {"kubeconfig": str(kubeconfig)},
         "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": scheduler_name}],
     }
     if extenders:
         config["extenders"] = [dict(extender) for extender in extenders]
     return config
 
 
-def scheduler_flags(work_dir: Path, config: Path, port: int) -> list[str]:
+def scheduler_flags(cert_dir: Path, config: Path, port: int) -> list[str]:
     return [
         f"--config={config}",
         f"--bind-address={HOST}",
         f"--secure-port={port}",  # never the default 10259: other servers share the machine
-        f"--cert-dir={work_dir / 'scheduler-certs'}",  # a self-signed serving certificate
+        f"--cert-dir={cert_dir}",  # a self-signed serving certificate made there
         f"--feature-gates={FEATURE_GATES}",
         "--v=1",
     ]
@@ -218,14 +222,16 @@ def start_scheduler(
     kubeconfig = work_dir / f"kubeconfig-{scheduler_name}.yaml"
     write_kubeconfig(kubeconfig, api.server_url, api.ca_file, SCHEDULER_USER, api.scheduler_token)
     config = work_dir / f"{scheduler_name}-config.json"  # JSON is YAML too
-    configuration = scheduler_configuration(kubeconfig, extenders)
-    configuration["profiles"] = [{"schedulerName": scheduler_name}]
+    configuration = scheduler_configuration(kubeconfig, extenders, scheduler_name)
     config.write_text(json.dumps(configuration, indent=2) + "\n")
     port = free_ports(1)[0]
     url = f"https://{HOST}:{port}"
     process = spawn_ready(
         f"kube-scheduler ({scheduler_name})",
-        [str(binaries.kube_scheduler), *scheduler_flags(work_dir, config, port)],
+        [
+            str(binaries.kube_scheduler),
+            *scheduler_flags(work_dir / f"{scheduler_name}-certs", config, port),
+        ],
         work_dir / f"{scheduler_name}.log",
         f"kube-scheduler {scheduler_name} at {url}/readyz",
         lambda: _ok(f"{url}/readyz"),  # its informers have synced

@@ -49,8 +49,8 @@ async def gpu_node(control_plane_rest: KubeREST) -> AsyncIterator[tuple[str, str
 
 
 async def make_gpu_node(rest: KubeREST) -> tuple[str, str]:
-    """A Ready Node (:func:`~tests.kubeapi.kubelet.register_node`), a DeviceClass, a ResourceSlice with 8 GPUs
-    on the node, and a namespace: ``(node, namespace)``, all unique to the test."""
+    """A Ready Node (``kubelet.register_node``), a DeviceClass, a ResourceSlice with 8 GPUs on
+    the node, and a namespace: ``(node, namespace)``, all unique to the test."""
     suffix = uuid.uuid4().hex[:6]
     node, namespace = f"gpu-node-{suffix}", f"train-{suffix}"
     await rest.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
