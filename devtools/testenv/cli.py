@@ -17,7 +17,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from devtools.stack.supervisor import StackError, StackLayout, file_lock
-from devtools.testenv import kubeapi, kustomize, monitoring
+from devtools.testenv import control_plane_build, kubeapi, kustomize, monitoring
 
 app = typer.Typer(
     help=(
@@ -66,18 +66,27 @@ def _print_env(api: kubeapi.KubeAPI) -> None:
 @app.command()
 def build(
     force: Annotated[bool, typer.Option("--force", help="Rebuild even if cached.")] = False,
+    control_plane: Annotated[
+        bool,
+        typer.Option(
+            "--control-plane/--no-control-plane",
+            help="Also kube-scheduler and kube-controller-manager (for the scheduler tests).",
+        ),
+    ] = True,
 ) -> None:
-    """Build kube-apiserver and etcd (pinned in tools/kube-apiserver) and kustomize (pinned in
-    devtools/testenv/kustomize-go, for the deploy/ tests), or reuse the cached ones."""
+    """Build kube-apiserver and etcd (pinned in tools/kube-apiserver), kube-scheduler and
+    kube-controller-manager of the same release (tools/kube-apiserver/control-plane) and kustomize
+    (pinned in devtools/testenv/kustomize-go, for the deploy/ tests), or reuse the cached ones."""
 
     def paths() -> dict[str, Path]:
         binaries = kubeapi.ensure_binaries(_report, force=force)
-        kustomize_binary = kustomize.ensure_kustomize(_report, force=force)
-        return {
-            "KUBE_APISERVER": binaries.kube_apiserver,
-            "ETCD": binaries.etcd,
-            "KUSTOMIZE": kustomize_binary,
-        }
+        built = {"KUBE_APISERVER": binaries.kube_apiserver, "ETCD": binaries.etcd}
+        if control_plane:
+            plane = control_plane_build.ensure_binaries(_report, force=force)
+            built["KUBE_SCHEDULER"] = plane.kube_scheduler
+            built["KUBE_CONTROLLER_MANAGER"] = plane.kube_controller_manager
+        built["KUSTOMIZE"] = kustomize.ensure_kustomize(_report, force=force)
+        return built
 
     _print_built(paths)
 

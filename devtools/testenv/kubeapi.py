@@ -9,8 +9,9 @@ the service identity ``system:serviceaccount:devicestate:devicestate``, which ha
 until a test grants some. ``stop`` ends both by their recorded PIDs
 (:mod:`devtools.testenv.processes`).
 
-No controller-manager, scheduler or kubelet runs: objects are only stored and validated, which is
-what the watcher sees of a cluster. See docs/kube-apiserver.md for the flags and why.
+No controller-manager, scheduler or kubelet runs here: objects are only stored and validated, which
+is what the watcher sees of a cluster. :mod:`devtools.testenv.control_plane` adds kube-scheduler
+and kube-controller-manager to a server for the tests that need them. See docs/kube-apiserver.md for the flags and why.
 
 ``python -m devtools.testenv.kubeapi build`` builds (or reuses) the binaries, as CI does.
 """
@@ -46,6 +47,8 @@ from devtools.testenv.kubeapi_build import (
 from devtools.testenv.kubeapi_pki import (
     ADMIN_GROUPS,
     ADMIN_USER,
+    CONTROLLER_MANAGER_USER,
+    SCHEDULER_USER,
     SERVICE_ACCOUNT,
     SERVICE_GROUPS,
     SERVICE_NAMESPACE,
@@ -67,9 +70,11 @@ from devtools.testenv.processes import (
 __all__ = [
     "ADMIN_GROUPS",
     "ADMIN_USER",
+    "CONTROLLER_MANAGER_USER",
     "ETCD_PACKAGE",
     "KUBE_APISERVER_PACKAGE",
     "REPO_ROOT",
+    "SCHEDULER_USER",
     "SERVICE_ACCOUNT",
     "SERVICE_CLUSTER_IP_RANGE",
     "SERVICE_GROUPS",
@@ -116,6 +121,10 @@ class KubeAPI:
     etcd_version: str
 
     service_user: str = SERVICE_USER
+    # Tokens of system:kube-scheduler and system:kube-controller-manager, for the control plane
+    # that devtools.testenv.control_plane may start against this server.
+    scheduler_token: str = ""
+    controller_manager_token: str = ""
 
     def env(self) -> dict[str, str]:
         """Settings for the service (as its identity) and for tools (as admin)."""
@@ -228,7 +237,13 @@ def start(
     pki = work_dir / "pki"
     make_pki(pki)
     admin_token, service_token = secrets.token_hex(24), secrets.token_hex(24)
-    write_token_file(work_dir / "tokens.csv", admin_token, service_token)
+    scheduler_token, controller_manager_token = secrets.token_hex(24), secrets.token_hex(24)
+    write_token_file(
+        work_dir / "tokens.csv",
+        admin_token,
+        service_token,
+        {SCHEDULER_USER: scheduler_token, CONTROLLER_MANAGER_USER: controller_manager_token},
+    )
     etcd_client, etcd_peer, api_port = free_ports(3)
     etcd_url = f"http://{HOST}:{etcd_client}"
     server_url = f"https://{HOST}:{api_port}"
@@ -287,6 +302,8 @@ def start(
         apiserver=apiserver,
         kubernetes_version=binaries.versions.kubernetes,
         etcd_version=binaries.versions.etcd,
+        scheduler_token=scheduler_token,
+        controller_manager_token=controller_manager_token,
     )
     write_kubeconfig(api.kubeconfig_admin, server_url, api.ca_file, ADMIN_USER, admin_token)
     write_kubeconfig(api.kubeconfig_service, server_url, api.ca_file, SERVICE_USER, service_token)

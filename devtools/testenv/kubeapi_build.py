@@ -92,7 +92,7 @@ def cached_binaries(
 
 def _ldflags(vers: Versions, package: str) -> str:
     flags = ["-s", "-w"]
-    if package == KUBE_APISERVER_PACKAGE:
+    if package.startswith("k8s.io/kubernetes/cmd/"):
         # What Kubernetes' own build stamps in (hack/lib/version.sh): /version then says v1.36.x.
         major, minor = vers.kubernetes.split(".")[:2]
         pkg = "k8s.io/component-base/version"
@@ -105,7 +105,7 @@ def _ldflags(vers: Versions, package: str) -> str:
     return " ".join(flags)
 
 
-def _go_build(
+def go_build_package(
     go: str,
     module_dir: Path,
     package: str,
@@ -114,7 +114,9 @@ def _go_build(
     log: Path,
     report: Reporter,
 ) -> float:
-    """``go build`` one package into ``output`` (atomically); returns the seconds it took."""
+    """``go build`` one package of ``module_dir`` into ``output`` (atomically: built as
+    ``<output>.tmp``, then renamed); returns the seconds it took. Packages of k8s.io/kubernetes
+    get its version stamped in, as its release build does."""
     tmp = output.with_name(output.name + ".tmp")
     report(f"building {package} in {module_dir} (log: {log})")
     seconds = gobuild.go_build(
@@ -161,7 +163,7 @@ def ensure_binaries(report: Reporter = _stderr, force: bool = False) -> Binaries
         )
         gobuild.clear_marker(directory)
         timings = {
-            "etcd": _go_build(
+            "etcd": go_build_package(
                 go,
                 tools / "etcd",
                 ETCD_PACKAGE,
@@ -170,7 +172,7 @@ def ensure_binaries(report: Reporter = _stderr, force: bool = False) -> Binaries
                 directory / "build-etcd.log",
                 report,
             ),
-            "kube-apiserver": _go_build(
+            "kube-apiserver": go_build_package(
                 go,
                 tools,
                 KUBE_APISERVER_PACKAGE,

@@ -1,9 +1,10 @@
 """The test API server's credentials: a CA and serving certificate, the service-account signing
 keys, the static token file and the kubeconfigs of its two identities.
 
-The admin (``devicestate-admin`` in ``system:masters``) and the service identity
+The admin (``devicestate-admin`` in ``system:masters``), the service identity
 ``system:serviceaccount:devicestate:devicestate``, which has no RBAC rights until a test grants
-some. Everything is generated anew for every start (``openssl`` on the PATH).
+some, and the control plane's own users (``system:kube-scheduler``,
+``system:kube-controller-manager``: what the bootstrap RBAC grants to). Everything is generated anew for every start (``openssl`` on the PATH).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import base64
 import json
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from devtools.stack.supervisor import HOST
@@ -27,6 +29,10 @@ SERVICE_GROUPS = (
 )
 ADMIN_USER = "devicestate-admin"
 ADMIN_GROUPS = ("system:masters",)
+# The users Kubernetes' bootstrap RBAC binds the system:kube-scheduler and
+# system:kube-controller-manager ClusterRoles to (kubeadm gives them client certificates).
+SCHEDULER_USER = "system:kube-scheduler"
+CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -67,11 +73,15 @@ def make_pki(directory: Path) -> None:
         key.chmod(0o600)
 
 
-def write_token_file(path: Path, admin_token: str, service_token: str) -> None:
-    """kube-apiserver's ``--token-auth-file``: token,user,uid,"group1,group2"."""
+def write_token_file(
+    path: Path, admin_token: str, service_token: str, users: Mapping[str, str] | None = None
+) -> None:
+    """kube-apiserver's ``--token-auth-file``: token,user,uid,"group1,group2"; ``users`` adds
+    user -> token lines without groups (the server adds ``system:authenticated``)."""
     lines = [
         f'{admin_token},{ADMIN_USER},devicestate-admin-uid,"{",".join(ADMIN_GROUPS)}"',
         f'{service_token},{SERVICE_USER},devicestate-service-uid,"{",".join(SERVICE_GROUPS)}"',
+        *(f"{token},{user},{user.replace(':', '-')}-uid" for user, token in (users or {}).items()),
     ]
     path.write_text("\n".join(lines) + "\n")
     path.chmod(0o600)

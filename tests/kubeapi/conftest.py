@@ -12,21 +12,30 @@ parsed), and ``kube_api_etcd_watch``, a second API server started on first use w
 (``kube_rest.compact_etcd``) makes an older resourceVersion 410 Expired, as a real cluster answers
 once a resourceVersion has left its watch cache (the first server's cache answers from its own
 history however etcd is compacted).
+
+``kube_control_plane``: a third API server (etcd of its own) with a real kube-scheduler and
+kube-controller-manager (``devtools.testenv.control_plane``), started on first use; its own server
+so that the scheduler and the controllers never act on the other tests' objects. No kubelet: the
+tests play its part.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import pytest_asyncio
 from kubernetes_asyncio import client, config
 
 from devtools.stack.supervisor import StackError
-from devtools.testenv import kubeapi, kustomize
+from devtools.testenv import control_plane, kubeapi, kustomize
+
+if TYPE_CHECKING:
+    from tests.kubeapi.kube_rest import KubeREST
 
 NAMESPACE = kubeapi.SERVICE_NAMESPACE
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -63,6 +72,41 @@ def kube_api_etcd_watch(
         yield api
     finally:
         kubeapi.stop(api)
+
+
+@dataclass(frozen=True)
+class ControlPlaneEnv:
+    api: kubeapi.KubeAPI
+    plane: control_plane.ControlPlane
+
+
+@pytest.fixture(scope="session")
+def kube_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneEnv]:
+    """kube-apiserver + etcd + kube-scheduler + kube-controller-manager, for the session."""
+    api = _start(tmp_path_factory, "kubeapi-control-plane")
+    try:
+        try:
+            plane = control_plane.start(api, api.work_dir / "control-plane")
+        except (kubeapi.KubeAPIError, StackError, OSError) as exc:
+            pytest.fail(
+                f"kube-scheduler/kube-controller-manager could not be built or started: {exc}",
+                pytrace=False,
+            )
+        try:
+            yield ControlPlaneEnv(api, plane)
+        finally:
+            control_plane.stop(plane)
+    finally:
+        kubeapi.stop(api)
+
+
+@pytest_asyncio.fixture
+async def control_plane_rest(kube_control_plane: ControlPlaneEnv) -> AsyncIterator[KubeREST]:
+    """A REST session on ``kube_control_plane``'s API server, as admin."""
+    from tests.kubeapi.kube_rest import KubeREST
+
+    async with KubeREST(kube_control_plane.api) as session:
+        yield session
 
 
 @pytest.fixture(scope="session")
