@@ -424,9 +424,10 @@ class ApiFeatureSettings(SettingsGroup):
     )
     api_read_cache: bool = Field(
         True,
-        description="Serve point GETs (`/v1/nodes/{node}/devices/{resourceID}`) from a copy of "
-        "the directory kept in memory: loaded at start, refreshed with what changed in "
-        "PostgreSQL every `api_read_cache_poll_seconds`; false: every GET reads PostgreSQL.",
+        description="Serve point GETs (`/v1/nodes/{node}/devices/{resourceID}`), and the "
+        "scheduler-extender filter when it is on, from copies kept in memory: loaded at start, "
+        "refreshed with what changed in PostgreSQL every `api_read_cache_poll_seconds` (the "
+        "extender's copy reloaded whole every 60 s); false: every call reads PostgreSQL.",
     )
     api_read_cache_poll_seconds: float = Field(
         0.25,

@@ -35,10 +35,10 @@ from services.domain.directory import DeviceKey
 KEY_CHUNK: Final = 1000
 """Changed keys fetched per statement (an ``IN`` list of ``(node, resource_id)`` pairs)."""
 
-_READ_ONLY: Final = text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+READ_ONLY: Final = text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
 """First statement of each read: one snapshot for the horizon and the rows."""
 
-_WINDOW: Final = """
+XMIN_WINDOW: Final = """
     ((CAST(CAST({alias}xmin AS text) AS bigint) - :lo + 4294967296) % 4294967296)
       < ((bounds.hi - :lo + 4294967296) % 4294967296)
 """
@@ -67,7 +67,7 @@ class ChangeReads:
         self._engine = engine
         self._governed = GovernanceReads(engine, schema)
         s = quoted_schema(schema)
-        device_window = _WINDOW.format(alias="")
+        device_window = XMIN_WINDOW.format(alias="")
         self._changed_keys = text(
             f"""
             WITH snap AS (SELECT pg_current_snapshot() AS s),
@@ -78,7 +78,7 @@ class ChangeReads:
             ),
             gov AS (
                 SELECT node, resource_id FROM {s}.device_governance, bounds
-                WHERE {_WINDOW.format(alias="device_governance.")}
+                WHERE {XMIN_WINDOW.format(alias="device_governance.")}
             ),
             keys AS (
                 SELECT node, resource_id FROM {s}.devices, bounds WHERE {device_window}
@@ -109,7 +109,7 @@ class ChangeReads:
         """The first ``limit`` devices (by ``(node, resource_id)``) with their governance, and
         the horizon of the snapshot they were read in."""
         async with self._engine.begin() as conn:
-            await conn.execute(_READ_ONLY)
+            await conn.execute(READ_ONLY)
             horizon = Horizon(int((await conn.execute(self._horizon)).scalar_one()))
             c = devices.c
             stmt = self._governed.joined().order_by(c.node, c.resource_id).limit(limit)
@@ -123,7 +123,7 @@ class ChangeReads:
         next horizon, all from one snapshot."""
         lo = horizon.xid % 4294967296
         async with self._engine.begin() as conn:
-            await conn.execute(_READ_ONLY)
+            await conn.execute(READ_ONLY)
             rows = list(await conn.execute(self._changed_keys, {"lo": lo}))
             next_horizon = Horizon(int(rows[0][0]))
             keys: set[DeviceKey] = {(r[1], r[2]) for r in rows if r[1] is not None}

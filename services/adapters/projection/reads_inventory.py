@@ -3,13 +3,13 @@ for the API, joined with the directory (``devices``) and the governance (``devic
 Read-only: the health agent writes the inventory tables, the governor the governance ones.
 
 :meth:`InventoryReads.snapshot` loads what :mod:`services.domain.inventory.snapshot` holds (the
-directory, capacity views and reconcile check read it); :meth:`InventoryReads.extender_facts` loads
+directory, capacity views and reconcile check read it); :mod:`.reads_node_facts` loads
 only what the scheduler extender needs for the candidate nodes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -25,7 +25,6 @@ from services.adapters.projection.inventory_tables import (
     node_resources,
 )
 from services.adapters.projection.tables import devices, in_schema
-from services.domain.events import DeviceSource
 from services.domain.inventory.events import InventoryKind, object_from_json
 from services.domain.inventory.fold import ConflictRow
 from services.domain.inventory.rows import place_object
@@ -36,13 +35,6 @@ from services.domain.inventory.snapshot import (
     ObservedDevice,
     Snapshot,
 )
-from services.domain.placement import (
-    BLOCKED_STATES,
-    BlockedDevice,
-    NodeFacts,
-    PluginDevice,
-    physical_id,
-)
 
 log = structlog.get_logger(__name__)
 
@@ -51,7 +43,7 @@ def _json(value: Any) -> Any:
     return orjson.loads(value) if isinstance(value, str | bytes) else value
 
 
-def _counts(value: Any) -> dict[str, int]:
+def resource_counts(value: Any) -> dict[str, int]:
     """Resource name -> count from ``{"nvidia.com/gpu": 8}`` (or ``[["nvidia.com/gpu", 8]]``)."""
     raw = _json(value)
     if isinstance(raw, list):
@@ -61,7 +53,7 @@ def _counts(value: Any) -> dict[str, int]:
     return {str(k): v for k, v in raw.items() if type(v) is int}
 
 
-def _pods(value: Any) -> tuple[tuple[str, str], ...]:
+def allocation_pods(value: Any) -> tuple[tuple[str, str], ...]:
     raw = _json(value)
     if not isinstance(raw, list):
         return ()
@@ -156,9 +148,9 @@ class InventoryReads:
             place_object(state, obj)
         for row in resource_rows:
             snap.node_resources[row.node] = NodeResources(
-                row.node, _counts(row.capacity), _counts(row.allocatable)
+                row.node, resource_counts(row.capacity), resource_counts(row.allocatable)
             )
-            state.node_capacity[row.node] = dict(_counts(row.capacity))
+            state.node_capacity[row.node] = dict(resource_counts(row.capacity))
         snap.identities = [
             IdentityRow(row.node, row.resource_id, row.device_id, row.owner, row.status, row.uuid)
             for row in identity_rows
@@ -171,7 +163,7 @@ class InventoryReads:
                 row.source,
                 row.health,
                 row.last_observed_at,
-                _pods(row.allocations),
+                allocation_pods(row.allocations),
             )
             for row in device_rows
         ]
@@ -208,64 +200,3 @@ class InventoryReads:
             ConflictRow(r.kind, r.node, r.subject, r.detail, r.active, r.first_seen, r.last_seen)
             for r in rows
         ]
-
-    async def extender_facts(
-        self, nodes: Iterable[str], resources: Iterable[str]
-    ) -> dict[str, NodeFacts]:
-        """Per candidate node the projection knows: extended-resource counts, device-plugin
-        resourceIDs of ``resources`` (allocated or not) and blocked devices."""
-        names = sorted(set(nodes))
-        wanted = sorted(set(resources))
-        facts: dict[str, NodeFacts] = {}
-        if not names or not wanted:
-            return facts
-        plugin = DeviceSource.DEVICE_PLUGIN.value
-        r = node_resources.c
-        d = devices.c
-        i = device_identities.c
-        g = device_governance.c
-        async with self._engine.connect() as conn, conn.begin():
-            resource_rows = await self._rows(
-                conn,
-                select(r.node, r.capacity, r.allocatable).where(r.node.in_(names)),
-            )
-            device_rows = await self._rows(
-                conn,
-                select(d.node, d.resource_id, d.resource_name, d.allocations).where(
-                    d.node.in_(names), d.source == plugin, d.resource_name.in_(wanted)
-                ),
-            )
-            identity_rows = await self._rows(
-                conn,
-                select(i.node, i.resource_id, i.device_id).where(
-                    i.node.in_(names), i.owner == plugin
-                ),
-            )
-            blocked_rows = await self._rows(
-                conn,
-                select(g.node, g.resource_id, g.resource_name, g.state).where(
-                    g.node.in_(names),
-                    g.source == plugin,
-                    g.resource_name.in_(wanted),
-                    g.state.in_(sorted(BLOCKED_STATES)),
-                ),
-            )
-        identities: dict[str, dict[str, str]] = {}
-        for row in identity_rows:
-            identities.setdefault(row.node, {})[row.resource_id] = row.device_id
-        for row in resource_rows:
-            facts[row.node] = NodeFacts(_counts(row.capacity), _counts(row.allocatable))
-        for row in device_rows:
-            facts.setdefault(row.node, NodeFacts()).devices.append(
-                PluginDevice(
-                    row.resource_id,
-                    row.resource_name,
-                    physical_id(row.resource_id, identities.get(row.node, {})),
-                    bool(_pods(row.allocations)),
-                )
-            )
-        for row in blocked_rows:
-            facts.setdefault(row.node, NodeFacts()).blocked.append(
-                BlockedDevice(row.resource_id, row.resource_name, row.state)
-            )
-        return facts

@@ -30,6 +30,7 @@ from services.adapters.projection.reads_changes import ChangeReads
 from services.adapters.projection.reads_devices import DeviceReads
 from services.adapters.projection.reads_governance import GovernanceReads
 from services.adapters.projection.reads_inventory import InventoryReads
+from services.adapters.projection.reads_node_facts import NodeFactReads
 from services.domain.events import now_utc
 from services.processes.api import (
     routes_automation,
@@ -55,6 +56,7 @@ from services.processes.api.readiness import LagReader
 from services.processes.api.routes_ops import GovernanceGaugeCache
 from services.processes.api.warm_devices import WarmDevices
 from services.processes.api.warm_devices import stop as stop_refresher
+from services.processes.api.warm_node_facts import WarmNodeFacts
 from services.runtime.config import ApiProcessSettings
 
 DESCRIPTION = """\
@@ -169,10 +171,20 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
             await warm.start()
             refresher = asyncio.create_task(warm.run(), name="api read cache")
         app.state.warm_devices = warm
+        app.state.node_facts = NodeFactReads(engine, settings.database_schema)
+        warm_facts = facts_refresher = None
+        if settings.api_read_cache and settings.scheduler_extender:
+            warm_facts = WarmNodeFacts(
+                app.state.node_facts, poll_seconds=settings.api_read_cache_poll_seconds
+            )
+            await warm_facts.start()
+            facts_refresher = asyncio.create_task(warm_facts.run(), name="extender read model")
+        app.state.warm_node_facts = warm_facts
         try:
             await publisher.start()  # raises TopicCheckError: the topics are wrong
             yield
         finally:
+            await stop_refresher(facts_refresher)
             await stop_refresher(refresher)
             await app.state.lag.close()
             await publisher.close()
@@ -193,6 +205,7 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
     app.state.inventory_gauges = routes_inventory.InventoryGaugeCache()
     app.state.extender_stats = routes_extender.ExtenderStats()
     app.state.warm_devices = None  # the lifespan starts it (api_read_cache)
+    app.state.warm_node_facts = None  # likewise, with the scheduler extender
     app.add_exception_handler(RequestValidationError, validation_failed)
     app.add_exception_handler(DatabaseError, database_unavailable)
     app.add_exception_handler(OSError, database_unavailable)

@@ -35,9 +35,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as PromCounter
 
 from services.adapters.projection.errors import DatabaseError
-from services.adapters.projection.reads_inventory import InventoryReads
+from services.adapters.projection.reads_node_facts import NodeFactReads
 from services.domain.placement import (
     ExtenderArgsError,
+    NodeFacts,
     candidate_nodes,
     error_result,
     field_of,
@@ -46,6 +47,7 @@ from services.domain.placement import (
     pod_extended_requests,
 )
 from services.processes.api.routing import ServiceRoute
+from services.processes.api.warm_node_facts import WarmNodeFacts, node_facts_metrics
 
 log = structlog.get_logger(__name__)
 
@@ -99,10 +101,14 @@ async def scheduler_filter(request: Request) -> JSONResponse:
             raise ExtenderArgsError("the body must be an ExtenderArgs object")
         names, _ = candidate_nodes(args)
         requests = pod_extended_requests(field_of(args, "Pod"))
-        facts = {}
+        facts: dict[str, NodeFacts] = {}
         if requests and names:
-            inventory: InventoryReads = request.app.state.inventory
-            facts = await inventory.extender_facts(names, requests)
+            warm: WarmNodeFacts | None = request.app.state.warm_node_facts
+            held = warm.facts(names, requests) if warm is not None else None
+            if held is None:  # no read model, or not ready: read PostgreSQL
+                reads: NodeFactReads = request.app.state.node_facts
+                held = await reads.for_nodes(names, requests)
+            facts = held
         passed, failed = filter_nodes(names, requests, facts)
     except (orjson.JSONDecodeError, ExtenderArgsError) as exc:
         stats.calls["error"] += 1
@@ -143,3 +149,6 @@ def extender_metrics(request: Request, registry: CollectorRegistry) -> None:
         "Candidate nodes the filter dropped (only quarantined devices free).",
         registry=registry,
     ).inc(stats.failed_nodes)
+    warm: WarmNodeFacts | None = getattr(request.app.state, "warm_node_facts", None)
+    if warm is not None:
+        node_facts_metrics(warm, registry)
