@@ -13,7 +13,6 @@ with the same completion marker, file lock and atomic rename as kube-apiserver
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -110,9 +109,7 @@ def ensure_binaries(report: Reporter = _stderr, force: bool = False) -> ControlP
             )
             return cached
         go = gobuild.go_command(os.environ)
-        go_version = subprocess.run(
-            [go, "version"], capture_output=True, text=True, check=False
-        ).stdout.strip()
+        go_version = gobuild.go_version(go)
         report(
             f"building kube-scheduler and kube-controller-manager v{kubernetes} with {go_version} "
             f"into {directory} (about 2 to 4 minutes after kube-apiserver, see "

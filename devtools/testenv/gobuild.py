@@ -109,6 +109,13 @@ def go_command(env: Mapping[str, str]) -> str:
     return go
 
 
+def go_version(go: str) -> str:
+    """What ``go version`` prints (``go version go1.26.8 linux/amd64``), for the build logs."""
+    return subprocess.run(
+        [go, "version"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+
+
 def build_env() -> dict[str, str]:
     """This process's environment with the build settings every tool is built with."""
     env = dict(os.environ)

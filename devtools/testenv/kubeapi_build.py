@@ -10,7 +10,6 @@ pins every module) into ``<cache>/kube/<kubernetes>-etcd<etcd>/`` and reuses the
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -154,9 +153,7 @@ def ensure_binaries(report: Reporter = _stderr, force: bool = False) -> Binaries
             )
             return cached
         go = gobuild.go_command(os.environ)
-        go_version = subprocess.run(
-            [go, "version"], capture_output=True, text=True, check=False
-        ).stdout.strip()
+        go_version = gobuild.go_version(go)
         report(
             f"building kube-apiserver v{vers.kubernetes} and etcd v{vers.etcd} with {go_version} "
             f"into {directory} (cold: about 5 to 11 minutes on 2 cores, see docs/kube-apiserver.md)"

@@ -13,30 +13,18 @@ from sqlalchemy import update
 
 from services.adapters.projection.governance_tables import device_governance
 from services.adapters.projection.reads_node_facts import NodeFactReads, facts_of
-from services.adapters.projection.store import ProjectionStore
 from services.adapters.projection.tables import in_schema
 from services.domain.placement import NodeFacts
 from services.processes.api.warm_node_facts import WarmNodeFacts
-from tests.api.conftest import ApiFactory, Governor, InventoryWriter, tokens_json
-from tests.api.inventory_scenario import NODE_A, NODE_B, NODE_C, NODE_E, load_fleet
+from tests.api.conftest import ApiFactory, tokens_json
+from tests.api.inventory_scenario import NODE_A, NODE_B, NODE_C, NODE_E
 from tests.api.test_scheduler_extender import CANDIDATES, pod
-from tests.conftest import LogFactory, ObservationFactory
+from tests.api.test_scheduler_extender import fleet as fleet  # the fixture
 
 pytestmark = pytest.mark.integration
 
 NODES = [NODE_A, NODE_B, NODE_C, NODE_E, "gpu-node-d"]
 RESOURCES = [["nvidia.com/gpu"], ["nvidia.com/gpu", "example.com/fpga"], ["example.com/none"]]
-
-
-@pytest.fixture
-async def fleet(
-    inventory_writer: InventoryWriter,
-    store: ProjectionStore,
-    governor: Governor,
-    observation: ObservationFactory,
-    logged: LogFactory,
-) -> None:
-    await load_fleet(inventory_writer, store, governor, observation, logged)
 
 
 def comparable(facts: dict[str, NodeFacts]) -> dict[str, Any]:
