@@ -38,6 +38,9 @@ KEY_CHUNK: Final = 1000
 READ_ONLY: Final = text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
 """First statement of each read: one snapshot for the horizon and the rows."""
 
+SNAPSHOT_ID: Final = text("SELECT CAST(pg_current_snapshot() AS text)")
+"""The server's current snapshot (``xmin:xmax:running``) as text."""
+
 XMIN_WINDOW: Final = """
     ((CAST(CAST({alias}xmin AS text) AS bigint) - :lo + 4294967296) % 4294967296)
       < ((bounds.hi - :lo + 4294967296) % 4294967296)
@@ -97,7 +100,7 @@ class ChangeReads:
         self._horizon = text(
             "SELECT CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text) AS bigint)"
         )
-        self._snapshot_id = text("SELECT CAST(pg_current_snapshot() AS text)")
+        self._snapshot_id = SNAPSHOT_ID
 
     async def snapshot_id(self) -> str:
         """The server's current snapshot as text (``xmin:xmax:running``): unchanged while no

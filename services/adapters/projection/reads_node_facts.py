@@ -21,7 +21,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.adapters.projection.governance_tables import device_governance
 from services.adapters.projection.inventory_tables import device_identities, node_resources
-from services.adapters.projection.reads_changes import READ_ONLY, XMIN_WINDOW, Horizon
+from services.adapters.projection.reads_changes import (
+    READ_ONLY,
+    SNAPSHOT_ID,
+    XMIN_WINDOW,
+    Horizon,
+)
 from services.adapters.projection.reads_inventory import allocation_pods, resource_counts
 from services.adapters.projection.tables import devices, in_schema, quoted_schema
 from services.domain.events import DeviceSource
@@ -63,6 +68,12 @@ class NodeFactReads:
         self._horizon = text(
             "SELECT CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text) AS bigint)"
         )
+
+    async def snapshot_id(self) -> str:
+        """The server's current snapshot as text: unchanged while no transaction that wrote
+        began or ended (:meth:`.reads_changes.ChangeReads.snapshot_id`)."""
+        async with self._engine.connect() as conn:
+            return str((await conn.execute(SNAPSHOT_ID)).scalar_one())
 
     async def for_nodes(
         self, nodes: Iterable[str], resources: Iterable[str]

@@ -43,6 +43,7 @@ class WarmNodeFacts:
         self._poll = poll_seconds
         self._facts: dict[str, NodeFacts] = {}
         self._horizon: Horizon | None = None
+        self._snapshot_id: str | None = None
         self._loaded_at = 0.0
         self._ready = False
         self.last_refresh_seconds = 0.0
@@ -65,6 +66,7 @@ class WarmNodeFacts:
 
     async def load(self) -> None:
         """Load every node. Raises the database's errors."""
+        self._snapshot_id = None
         self._facts, self._horizon = await self._reads.load()
         self._loaded_at = time.monotonic()
         self._ready = True
@@ -76,7 +78,11 @@ class WarmNodeFacts:
         if self._horizon is None or time.monotonic() - self._loaded_at >= FULL_RELOAD_SECONDS:
             await self.load()
             return len(self._facts)
+        snapshot_id = await self._reads.snapshot_id()
+        if snapshot_id == self._snapshot_id:
+            return 0  # no transaction began or ended on the server: nothing changed
         nodes, facts, horizon = await self._reads.changed_since(self._horizon)
+        self._snapshot_id = snapshot_id
         for node in nodes:
             if node in facts:
                 self._facts[node] = facts[node]
