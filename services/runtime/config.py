@@ -111,6 +111,14 @@ class WatchSettings(SettingsGroup):
         description="Client read timeout on the watch connection (seconds); longer than the "
         "server timeout so half-open connections are noticed.",
     )
+    watch_silence_seconds: float = Field(
+        90.0,
+        gt=0,
+        description="A watch that delivers no event and no BOOKMARK for this long (seconds) is "
+        "ended and watched again from its last resourceVersion (restart reason `silent`): the "
+        "API server sends a BOOKMARK about every minute to a watch that asks for them, so this "
+        "finds a half-open connection long before read_timeout_seconds.",
+    )
     watcher_metrics_port: int = Field(9107, description="Prometheus port of the watcher (0: off).")
     watch_leases: bool = Field(
         True,

@@ -12,7 +12,15 @@ import orjson
 
 from services.adapters.kube.list_watch import ObjectList
 
-Step = bytes | Exception
+
+@dataclass(frozen=True)
+class Silence:
+    """A watch step that sends nothing for ``seconds`` (a half-open connection)."""
+
+    seconds: float
+
+
+Step = bytes | Exception | Silence
 """One step of a scripted WATCH: a line of the body, or an exception raised there."""
 
 
@@ -61,6 +69,9 @@ class FakePodApi:
         for step in self.watches.pop(0):
             if isinstance(step, Exception):
                 raise step
+            if isinstance(step, Silence):
+                await asyncio.sleep(step.seconds)
+                continue
             yield step
 
 
@@ -91,4 +102,7 @@ class FakeObjectApi:
         for step in self.watches.pop(0):
             if isinstance(step, Exception):
                 raise step
+            if isinstance(step, Silence):
+                await asyncio.sleep(step.seconds)
+                continue
             yield step

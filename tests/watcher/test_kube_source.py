@@ -26,7 +26,7 @@ from services.processes.watcher.watch_lines import BrokenLine, PodChange
 from services.processes.watcher.watch_loop import Relisted, SourceItem
 from services.runtime.config import Settings
 from tests.domain.test_pod_tracker import make_pod
-from tests.fakes.watch_apis import GONE, FakePodApi, bookmark, event_line
+from tests.fakes.watch_apis import GONE, FakePodApi, Silence, bookmark, event_line
 
 AT = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
@@ -75,7 +75,11 @@ class Run:
     source: KubeSource
 
 
-async def run_source(lists: list[ObjectList | Exception], watches: list[list[Step]]) -> Run:
+async def run_source(
+    lists: list[ObjectList | Exception],
+    watches: list[list[Step]],
+    silence_seconds: float | None = None,
+) -> Run:
     api = FakePodApi(lists, watches)
     sleeps: list[float] = []
     restarts: list[str] = []
@@ -83,7 +87,9 @@ async def run_source(lists: list[ObjectList | Exception], watches: list[list[Ste
     async def sleep(seconds: float) -> None:
         sleeps.append(seconds)
 
-    source = KubeSource(api, sleep=sleep, on_restart=restarts.append)
+    source = KubeSource(
+        api, sleep=sleep, on_restart=restarts.append, silence_seconds=silence_seconds
+    )
     collector = Collector()
     async with asyncio.timeout(10):
         await source.run(collector, api.stop)
@@ -418,3 +424,31 @@ async def test_source_over_the_real_client_relists_after_410(fake_server: Server
     assert released == ["b", "c"]
     assert {r.status_version for r in collector.released()} == {200}
     assert ("a", "GPU-0", "Unhealthy", 101) in collector.observed()
+
+
+async def test_a_silent_watch_is_watched_again_from_its_last_version() -> None:
+    """No event and no BOOKMARK for ``silence_seconds`` (a half-open connection): the watch is
+    ended, counted as ``silent`` and watched again from the last resourceVersion, long before the
+    client's read timeout; a silent watch that made no progress backs off first."""
+    run = await run_source(
+        [ObjectList([pod("a", "10")], "12")],
+        [
+            [event_line("MODIFIED", pod("a", "13", **{"GPU-0": "Unhealthy"})), Silence(30)],
+            [Silence(30)],
+            [bookmark("20")],
+        ],
+        silence_seconds=0.2,
+    )
+    # The fourth watch is the script's end (an empty watch: an error, backed off too).
+    assert run.restarts == ["silent", "silent", "timeout", "error"]
+    assert run.api.watch_calls[:3] == ["12", "13", "13"]
+    assert len(run.sleeps) == 2  # the second silence, without progress, backed off
+    assert run.collector.observed()[-1] == ("a", "GPU-0", "Unhealthy", 13)
+
+
+async def test_without_a_silence_bound_a_quiet_watch_is_waited_on() -> None:
+    api = FakePodApi([ObjectList([pod("a", "10")], "12")], [[Silence(0.5), bookmark("20")]])
+    source = KubeSource(api, on_restart=lambda reason: None)
+    async with asyncio.timeout(10):
+        await source.run(Collector(), api.stop)
+    assert api.watch_calls[:2] == ["12", "20"]

@@ -72,18 +72,34 @@ def _live_tasks(
     def restarts(resource: str) -> Any:
         return lambda reason: metrics.watch_restarts.labels(reason, resource).inc()
 
+    silence = settings.watch_silence_seconds
     pods = KubeSource(
         KubernetesPodApi(api_client, settings),
         on_restart=restarts("pods"),
+        silence_seconds=silence,
     )
     sources: list[tuple[ListWatchSource, str]] = [(pods, POD_STREAM)]
     if settings.watch_leases:
         sources.append(
-            (ObjectSource(lease_api(api_client, settings), on_restart=restarts("leases")), "Lease")
+            (
+                ObjectSource(
+                    lease_api(api_client, settings),
+                    on_restart=restarts("leases"),
+                    silence_seconds=silence,
+                ),
+                "Lease",
+            )
         )
     if settings.watch_nodes:
         sources.append(
-            (ObjectSource(node_api(api_client, settings), on_restart=restarts("nodes")), "Node")
+            (
+                ObjectSource(
+                    node_api(api_client, settings),
+                    on_restart=restarts("nodes"),
+                    silence_seconds=silence,
+                ),
+                "Node",
+            )
         )
     if settings.watch_dra:
         for make_api in DRA_APIS:
@@ -91,6 +107,7 @@ def _live_tasks(
             source = ObjectSource(
                 api,
                 on_restart=restarts(PLURALS[api.object_kind]),
+                silence_seconds=silence,
                 optional=True,
                 on_not_served=functools.partial(session.not_served, PLURALS[api.object_kind]),
             )

@@ -46,6 +46,11 @@ MIN_QUIET_WATCH_SECONDS: Final = 1.0
 """A watch that ends sooner than this (seconds) without any event counts as a failure."""
 
 
+class WatchSilent(Exception):
+    """A watch delivered no line for its ``silence_seconds`` (probably a half-open connection:
+    the API server sends a BOOKMARK about every minute to a watch that asked for them)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Relisted:
     """A LIST was taken (at start or after 410): reconcile every Pod against it."""
@@ -73,6 +78,7 @@ class LoopOptions(TypedDict, total=False):
     """The options of every :class:`ListWatchSource`, as its subclasses pass them on."""
 
     max_backoff_seconds: float
+    silence_seconds: float | None
     sleep: Callable[[float], Awaitable[None]]
     on_restart: Callable[[str], None] | None
     on_retry: Callable[[], None] | None
@@ -82,9 +88,11 @@ class ListWatchSource(ABC):
     """The LIST/WATCH loop of one resource; subclasses say how to LIST, WATCH and decode.
 
     ``max_backoff_seconds`` caps the wait between retries after transient errors; ``sleep`` is
-    tenacity's sleep (tests pass a fast one); ``on_restart(reason)`` is told each time a watch
-    ends (``expired``, ``timeout``, ``error``) and ``on_retry()`` each time a backoff starts
-    (:class:`LoopOptions`).
+    tenacity's sleep (tests pass a fast one); ``silence_seconds`` (``None``: no bound) ends a
+    watch that delivered no line (event or BOOKMARK) for that long, to watch again from its last
+    resourceVersion: a half-open connection would otherwise hang until the client's read
+    timeout; ``on_restart(reason)`` is told each time a watch ends (``expired``, ``timeout``,
+    ``silent``, ``error``) and ``on_retry()`` each time a backoff starts (:class:`LoopOptions`).
     """
 
     resource: str = "objects"
@@ -94,11 +102,13 @@ class ListWatchSource(ABC):
         self,
         *,
         max_backoff_seconds: float = 30.0,
+        silence_seconds: float | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_restart: Callable[[str], None] | None = None,
         on_retry: Callable[[], None] | None = None,
     ) -> None:
         self._max_backoff = max_backoff_seconds
+        self._silence = silence_seconds
         self._sleep = sleep
         self._on_restart = on_restart or (lambda reason: None)
         self._on_retry = on_retry or (lambda: None)
@@ -174,7 +184,7 @@ class ListWatchSource(ABC):
             if self._need_list:
                 await self._list(handle)
                 listed = True
-            async for line in self._watch_lines(self._resource_version):
+            async for line in self._lines_until_silent(self._resource_version):
                 source = self._source("watch")
                 item = self._decode(line)
                 if isinstance(item, PodChange | ObjectChange | Bookmark) and item.resource_version:
@@ -193,6 +203,16 @@ class ListWatchSource(ABC):
                 # server-side timeout. Back off instead of reconnecting in a tight loop.
                 raise ApiUnavailable("watch ended immediately without events")
             self._on_restart("timeout")
+        except WatchSilent as exc:
+            self._on_restart("silent")
+            log.warning(
+                "watch silent, watching again",
+                resource=self.resource,
+                resume_from=self._resource_version,
+                error=str(exc),
+            )
+            if not (listed or progressed):
+                raise ApiUnavailable(str(exc)) from exc  # back off: it may be the server
         except ResourceExpired as exc:
             self._on_restart("expired")
             self._need_list = True
@@ -213,6 +233,27 @@ class ListWatchSource(ABC):
                 resource=self.resource,
                 resume_from=self._resource_version,
             )
+
+    async def _lines_until_silent(self, resource_version: str | None) -> AsyncIterator[bytes]:
+        """The watch's lines; raises :class:`WatchSilent` (after closing the watch) when none
+        came for ``silence_seconds``."""
+        lines = aiter(self._watch_lines(resource_version))
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self._silence):
+                        line = await anext(lines)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError as exc:
+                    raise WatchSilent(
+                        f"no event or bookmark for {self._silence} s from {resource_version}"
+                    ) from exc
+                yield line
+        finally:
+            close = getattr(lines, "aclose", None)
+            if close is not None:
+                await close()
 
     async def _list(self, handle: Handler) -> None:
         listed = await self._list_objects()
