@@ -80,7 +80,7 @@ FLEET: Final = (
         "Devices by governance state per node",
         "One row per node, a column per governance state (the heatmap's table form).",
         "table",
-        sql=f"SELECT node,\n"
+        sql="SELECT node,\n"
         + ",\n".join(
             f"  sum(devices) FILTER (WHERE state = '{s}') AS \"{s}\""
             for s in (
@@ -250,10 +250,14 @@ DASHBOARDS: Final = {
 }
 
 
-def _panel(spec: Panel, index: int) -> cogbuilder.Builder[Any]:
-    builder: Any = {"table": table.Panel, "stat": stat.Panel, "timeseries": timeseries.Panel}[
-        spec.kind
-    ]()
+def _panel(spec: Panel) -> cogbuilder.Builder[Any]:
+    builder: Any
+    if spec.kind == "table":
+        builder = table.Panel()
+    elif spec.kind == "stat":
+        builder = stat.Panel()
+    else:
+        builder = timeseries.Panel()
     builder = builder.title(spec.title).description(spec.description).height(8).span(12)
     if spec.sql is not None:
         builder = builder.datasource(POSTGRES).with_target(Sql(spec.sql))
@@ -283,8 +287,8 @@ def build(name: str) -> dict[str, Any]:
             dashboard.ConstantVariable("views_schema").label("Views schema").value("public_views")
         )
     )
-    for index, spec in enumerate(panels):
-        board = board.with_panel(_panel(spec, index))
+    for spec in panels:
+        board = board.with_panel(_panel(spec))
     encoded: dict[str, Any] = json.loads(json.dumps(board.build(), cls=JSONEncoder))
     return encoded
 
