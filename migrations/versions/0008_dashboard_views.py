@@ -162,8 +162,12 @@ VIEWS: dict[str, str] = {
 
 
 def views_schema(schema: str) -> str:
-    """The views' schema of projection schema ``schema``."""
-    return f"{schema}_views"
+    """The views' schema of projection schema ``schema``; ``ValueError`` when the name would
+    pass PostgreSQL's 63 characters (it would be cut, silently)."""
+    name = f"{schema}_views"
+    if len(name) > 63:
+        raise ValueError(f"schema name {schema!r} is too long for its views' schema (57 at most)")
+    return name
 
 
 def _schema() -> str:
@@ -176,7 +180,9 @@ def _schema() -> str:
 def upgrade() -> None:
     schema = _schema()
     p, v = f'"{schema}"', f'"{views_schema(schema)}"'
-    op.execute(f"CREATE SCHEMA {v}")
+    # A schema dropped without its views' schema (DROP SCHEMA ... CASCADE) leaves it empty: the
+    # views went with the tables they read.
+    op.execute(f"CREATE SCHEMA IF NOT EXISTS {v}")
     op.execute(f"COMMENT ON SCHEMA {v} IS 'devicestate dashboard views, version {VIEWS_VERSION}'")
     for name, sql in VIEWS.items():
         op.execute(f"CREATE VIEW {v}.{name} AS {sql.format(p=p, v=v)}")

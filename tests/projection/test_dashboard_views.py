@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from uuid import uuid4
 
+import pytest
 from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.adapters.projection.governance_tables import governance_decisions, quarantines
+from services.adapters.projection.migrate import migrate
 from services.adapters.projection.tables import (
     device_history,
     devices,
@@ -188,3 +191,24 @@ async def test_views_follow_episodes_recoveries_releases_and_lag(
     assert lag["lag"] == 3  # offsets 6, 7 and 8 not applied yet
     status = await view(engine, fresh_schema, "status_age", "resource_id")
     assert {float(s["age_seconds"]) for s in status} == {60 * 60.0}
+
+
+async def test_a_schema_dropped_alone_migrates_again(
+    engine: AsyncEngine, database_url: str
+) -> None:
+    schema = f"test_{uuid4().hex[:16]}"
+    try:
+        await migrate(database_url, schema)
+        async with engine.begin() as conn:  # as some tools drop a projection: its views go too
+            await conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        await migrate(database_url, schema)  # the empty views' schema is reused
+        assert await view(engine, schema, "as_of", "1") == [{"as_of": None}]
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+            await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}_views" CASCADE'))
+
+
+async def test_a_projection_schema_too_long_for_its_views_is_refused(database_url: str) -> None:
+    with pytest.raises(ValueError, match="too long for its views"):
+        await migrate(database_url, "s" * 58)
