@@ -1,6 +1,7 @@
 """Grafana dashboards as code (issue 14 item 2): ``python -m devtools.grafana_dashboards`` writes
 ``deploy/grafana/dashboards/{fleet,pipeline}.json`` with grafana-foundation-sdk's builders
-(``--check``: exit 1 when the committed files differ from what this module generates).
+(``--check``: exit 1 when the committed files differ from what this module generates;
+``--markdown``: print the panel list of ``docs/operations.md``).
 
 Panels read two datasources, provisioned by ``deploy/grafana/provisioning/datasources``:
 PostgreSQL (``devicestate-postgres``: the views of migration ``0008_dashboard_views``, as the
@@ -298,11 +299,30 @@ def render(name: str) -> str:
     return json.dumps(build(name), indent=2, sort_keys=True) + "\n"
 
 
+def markdown() -> str:
+    """The panel list of docs/operations.md: each dashboard's panels with their queries."""
+    lines = []
+    for name, (title, panels) in DASHBOARDS.items():
+        lines += [f"#### {title} (`deploy/grafana/dashboards/{name}.json`)", ""]
+        for spec in panels:
+            source, lang = ("PostgreSQL", "sql") if spec.sql else ("Prometheus", "promql")
+            query = spec.sql or spec.promql or ""
+            lines += [f"- **{spec.title}** ({spec.kind}, {source}): {spec.description}", ""]
+            lines += [f"  ```{lang}", *(f"  {line}" for line in query.splitlines()), "  ```", ""]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if the files are stale")
     parser.add_argument("--out", type=Path, default=OUT_DIR)
+    parser.add_argument(
+        "--markdown", action="store_true", help="print the panel list of docs/operations.md"
+    )
     args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown(), end="")
+        return 0
     stale = []
     for name in DASHBOARDS:
         path: Path = args.out / f"{name}.json"
