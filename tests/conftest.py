@@ -94,6 +94,8 @@ async def new_schema(engine: AsyncEngine, database_url: str) -> AsyncIterator[Sc
         async with engine.begin() as conn:
             for schema in created:
                 await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+                # the dashboards' views (migration 0008) live beside it
+                await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}_views" CASCADE'))
 
 
 @pytest.fixture

@@ -47,6 +47,7 @@ async def schema_name(engine: AsyncEngine) -> AsyncIterator[str]:
     yield name
     async with engine.begin() as conn:
         await conn.execute(text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
+        await conn.execute(text(f'DROP SCHEMA IF EXISTS "{name}_views" CASCADE'))
 
 
 async def tables_in(engine: AsyncEngine, schema: str) -> set[str]:
@@ -90,6 +91,15 @@ def alembic_cli(database_url: str, schema: str, *args: str) -> subprocess.Comple
     )
 
 
+async def views_in(engine: AsyncEngine, schema: str) -> set[str]:
+    async with engine.connect() as conn:
+        found = await conn.execute(
+            text("SELECT table_name FROM information_schema.views WHERE table_schema = :s"),
+            {"s": schema},
+        )
+        return set(found.scalars())
+
+
 async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
     engine: AsyncEngine, database_url: str, schema_name: str
 ) -> None:
@@ -105,10 +115,16 @@ async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
         *INVENTORY_TABLES,
     }
     current = await asyncio.to_thread(alembic_cli, database_url, schema_name, "current")
-    assert "0007_retention (head)" in current.stdout
+    assert "0008_dashboard_views (head)" in current.stdout
     assert {"last_observed_at", "partition"} <= await columns_of(
         engine, schema_name, "device_identities"
     )
+
+    views = f"{schema_name}_views"
+    assert "quarantines" in await views_in(engine, views)
+    back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
+    assert back.returncode == 0, back.stderr
+    assert await views_in(engine, views) == set()  # 0008: the views' schema is gone
 
     back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
     assert back.returncode == 0, back.stderr
@@ -162,7 +178,7 @@ async def test_migrate_is_idempotent_and_safe_to_run_concurrently(
         version = await conn.execute(
             text(f'SELECT version_num FROM "{schema_name}".alembic_version')
         )
-        assert [r[0] for r in version] == ["0007_retention"]
+        assert [r[0] for r in version] == ["0008_dashboard_views"]
 
 
 async def test_revisions_match_the_table_metadata(engine: AsyncEngine, fresh_schema: str) -> None:

@@ -63,9 +63,13 @@ async def schema_exists(engine: AsyncEngine, schema: str) -> bool:
 
 
 async def drop_schema(engine: AsyncEngine, schema: str) -> None:
-    """``DROP SCHEMA ... CASCADE``."""
+    """``DROP SCHEMA ... CASCADE``, and its dashboard views' schema ``<schema>_views``
+    (migration ``0008_dashboard_views``)."""
     async with engine.begin() as conn:
         await conn.execute(text(f"DROP SCHEMA IF EXISTS {quoted_schema(schema)} CASCADE"))
+        if len(schema) <= 57:  # a longer name has no views schema (63 characters at most)
+            views = quoted_schema(f"{schema}_views")
+            await conn.execute(text(f"DROP SCHEMA IF EXISTS {views} CASCADE"))
 
 
 async def truncate_projection(engine: AsyncEngine, schema: str, topic: str | None = None) -> None:
