@@ -18,6 +18,7 @@ from rich.table import Table
 
 from services.client.directory import default_api_url
 from services.client.http import ApiClient, ApiError
+from services.client.tables import table_of
 from services.client.terminal import escape, visible
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_PENDING = 1, 2, 3
@@ -67,14 +68,10 @@ def print_json(value: Any) -> None:
     sys.stdout.flush()
 
 
-def make_table(columns: list[str], rows: list[list[str]], wrap: tuple[str, ...] = ()) -> Table:
-    """A borderless table; cells are printed as text (markup escaped), ``wrap`` columns fold."""
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in columns:
-        table.add_column(column, no_wrap=column not in wrap, overflow="fold")
-    for row in rows:
-        table.add_row(*[escape(text) for text in row])
-    return table
+def make_table(columns: list[str], rows: list[list[str]]) -> Table:
+    """A borderless table of plain text cells (markup escaped) that never fold
+    (:func:`~services.client.tables.table_of`; print it with ``print_table``)."""
+    return table_of(columns, [[escape(text) for text in row] for row in rows])
 
 
 def cell(value: Any) -> str:
