@@ -8,8 +8,9 @@ browser without one). Rendering is :mod:`services.processes.api.fleet_html`.
 ``GROUP BY`` (the same as ``GET /v1/governance``), the grid is one keyset page of at most
 ``limit`` devices (default 800: about 100 nodes of 8 GPUs; ``cursor`` links to the next page,
 filters ``state`` and ``node`` narrow it: a count's link shows only that state), and the
-quarantine table holds the newest :data:`QUARANTINES_SHOWN` active and recovering ones. On a
-fleet of 25k nodes a page is about 150 KB of HTML whatever the fleet's size.
+quarantine table holds the newest :data:`QUARANTINES_SHOWN` active and recovering ones. A grid
+page of 800 devices is about 250 KB of HTML whatever the fleet's size
+(``tests/api/test_fleet_html.py``).
 
 Errors: 422 for a malformed cursor or a bad parameter, 404 for an unknown device's timeline,
 503 when the database cannot be read (JSON ``detail``, like the API).
