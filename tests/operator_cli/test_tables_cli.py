@@ -4,7 +4,10 @@ Against the API (uvicorn in a thread) on the fleet of ``tests/api/inventory_scen
 
 from __future__ import annotations
 
+import asyncio
 import io
+import os
+import sys
 from typing import Any
 
 import orjson
@@ -150,3 +153,40 @@ def test_the_demo_directory_never_folds_a_uuid(terminal: bool) -> None:
     assert len(lines) == 5, lines  # header, 2 devices, blank, summary
     assert all(DEMO_DEVICE["resourceID"] in line for line in lines[1:3])
     assert ("\x1b[" in out.getvalue()) is terminal  # colours on a terminal only
+
+
+@pytest.mark.integration
+async def test_watch_prints_a_new_quarantine_as_it_appears(
+    api_url: str, governor: Governor
+) -> None:
+    """``devicestate quarantine list -w`` in a subprocess, its stdout a pipe (as ``| grep``): the
+    first table, then the row of a quarantine the governor records later, flushed as it comes."""
+    await governor.quarantine("gpu-node-a/GPU-1@1", "gpu-node-a", "GPU-1", created_at=T0)
+    command = [sys.executable, "-m", "services.cli.main", "quarantine", "list", "-w"]
+    command += ["--watch-interval", "0.5", "--api-url", api_url]
+    env = {**os.environ, "DEVICESTATE_TOKEN": ""}
+    process = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.PIPE, env=env
+    )
+    assert process.stdout is not None
+    stdout = process.stdout
+
+    async def line_with(text: str) -> str:
+        while True:
+            line = (await asyncio.wait_for(stdout.readline(), 30)).decode()
+            assert line, f"the watch ended before a line with {text!r}"
+            if text in line:
+                return line
+
+    try:
+        assert "gpu-node-a/GPU-1@1" in await line_with("GPU-1@1")
+        await line_with("1 quarantines, 1 active or recovering")
+        await governor.quarantine(
+            "gpu-node-b/GPU-2@5", "gpu-node-b", "GPU-2", created_at=T0, reason="xid-79"
+        )
+        row = await line_with("GPU-2@5")
+        assert "gpu-node-b" in row and "xid-79" in row
+        assert process.returncode is None  # still following
+    finally:
+        process.kill()
+        await process.wait()
