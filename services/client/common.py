@@ -8,16 +8,15 @@ decided (the command is logged and will be decided).
 
 from __future__ import annotations
 
-import sys
 from enum import StrEnum
 from typing import Annotated, Any, NoReturn
 
-import orjson
 import typer
 from rich.table import Table
 
 from services.client.directory import default_api_url
 from services.client.http import ApiClient, ApiError
+from services.client.tables import print_json as print_json  # the commands import it from here
 from services.client.tables import table_of
 from services.client.terminal import escape, visible
 
@@ -58,14 +57,6 @@ def api_client(api_url: str | None, token: str | None) -> ApiClient:
 def fail_api_error(exc: ApiError) -> NoReturn:
     """Exit for an API error: 2 when the API is unreachable (no status), else 1."""
     fail(str(exc), EXIT_USAGE if exc.status is None else EXIT_REFUSED)
-
-
-def print_json(value: Any) -> None:
-    """Write ``value`` as indented JSON on stdout (invisible characters as ``\\uXXXX``)."""
-    # The unsafe characters only occur inside strings, where their escape means the same.
-    text = visible(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
-    sys.stdout.buffer.write(text.encode() + b"\n")
-    sys.stdout.flush()
 
 
 def make_table(columns: list[str], rows: list[list[str]]) -> Table:

@@ -115,6 +115,14 @@ def print_table(table: Table, console: Console | None = None) -> None:
     wide.print(table)
 
 
+def print_json(value: Any) -> None:
+    """Write ``value`` as indented JSON on stdout (invisible characters as ``\\uXXXX``)."""
+    # The unsafe characters only occur inside strings, where their escape means the same.
+    text = visible(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
+    sys.stdout.buffer.write(text.encode() + b"\n")
+    sys.stdout.flush()
+
+
 def print_yaml(value: Any) -> None:
     """Write ``value`` as YAML on stdout (ASCII only: every other character escaped)."""
     text = visible(yaml.safe_dump(value, sort_keys=False, allow_unicode=False, width=1 << 20))
@@ -193,9 +201,7 @@ def show(
     check_watch(watch, output)
     document, items = listing.fetch()
     if output is TableOutput.JSON:
-        text = visible(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
-        sys.stdout.buffer.write(text.encode() + b"\n")
-        sys.stdout.flush()
+        print_json(document)
         return
     if output is TableOutput.YAML:
         print_yaml(document)
