@@ -8,16 +8,16 @@ decided (the command is logged and will be decided).
 
 from __future__ import annotations
 
-import sys
 from enum import StrEnum
 from typing import Annotated, Any, NoReturn
 
-import orjson
 import typer
 from rich.table import Table
 
 from services.client.directory import default_api_url
 from services.client.http import ApiClient, ApiError
+from services.client.tables import print_json as print_json  # the commands import it from here
+from services.client.tables import table_of
 from services.client.terminal import escape, visible
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_PENDING = 1, 2, 3
@@ -59,22 +59,10 @@ def fail_api_error(exc: ApiError) -> NoReturn:
     fail(str(exc), EXIT_USAGE if exc.status is None else EXIT_REFUSED)
 
 
-def print_json(value: Any) -> None:
-    """Write ``value`` as indented JSON on stdout (invisible characters as ``\\uXXXX``)."""
-    # The unsafe characters only occur inside strings, where their escape means the same.
-    text = visible(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
-    sys.stdout.buffer.write(text.encode() + b"\n")
-    sys.stdout.flush()
-
-
-def make_table(columns: list[str], rows: list[list[str]], wrap: tuple[str, ...] = ()) -> Table:
-    """A borderless table; cells are printed as text (markup escaped), ``wrap`` columns fold."""
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in columns:
-        table.add_column(column, no_wrap=column not in wrap, overflow="fold")
-    for row in rows:
-        table.add_row(*[escape(text) for text in row])
-    return table
+def make_table(columns: list[str], rows: list[list[str]]) -> Table:
+    """A borderless table of plain text cells (markup escaped) that never fold
+    (:func:`~services.client.tables.table_of`; print it with ``print_table``)."""
+    return table_of(columns, [[escape(text) for text in row] for row in rows])
 
 
 def cell(value: Any) -> str:

@@ -1,20 +1,30 @@
 """``devicestate devices``: print the device directory like ``kubectl get``.
 
 Reads the directory API (``GET /v1/devices``, following ``nextCursor`` until the end), so it shows
-exactly what platform services see. ``-o json`` prints the API's items as one JSON array.
+exactly what platform services see. ``-o json|yaml`` prints the API's items as one array; the
+table, ``--no-headers`` and ``--watch`` are :mod:`services.client.tables`'s.
 """
 
 from __future__ import annotations
 
-import sys
-from typing import Any, Literal
+from typing import Any
 
 import httpx
-import orjson
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from services.client.tables import (
+    WATCH_INTERVAL_SECONDS,
+    Format,
+    Listing,
+    NoHeaders,
+    TableOutput,
+    Watch,
+    WatchInterval,
+    print_table,
+    show,
+    table_of,
+)
 from services.client.terminal import escape
 
 HEALTH_STYLE = {"Healthy": "green", "Unhealthy": "bold white on red", "Unknown": "yellow"}
@@ -50,45 +60,41 @@ def _pods(device: dict[str, Any]) -> str:
     return ",".join(pods) if pods else "<none>"
 
 
-def render_table(devices: list[dict[str, Any]], console: Console, wide: bool = False) -> None:
-    """Print devices as a table, one row per device; Unhealthy rows stand out in red.
-
-    ``wide`` adds the source, governance state, flags and message columns (like
-    ``kubectl get -o wide``).
-    """
-    table = Table(box=None, header_style="bold", pad_edge=False)
+def device_columns(wide: bool) -> list[str]:
+    """The columns of the device table (``wide``: source, governance state, flags, message)."""
     columns = ["NODE", "RESOURCE ID", "RESOURCE", "HEALTH", "VERSION", "PODS", "LAST TRANSITION"]
-    if wide:
-        columns += ["SOURCE", "STATE", "FLAGS", "MESSAGE"]
-    rows = [_row(d, wide) for d in devices]
-    for index, column in enumerate(columns):
-        if column in _KEY_COLUMNS:
-            # Identifying columns never shrink: long resourceIDs and Pod lists fold instead.
-            width = max([len(column)] + [len(_plain(r[index])) for r in rows])
-            table.add_column(column, no_wrap=True, min_width=width)
-        else:
-            table.add_column(column, overflow="fold")
-    for d, row in zip(devices, rows, strict=True):
-        table.add_row(*row, style="red" if d["health"] == "Unhealthy" else None)
-    console.print(table)
+    return [*columns, "SOURCE", "STATE", "FLAGS", "MESSAGE"] if wide else columns
+
+
+def device_style(d: dict[str, Any]) -> str | None:
+    """Unhealthy rows stand out in red (on a terminal)."""
+    return "red" if d["health"] == "Unhealthy" else None
+
+
+def device_summary(devices: list[dict[str, Any]]) -> list[str]:
+    """The line after the table: devices by health."""
     counts: dict[str, int] = {}
     for d in devices:
         counts[d["health"]] = counts.get(d["health"], 0) + 1
     summary = ", ".join(f"{n} {h}" for h, n in sorted(counts.items()))
-    console.print(f"\n{len(devices)} devices: {summary or 'none'}")
+    return [f"\n{len(devices)} devices: {summary or 'none'}"]
 
 
-_KEY_COLUMNS = frozenset({"NODE", "HEALTH", "VERSION", "SOURCE", "STATE"})
+def render_table(devices: list[dict[str, Any]], console: Console, wide: bool = False) -> None:
+    """Print devices as a table, one row per device and one line per row whatever the console's
+    width (:func:`~services.client.tables.print_table`); Unhealthy rows stand out in red.
+
+    ``wide`` adds the source, governance state, flags and message columns (like
+    ``kubectl get -o wide``).
+    """
+    rows = [device_row(d, wide) for d in devices]
+    styles = [device_style(d) for d in devices]
+    print_table(table_of(device_columns(wide), rows, styles=styles), console)
+    for line in device_summary(devices):
+        console.print(line)
 
 
-def _plain(markup: str) -> str:
-    """The printed text of a rich markup cell (for its width)."""
-    from rich.text import Text
-
-    return Text.from_markup(markup).plain
-
-
-def _row(d: dict[str, Any], wide: bool) -> list[str]:
+def device_row(d: dict[str, Any], wide: bool) -> list[str]:
     """One table row of a device (rich markup, values escaped)."""
     health = d["health"]
     raw = f" ({d['rawHealth']})" if d.get("rawHealth") else ""
@@ -122,7 +128,7 @@ def default_api_url() -> str:
 
 def make_console() -> Console:
     """A console for tables: as wide as the terminal, or 200 columns when output is not a tty
-    (pipes and CI logs), so rows are not folded."""
+    (pipes and CI logs); a wider table widens it (:func:`~services.client.tables.print_table`)."""
     console = Console()
     return console if console.is_terminal else Console(width=200)
 
@@ -142,12 +148,10 @@ def devices(
     state: str | None = typer.Option(
         None, help="Only this governance state, e.g. Quarantined, Restricted, Available."
     ),
-    output: Literal["table", "wide", "json"] = typer.Option(
-        "table",
-        "-o",
-        "--output",
-        help="table, wide (adds source, governance state, flags, message) or json.",
-    ),
+    output: Format = TableOutput.TABLE,
+    no_headers: NoHeaders = False,
+    watch: Watch = False,
+    watch_interval: WatchInterval = WATCH_INTERVAL_SECONDS,
     token: str | None = typer.Option(
         None,
         "--token",
@@ -174,14 +178,22 @@ def devices(
             f"error: --health must be one of {', '.join(HEALTH_STYLE)} (case-sensitive)", err=True
         )
         raise typer.Exit(2)
-    if api_url is None:
-        api_url = default_api_url()
-    try:
-        items = fetch_devices(api_url, filters, token=token)
-    except (httpx.HTTPError, RuntimeError) as exc:
-        typer.echo(f"error: cannot read the directory at {api_url}: {exc}", err=True)
-        raise typer.Exit(2) from None
-    if output == "json":
-        sys.stdout.buffer.write(orjson.dumps(items, option=orjson.OPT_INDENT_2) + b"\n")
-    else:
-        render_table(items, make_console(), wide=output == "wide")
+    url = api_url or default_api_url()
+
+    def fetch() -> tuple[Any, list[dict[str, Any]]]:
+        try:
+            items = fetch_devices(url, filters, token=token)
+        except (httpx.HTTPError, RuntimeError) as exc:
+            typer.echo(f"error: cannot read the directory at {url}: {exc}", err=True)
+            raise typer.Exit(2) from None
+        return items, items
+
+    listing = Listing(fetch, device_columns, device_row, device_style, device_summary)
+    show(
+        listing,
+        output,
+        no_headers=no_headers,
+        watch=watch,
+        interval=watch_interval,
+        console=make_console(),
+    )

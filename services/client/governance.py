@@ -8,7 +8,6 @@ from typing import Annotated
 
 import orjson
 import typer
-from rich.table import Table
 
 from services.client.common import (
     ApiUrl,
@@ -25,6 +24,7 @@ from services.client.common import (
 )
 from services.client.directory import make_console
 from services.client.http import ApiError, path_segment
+from services.client.tables import print_table, table_of
 from services.client.terminal import escape
 from services.client.writes import (
     IdempotencyKey,
@@ -138,12 +138,10 @@ def governance(
         ("nodes", f"{status['nodesHeartbeatLost']} with a lost heartbeat"),
         ("devices", f"{status['devices']}" + (f": {by_state}" if by_state else "")),
     ]
-    table = Table(box=None, show_header=False, pad_edge=False)
-    table.add_column(style="bold")
-    table.add_column()
-    for name, value in rows:
-        table.add_row(name, escape(value))
-    console.print(table)
+    table = table_of(
+        ["NAME", "VALUE"], [[f"[bold]{n}[/]", escape(v)] for n, v in rows], headers=False
+    )
+    print_table(table, console)
 
 
 def timeline(
@@ -185,5 +183,5 @@ def timeline(
             detail = f.get("summary") or orjson.dumps(f.get("details") or {}).decode()
         rows.append([item["time"], item["kind"], what, detail])
     console = make_console()
-    console.print(make_table(["TIME", "KIND", "WHAT", "DETAIL"], rows, wrap=("DETAIL",)))
+    print_table(make_table(["TIME", "KIND", "WHAT", "DETAIL"], rows), console)
     console.print(f"\n{len(rows)} items for {escape(node)}/{escape(resource_id)}")

@@ -12,7 +12,6 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from services.client.common import (
     ApiUrl,
@@ -25,13 +24,17 @@ from services.client.common import (
 )
 from services.client.directory import HEALTH_STYLE, make_console
 from services.client.http import ApiError
+from services.client.tables import (
+    WATCH_INTERVAL_SECONDS,
+    Listing,
+    NoHeaders,
+    TableOutput,
+    Watch,
+    WatchInterval,
+    print_table,
+    show,
+)
 from services.client.terminal import escape
-
-
-class InventoryOutput(StrEnum):
-    TABLE = "table"
-    WIDE = "wide"
-    JSON = "json"
 
 
 class ReadOutput(StrEnum):
@@ -56,6 +59,42 @@ def _class(device: dict[str, Any]) -> str:
     return cell(device.get("deviceClass") or device.get("resourceName"))
 
 
+def inventory_columns(wide: bool) -> list[str]:
+    """The inventory table's columns (``wide``: pool, driver, UUID, taints, reported IDs)."""
+    columns = ["NODE", "DEVICE ID", "OWNER", "CLASS", "HEALTH", "STATE", "ALLOCATED TO"]
+    if wide:
+        columns += ["POOL", "DRIVER", "UUID", "TAINTS", "UNAVAILABLE", "REPORTED IDS"]
+    return columns
+
+
+def inventory_row(d: dict[str, Any], wide: bool) -> list[str]:
+    """One inventory device (rich markup, values escaped; health styled)."""
+    health = d.get("health") or "-"
+    style = HEALTH_STYLE.get(health, "")
+    row = [
+        escape(d.get("node") or "<pool>"),
+        escape(d["deviceID"]),
+        d["owner"],
+        escape(_class(d)),
+        f"[{style}]{escape(health)}[/]" if style else escape(health),
+        escape(cell(d.get("state"))),
+        escape(_allocated(d)),
+    ]
+    if wide:
+        taints = ",".join(
+            f"{t['key']}={t.get('value') or ''}:{t['effect']}" for t in d.get("taints") or []
+        )
+        row += [
+            escape(cell(d.get("pool"))),
+            escape(cell(d.get("driver"))),
+            escape(cell(d.get("uuid"))),
+            escape(cell(taints)),
+            escape(cell(d.get("unavailable"))),
+            escape(cell(",".join(d.get("reportedIDs") or []))),
+        ]
+    return row
+
+
 def inventory(
     node: Annotated[str | None, typer.Option(help="Only devices on this node.")] = None,
     owner: Annotated[str | None, typer.Option(help="dra or device-plugin.")] = None,
@@ -67,11 +106,16 @@ def inventory(
         str | None, typer.Option(help="Governance state, e.g. Quarantined, Available.")
     ] = None,
     output: Annotated[
-        InventoryOutput,
+        TableOutput,
         typer.Option(
-            "-o", "--output", help="table, wide (adds pool, driver, UUID, taints, IDs) or json."
+            "-o",
+            "--output",
+            help="table, wide (adds pool, driver, UUID, taints, IDs), json or yaml.",
         ),
-    ] = InventoryOutput.TABLE,
+    ] = TableOutput.TABLE,
+    no_headers: NoHeaders = False,
+    watch: Watch = False,
+    watch_interval: WatchInterval = WATCH_INTERVAL_SECONDS,
     api_url: ApiUrl = None,
     token: Token = None,
 ) -> None:
@@ -88,69 +132,66 @@ def inventory(
         "deviceClass": device_class,
         "state": state,
     }
-    try:
-        with api_client(api_url, token) as client:
-            items = list(client.pages("/v1/inventory/devices", params))
-            unseen = (
-                None
-                if output is InventoryOutput.JSON
-                else client.get("/v1/inventory/unseen", node=node)
-            )
-    except ApiError as exc:
-        fail_api_error(exc)
-    if output is InventoryOutput.JSON:
-        print_json(items)
-        return
-    wide = output is InventoryOutput.WIDE
-    columns = ["NODE", "DEVICE ID", "OWNER", "CLASS", "HEALTH", "STATE", "ALLOCATED TO"]
-    if wide:
-        columns += ["POOL", "DRIVER", "UUID", "TAINTS", "UNAVAILABLE", "REPORTED IDS"]
-    rows = []
-    for d in items:
-        health = d.get("health") or "-"
-        style = HEALTH_STYLE.get(health, "")
-        row = [
-            escape(d.get("node") or "<pool>"),
-            escape(d["deviceID"]),
-            d["owner"],
-            escape(_class(d)),
-            f"[{style}]{escape(health)}[/]" if style else escape(health),
-            escape(cell(d.get("state"))),
-            escape(_allocated(d)),
-        ]
-        if wide:
-            taints = ",".join(
-                f"{t['key']}={t.get('value') or ''}:{t['effect']}" for t in d.get("taints") or []
-            )
-            row += [
-                escape(cell(d.get("pool"))),
-                escape(cell(d.get("driver"))),
-                escape(cell(d.get("uuid"))),
-                escape(cell(taints)),
-                escape(cell(d.get("unavailable"))),
-                escape(cell(",".join(d.get("reportedIDs") or []))),
+    unseen: dict[str, Any] = {}
+
+    def fetch() -> tuple[Any, list[dict[str, Any]]]:
+        try:
+            with api_client(api_url, token) as client:
+                items = list(client.pages("/v1/inventory/devices", params))
+                if output not in (TableOutput.JSON, TableOutput.YAML) and not no_headers:
+                    unseen.update(client.get("/v1/inventory/unseen", node=node) or {})
+        except ApiError as exc:
+            fail_api_error(exc)
+        return items, items
+
+    def summary(items: list[dict[str, Any]]) -> list[str]:
+        idle = sum(1 for d in items if _allocated(d) == "<idle>")
+        blocked = sum(1 for d in items if d.get("unavailable"))
+        lines = [f"\n{len(items)} devices: {idle} not allocated, {blocked} unavailable"]
+        if unseen.get("unseen"):
+            parts = [
+                f"{u['node']} {u['resourceName']}: {u['unseen']}"
+                for u in unseen["items"]
+                if u["unseen"]
             ]
-        rows.append(row)
-    console = make_console()
-    if wide and not console.is_terminal:
-        console = Console(width=400)  # pipes and logs: one line per device, nothing cut
-    table = make_table(columns, [], wrap=("REPORTED IDS", "ALLOCATED TO"))
-    for row in rows:  # already escaped (health is styled)
-        table.add_row(*row)
-    console.print(table)
-    idle = sum(1 for d in items if _allocated(d) == "<idle>")
-    blocked = sum(1 for d in items if d.get("unavailable"))
-    console.print(f"\n{len(items)} devices: {idle} not allocated, {blocked} unavailable")
-    if unseen and unseen.get("unseen"):
-        parts = [
-            f"{u['node']} {u['resourceName']}: {u['unseen']}"
-            for u in unseen["items"]
-            if u["unseen"]
-        ]
-        console.print(
-            f"{unseen['unseen']} device-plugin devices never reported (no ID published while "
-            f"idle): " + escape(", ".join(parts))
-        )
+            lines.append(
+                f"{unseen['unseen']} device-plugin devices never reported (no ID published "
+                "while idle): " + escape(", ".join(parts))
+            )
+        return lines
+
+    listing = Listing(fetch, inventory_columns, inventory_row, summary=summary)
+    show(
+        listing,
+        output,
+        no_headers=no_headers,
+        watch=watch,
+        interval=watch_interval,
+        console=make_console(),
+    )
+
+
+def _divergence_row(r: dict[str, Any], wide: bool) -> list[str]:
+    return [
+        escape(r["node"]),
+        escape(r["resourceName"]),
+        str(r["sliceDevices"]),
+        str(r["nodeCapacity"]),
+        f"{r['difference']:+d}",
+        escape(r["status"]),
+        escape(",".join(r["deviceClasses"])),
+    ]
+
+
+def _capacity_row(r: dict[str, Any], wide: bool) -> list[str]:
+    return [
+        escape(r["key"]),
+        str(r["total"]),
+        str(r["allocated"]),
+        str(r["idle"]),
+        str(r["unavailable"]),
+        str(r["fragmented"]),
+    ]
 
 
 def capacity(
@@ -165,68 +206,75 @@ def capacity(
             "capacity per node and extended resource.",
         ),
     ] = False,
-    output: Annotated[ReadOutput, typer.Option("-o", "--output", help="table or json.")] = (
-        ReadOutput.TABLE
-    ),
+    output: Annotated[
+        TableOutput, typer.Option("-o", "--output", help="table, wide (as table), json or yaml.")
+    ] = TableOutput.TABLE,
+    no_headers: NoHeaders = False,
+    watch: Watch = False,
+    watch_interval: WatchInterval = WATCH_INTERVAL_SECONDS,
     api_url: ApiUrl = None,
     token: Token = None,
 ) -> None:
     """Capacity per node, pool, DeviceClass or namespace: total, allocated, idle, unavailable
     (quarantined, restricted, Unhealthy, ...) and fragmented (idle devices on nodes that cannot
     fit the common request size). Quarantined devices are never idle."""
-    try:
-        with api_client(api_url, token) as client:
-            body = (
-                client.get("/v1/capacity/divergence")
-                if divergence
-                else client.get("/v1/capacity", view=view.value)
-            )
-    except ApiError as exc:
-        fail_api_error(exc)
-    if output is ReadOutput.JSON:
-        print_json(body)
-        return
-    console = make_console()
+    last: dict[str, Any] = {}
+
+    def fetch() -> tuple[Any, list[dict[str, Any]]]:
+        try:
+            with api_client(api_url, token) as client:
+                body = (
+                    client.get("/v1/capacity/divergence")
+                    if divergence
+                    else client.get("/v1/capacity", view=view.value)
+                )
+        except ApiError as exc:
+            fail_api_error(exc)
+        last.update(body)
+        return body, list(body["items"])
+
     if divergence:
-        rows = [
-            [
-                r["node"],
-                r["resourceName"],
-                str(r["sliceDevices"]),
-                str(r["nodeCapacity"]),
-                f"{r['difference']:+d}",
-                r["status"],
-                ",".join(r["deviceClasses"]),
-            ]
-            for r in body["items"]
-        ]
-        console.print(
-            make_table(
-                ["NODE", "RESOURCE", "SLICES", "NODE CAPACITY", "DIFF", "STATUS", "CLASSES"],
-                rows,
-            )
+
+        def divergence_summary(items: list[dict[str, Any]]) -> list[str]:
+            bad = sum(1 for r in items if r["status"] == "mismatch")
+            return [f"\n{len(items)} node resources, {bad} diverging"]
+
+        listing = Listing(
+            fetch,
+            lambda wide: [
+                "NODE",
+                "RESOURCE",
+                "SLICES",
+                "NODE CAPACITY",
+                "DIFF",
+                "STATUS",
+                "CLASSES",
+            ],
+            _divergence_row,
+            summary=divergence_summary,
         )
-        bad = sum(1 for r in body["items"] if r["status"] == "mismatch")
-        console.print(f"\n{len(rows)} node resources, {bad} diverging")
-        return
-    header = {"deviceClass": "DEVICE CLASS"}.get(view.value, view.value.upper())
-    rows = [
-        [
-            r["key"],
-            str(r["total"]),
-            str(r["allocated"]),
-            str(r["idle"]),
-            str(r["unavailable"]),
-            str(r["fragmented"]),
-        ]
-        for r in body["items"]
-    ]
-    console.print(
-        make_table([header, "TOTAL", "ALLOCATED", "IDLE", "UNAVAILABLE", "FRAGMENTED"], rows)
-    )
-    console.print(
-        f"\nfragmented: idle devices on a node with fewer than {body['requestSize']} idle "
-        f"(request size from {body['requestSizeSource']})"
+    else:
+        header = {"deviceClass": "DEVICE CLASS"}.get(view.value, view.value.upper())
+
+        def capacity_summary(items: list[dict[str, Any]]) -> list[str]:
+            return [
+                f"\nfragmented: idle devices on a node with fewer than {last['requestSize']} "
+                f"idle (request size from {escape(str(last['requestSizeSource']))})"
+            ]
+
+        listing = Listing(
+            fetch,
+            lambda wide: [header, "TOTAL", "ALLOCATED", "IDLE", "UNAVAILABLE", "FRAGMENTED"],
+            _capacity_row,
+            summary=capacity_summary,
+        )
+    show(
+        listing,
+        output,
+        no_headers=no_headers,
+        watch=watch,
+        interval=watch_interval,
+        console=make_console(),
     )
 
 
@@ -267,12 +315,12 @@ def conflicts(
         for c in items
     ]
     console = make_console()
-    console.print(
+    print_table(
         make_table(
             ["KIND", "NODE", "SUBJECT", "STATUS", "FIRST SEEN", "LAST SEEN", "DETAIL"],
             rows,
-            wrap=("DETAIL",),
-        )
+        ),
+        console,
     )
     console.print(f"\n{len(items)} conflicts" + ("" if show_all else " active"))
 

@@ -10,19 +10,27 @@ import typer
 
 from services.client.common import (
     ApiUrl,
-    Output,
-    ReadFormat,
     Token,
     WriteFormat,
     WriteOutput,
     api_client,
     cell,
     fail_api_error,
-    make_table,
     print_json,
 )
 from services.client.directory import make_console
 from services.client.http import ApiError, path_segment
+from services.client.tables import (
+    WATCH_INTERVAL_SECONDS,
+    Format,
+    Listing,
+    NoHeaders,
+    TableOutput,
+    Watch,
+    WatchInterval,
+    show,
+)
+from services.client.terminal import escape
 from services.client.writes import (
     ExpiresAt,
     IdempotencyKey,
@@ -133,59 +141,85 @@ def quarantine_list(
     resource_id: Annotated[
         str | None, typer.Option("--resource-id", help="Only this device ID.", show_default=False)
     ] = None,
-    output: ReadFormat = Output.TABLE,
+    output: Format = TableOutput.TABLE,
+    no_headers: NoHeaders = False,
+    watch: Watch = False,
+    watch_interval: WatchInterval = WATCH_INTERVAL_SECONDS,
     api_url: ApiUrl = None,
     token: Token = None,
 ) -> None:
-    """List quarantines, newest first."""
+    """List quarantines, newest first (``wide`` adds the recovery lease and attempts)."""
     params = {
         "status": None if status is None else status.value,
         "kind": None if kind is None else kind.value,
         "node": node,
         "resourceID": resource_id,
     }
-    try:
-        with api_client(api_url, token) as client:
-            items = list(client.pages("/v1/quarantines", params))
-    except ApiError as exc:
-        fail_api_error(exc)
-    if output is Output.JSON:
-        print_json(items)
-        return
-    rows = [
-        [
-            q["quarantineID"],
-            q["node"],
-            q["resourceID"],
-            q["kind"],
-            q["status"] + (f" ({q['recoveryStage']})" if q.get("recoveryStage") else ""),
-            q["actor"],
-            q["createdAt"],
-            cell(q.get("expiresAt")),
-            q["reason"],
-        ]
-        for q in items
-    ]
-    console = make_console()
-    console.print(
-        make_table(
-            [
-                "QUARANTINE ID",
-                "NODE",
-                "RESOURCE ID",
-                "KIND",
-                "STATUS",
-                "ACTOR",
-                "CREATED",
-                "EXPIRES",
-                "REASON",
-            ],
-            rows,
-            wrap=("REASON",),
-        )
+
+    def fetch() -> tuple[Any, list[dict[str, Any]]]:
+        try:
+            with api_client(api_url, token) as client:
+                items = list(client.pages("/v1/quarantines", params))
+        except ApiError as exc:
+            fail_api_error(exc)
+        return items, items
+
+    def summary(items: list[dict[str, Any]]) -> list[str]:
+        active = sum(1 for q in items if q["status"] != "released")
+        return [f"\n{len(items)} quarantines, {active} active or recovering"]
+
+    listing = Listing(fetch, quarantine_columns, quarantine_row, summary=summary)
+    show(
+        listing,
+        output,
+        no_headers=no_headers,
+        watch=watch,
+        interval=watch_interval,
+        console=make_console(),
     )
-    active = sum(1 for q in items if q["status"] != "released")
-    console.print(f"\n{len(items)} quarantines, {active} active or recovering")
+
+
+QUARANTINE_COLUMNS = [
+    "QUARANTINE ID",
+    "NODE",
+    "RESOURCE ID",
+    "KIND",
+    "STATUS",
+    "ACTOR",
+    "CREATED",
+    "EXPIRES",
+    "REASON",
+]
+
+
+def quarantine_columns(wide: bool) -> list[str]:
+    """The quarantine table's columns (``wide``: lease holder, its expiry, attempts, release)."""
+    extra = ["LEASE HOLDER", "LEASE EXPIRES", "ATTEMPTS", "RELEASED", "RELEASED BY"]
+    return QUARANTINE_COLUMNS + extra if wide else QUARANTINE_COLUMNS
+
+
+def quarantine_row(q: dict[str, Any], wide: bool) -> list[str]:
+    """One quarantine (values escaped)."""
+    row = [
+        q["quarantineID"],
+        q["node"],
+        q["resourceID"],
+        q["kind"],
+        q["status"] + (f" ({q['recoveryStage']})" if q.get("recoveryStage") else ""),
+        q["actor"],
+        q["createdAt"],
+        cell(q.get("expiresAt")),
+        q["reason"],
+    ]
+    if wide:
+        row += [
+            cell(q.get("leaseHolder")),
+            cell(q.get("leaseExpiresAt")),
+            str(q.get("recoveryAttempts", 0)),
+            cell(q.get("releasedAt")),
+            cell(q.get("releasedBy")),
+        ]
+    return [escape(text) for text in row]
 
 
 @quarantine_app.command("show")

@@ -36,6 +36,7 @@ from services.processes.api import (
     routes_automation,
     routes_devices,
     routes_extender,
+    routes_fleet_page,
     routes_governance,
     routes_inventory,
     routes_ops,
@@ -216,6 +217,7 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
     app.include_router(routes_governance.router)
     app.include_router(routes_inventory.router)
     app.include_router(routes_ops.router)
+    app.include_router(routes_fleet_page.router)  # HTML: /ui/fleet
     if settings.scheduler_extender:  # off by default: the route does not exist (404)
         app.include_router(routes_extender.router)  # no token: the scheduler sends none
     # The last added runs first: NUL in the URL (400) before the body is read (413).
