@@ -173,6 +173,7 @@ class DeviceDedup:
         :data:`~streams.batchwrite.SHUTDOWN_GRACE_SECONDS` more, then is abandoned unacknowledged (faust waits for
         in-flight batches before it stops, so an endless retry would block the shutdown)."""
         self.writer.begin_shutdown()
+        self.gaps.close()
 
     async def process(self, stream: Any) -> None:
         """The agent body: batches from the topic until the stream stops."""
@@ -281,6 +282,7 @@ class DeviceDedup:
         if result is None:  # shutdown came first and the write was abandoned
             self._withhold_acks(events)
             raise asyncio.CancelledError
+        self.gaps.written(consumed)
         remember(self.table, stream, selection, batch.sources, refused)
         self._record(result, events, highwaters, started)
         if cancelled:

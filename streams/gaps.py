@@ -10,6 +10,7 @@ its recorded offset, so the missing records are fetched again and everything is 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from typing import Any, Final
@@ -33,6 +34,9 @@ class GapRecovery:
         self.log_start: dict[tuple[str, int], int] = {}
         self.seeks: dict[tuple[str, int], tuple[int, float]] = {}
         """Partition -> the offset last sought back to after a gap, and when (monotonic)."""
+        self.pending: dict[tuple[str, int], tuple[int, asyncio.TimerHandle]] = {}
+        """Partition -> the offset of a seek scheduled for later, and its timer."""
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def log_starts(self, parts: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         """The earliest offset of each partition (asked of the broker once, then cached): where
@@ -55,22 +59,60 @@ class GapRecovery:
         """Seek each gap partition back to just after its recorded offset, so the records the
         agent never got are fetched again (faust then reads on from there). Once per position for
         :data:`RESEEK_SECONDS`: the records already buffered after the gap come back refused and
-        do not seek again."""
+        do not seek again. A refusal within that time schedules one seek for when it ends
+        instead: the refused records may have been the partition's last, and an idle partition
+        brings no further refusal to seek on (the fault campaign stalled so)."""
         now = time.monotonic()
         for (topic, partition), (recorded, _) in sorted(gap.gaps.items()):
-            self.log_start.pop((topic, partition), None)  # retention may have moved it: ask again
+            part = (topic, partition)
+            self.log_start.pop(part, None)  # retention may have moved it: ask again
             target = recorded + 1
-            last = self.seeks.get((topic, partition))
+            last = self.seeks.get(part)
             if last is not None and last[0] == target and now - last[1] < RESEEK_SECONDS:
+                self._seek_later(part, target, last[1] + RESEEK_SECONDS - now)
                 continue
-            self.seeks[(topic, partition)] = (target, now)
-            try:
-                await self.app.consumer.seek(TP(topic, partition), target)
-            except Exception as exc:  # the consumer is stopping or rebalancing: a restart reads it
-                log.warning(
-                    "seek back to the gap failed", topic=topic, partition=partition, error=repr(exc)
-                )
-            else:
-                log.warning(
-                    "reading again after a gap", topic=topic, partition=partition, offset=target
-                )
+            await self._seek(part, target, now)
+
+    def written(self, parts: Mapping[tuple[str, int], int]) -> None:
+        """The agent wrote these partitions through these offsets: a later seek scheduled to
+        an offset at or before them is no longer needed (it would only re-read, harmlessly)."""
+        for part, through in parts.items():
+            pending = self.pending.get(part)
+            if pending is not None and pending[0] <= through:
+                pending[1].cancel()
+                del self.pending[part]
+
+    def close(self) -> None:
+        """Cancel the scheduled seeks (the worker is stopping)."""
+        for _, handle in self.pending.values():
+            handle.cancel()
+        self.pending.clear()
+
+    def _seek_later(self, part: tuple[str, int], target: int, delay: float) -> None:
+        if part in self.pending and self.pending[part][0] == target:
+            return
+        if part in self.pending:
+            self.pending[part][1].cancel()
+        loop = asyncio.get_running_loop()
+
+        def fire() -> None:
+            self.pending.pop(part, None)
+            task = loop.create_task(self._seek(part, target, time.monotonic()))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+        self.pending[part] = (target, loop.call_later(max(delay, 0.0), fire))
+
+    async def _seek(self, part: tuple[str, int], target: int, now: float) -> None:
+        topic, partition = part
+        self.seeks[part] = (target, now)
+        try:
+            await self.app.consumer.seek(TP(topic, partition), target)
+        except Exception as exc:  # the consumer is stopping or rebalancing: a restart reads it
+            log.warning(
+                "seek back to the gap failed", topic=topic, partition=partition, error=repr(exc)
+            )
+        else:
+            log.warning(
+                "reading again after a gap", topic=topic, partition=partition, offset=target
+            )
