@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse
 
 from services.adapters.projection.engine import create_engine
 from services.adapters.projection.errors import DatabaseError
+from services.adapters.projection.reads_adoption import AdoptionReads
 from services.adapters.projection.reads_changes import ChangeReads
 from services.adapters.projection.reads_devices import DeviceReads
 from services.adapters.projection.reads_governance import GovernanceReads
@@ -33,6 +34,7 @@ from services.adapters.projection.reads_inventory import InventoryReads
 from services.adapters.projection.reads_node_facts import NodeFactReads
 from services.domain.events import now_utc
 from services.processes.api import (
+    routes_adoption,
     routes_automation,
     routes_devices,
     routes_extender,
@@ -158,6 +160,7 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
         app.state.store = DeviceReads(engine, settings.database_schema)
         app.state.reads = GovernanceReads(engine, settings.database_schema)
         app.state.inventory = InventoryReads(engine, settings.database_schema)
+        app.state.adoption = AdoptionReads(engine, settings.database_schema)
         publisher = CommandPublisher(settings)
         app.state.publisher = publisher
         app.state.lag = LagReader.of(settings)
@@ -216,6 +219,7 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
     app.include_router(routes_automation.router)
     app.include_router(routes_governance.router)
     app.include_router(routes_inventory.router)
+    app.include_router(routes_adoption.router)
     app.include_router(routes_ops.router)
     app.include_router(routes_fleet_page.router)  # HTML: /ui/fleet
     if settings.scheduler_extender:  # off by default: the route does not exist (404)

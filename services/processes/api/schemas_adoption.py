@@ -1,0 +1,130 @@
+"""Request and response models of the DRA adoption endpoints (issue 16): ``POST /v1/adoption``
+declares a pool's phase, ``GET /v1/adoption`` gives each pool's phase, history and gate. camelCase
+JSON, times RFC 3339 UTC."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Self
+
+from pydantic import Field, model_validator
+
+from services.domain.adoption.gate import PoolGate, Reason, Verdict
+from services.domain.governance.adoption import (
+    MAX_NODES,
+    AdoptionDeclaration,
+    Declared,
+    Phase,
+    PoolSelector,
+    PoolState,
+)
+from services.processes.api.schemas import ApiModel
+from services.processes.api.schemas_governance import ReasonIn
+
+_NAME: dict[str, Any] = {"minLength": 1, "maxLength": 253}
+
+
+class AdoptionIn(ReasonIn):
+    """A pool's declared phase. The pool is ``driver`` (with an optional ResourceSlice
+    ``slicePool``) or ``nodes``: exactly one of them."""
+
+    pool: str = Field(
+        description="The pool's name: a DNS label (dots allowed), at most 63 characters.",
+        json_schema_extra={"pattern": "^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$"},
+    )
+    phase: Phase = Field(description="plugin, canary, dra or rolled-back.")
+    driver: str | None = Field(
+        None,
+        description="DRA driver whose ResourceSlices name the pool's nodes.",
+        json_schema_extra=_NAME,
+    )
+    slice_pool: str | None = Field(
+        None, description="ResourceSlice `spec.pool.name` (with `driver`).", json_schema_extra=_NAME
+    )
+    nodes: list[str] | None = Field(
+        None, description="Node names of the pool (instead of `driver`).", max_length=MAX_NODES
+    )
+    device_class: str | None = Field(
+        None, description="The DeviceClass the pool moves to.", json_schema_extra=_NAME
+    )
+
+    @model_validator(mode="after")
+    def _declaration(self) -> Self:
+        self.declaration()  # raises ValueError (a 422) naming what is wrong
+        return self
+
+    def declaration(self) -> AdoptionDeclaration:
+        """The domain's declaration; raises ``ValueError`` on a bad pool or selector."""
+        selector = PoolSelector(
+            driver=self.driver or None,
+            pool=self.slice_pool or None,
+            nodes=tuple(sorted(set(self.nodes or ()))),
+        )
+        return AdoptionDeclaration(self.pool, selector, self.phase, self.device_class or None)
+
+
+class SelectorOut(ApiModel):
+    driver: str | None
+    slice_pool: str | None
+    nodes: list[str]
+
+
+class DeclaredOut(ApiModel):
+    seq: int = Field(description="The decision's place on the governance log.")
+    at: datetime = Field(description="Event time of the declaration (UTC).")
+    phase: Phase
+    actor: str
+    reason: str
+
+    @classmethod
+    def of(cls, d: Declared) -> DeclaredOut:
+        return cls(seq=d.seq, at=d.at, phase=d.declaration.phase, actor=d.actor, reason=d.reason)
+
+
+class ReasonOut(ApiModel):
+    code: str = Field(description="The signal (docs/dra-adoption.md).")
+    verdict: Verdict
+    detail: str
+    figures: dict[str, int | float | str | None]
+
+    @classmethod
+    def of(cls, r: Reason) -> ReasonOut:
+        return cls(code=r.code, verdict=r.verdict, detail=r.detail, figures=dict(r.figures))
+
+
+class PoolOut(ApiModel):
+    pool: str
+    phase: Phase
+    since: datetime = Field(description="When the pool entered its phase (UTC event time).")
+    selector: SelectorOut
+    device_class: str | None
+    nodes: list[str] = Field(description="The nodes the selector matches now.")
+    verdict: Verdict = Field(description="The gate: expand, hold or rollback.")
+    reasons: list[ReasonOut] = Field(description="Every signal read, with its verdict and figures.")
+    history: list[DeclaredOut] = Field(description="The pool's declarations, oldest first.")
+
+    @classmethod
+    def of(cls, state: PoolState, gate: PoolGate) -> PoolOut:
+        decl = state.current.declaration
+        return cls(
+            pool=state.pool,
+            phase=state.phase,
+            since=state.since,
+            selector=SelectorOut(
+                driver=decl.selector.driver,
+                slice_pool=decl.selector.pool,
+                nodes=list(decl.selector.nodes),
+            ),
+            device_class=decl.device_class,
+            nodes=list(gate.nodes),
+            verdict=gate.verdict,
+            reasons=[ReasonOut.of(r) for r in gate.reasons],
+            history=[DeclaredOut.of(d) for d in state.history],
+        )
+
+
+class AdoptionOut(ApiModel):
+    event_time: datetime | None = Field(
+        description="The governor's event time the gate was evaluated at (UTC; null: none yet)."
+    )
+    pools: list[PoolOut]
