@@ -39,13 +39,15 @@ class Phase(StrEnum):
 class PoolSelector:
     """Which nodes a pool holds: ``driver`` (a DRA driver name, e.g. ``gpu.nvidia.com``) with an
     optional ``pool`` (a ResourceSlice ``spec.pool.name``): the nodes its ResourceSlices name;
-    or ``nodes``: node names. Exactly one of ``driver`` and ``nodes`` is set."""
+    or ``nodes``: node names (kept sorted, once each). Exactly one of ``driver`` and ``nodes`` is
+    set; ``ValueError`` otherwise."""
 
     driver: str | None = None
     pool: str | None = None
     nodes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "nodes", tuple(sorted(set(self.nodes))))
         if (self.driver is None) == (not self.nodes):
             raise ValueError("a pool selector names either a driver (and pool) or nodes")
         if self.pool is not None and self.driver is None:
@@ -99,7 +101,7 @@ def declaration_from_dict(obj: Any) -> AdoptionDeclaration:
         selector = PoolSelector(
             driver=optional_str_field(raw, "driver") or None,
             pool=optional_str_field(raw, "pool") or None,
-            nodes=tuple(sorted(set(nodes))),
+            nodes=tuple(nodes),
         )
         return AdoptionDeclaration(
             pool=str_field(obj, "pool"),

@@ -58,7 +58,7 @@ class AdoptionIn(ReasonIn):
         selector = PoolSelector(
             driver=self.driver or None,
             pool=self.slice_pool or None,
-            nodes=tuple(sorted(set(self.nodes or ()))),
+            nodes=tuple(self.nodes or ()),
         )
         return AdoptionDeclaration(self.pool, selector, self.phase, self.device_class or None)
 
