@@ -67,13 +67,12 @@ def adoption_set(
     """
     if phase not in PHASES:
         fail(f"phase must be one of {', '.join(PHASES)}, not {phase!r}")
-    body: dict[str, Any] = {"pool": pool, "phase": phase, "reason": reason}
-    if driver is not None:
-        body["driver"] = driver
+    if (driver is None) == (not node):
+        fail("name the pool's nodes with --driver (and --slice-pool) or with --node")
+    selector: dict[str, Any] = {"nodes": node} if node else {"driver": driver}
     if slice_pool is not None:
-        body["slicePool"] = slice_pool
-    if node:
-        body["nodes"] = node
+        selector["slicePool"] = slice_pool
+    body: dict[str, Any] = {"pool": pool, "phase": phase, "reason": reason, "selector": selector}
     if device_class is not None:
         body["deviceClass"] = device_class
     submit(api_url, token, "/v1/adoption", body, wait, idempotency_key, output)

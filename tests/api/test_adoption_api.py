@@ -28,11 +28,16 @@ pytestmark = pytest.mark.integration
 EAST = {
     "pool": "east",
     "phase": "canary",
-    "driver": DRIVER,
+    "selector": {"driver": DRIVER},
     "deviceClass": DRIVER,
     "reason": "canary of DRA on gpu-node-a",
 }
-PLAIN = {"pool": "plain", "phase": "plugin", "nodes": [NODE_C], "reason": "stays on the plugin"}
+PLAIN = {
+    "pool": "plain",
+    "phase": "plugin",
+    "selector": {"nodes": [NODE_C]},
+    "reason": "stays on the plugin",
+}
 
 
 async def govern(governor: Governor, bootstrap: str, topic: str, count: int) -> None:
@@ -119,10 +124,13 @@ async def test_pools_are_declared_on_the_log_and_gated_on_the_inventory(
 async def test_a_bad_declaration_is_a_422_and_a_viewer_may_not_declare(
     gov_api: httpx.AsyncClient,
 ) -> None:
-    both = {**EAST, "nodes": [NODE_A]}
-    response = await gov_api.post("/v1/adoption", json=both, headers=bearer("operator"))
+    for selector in ({"driver": DRIVER, "nodes": [NODE_A]}, {"slicePool": "x"}, {"nodes": []}):
+        both = {**EAST, "selector": selector}
+        response = await gov_api.post("/v1/adoption", json=both, headers=bearer("operator"))
+        assert response.status_code == 422, response.text
+    bad_name = {**EAST, "pool": "East_Pool"}
+    response = await gov_api.post("/v1/adoption", json=bad_name, headers=bearer("operator"))
     assert response.status_code == 422
-    assert "either a driver (and pool) or nodes" in response.text
     bad_phase = {**EAST, "phase": "half"}
     response = await gov_api.post("/v1/adoption", json=bad_phase, headers=bearer("operator"))
     assert response.status_code == 422

@@ -73,7 +73,7 @@ class AdoptionDeclaration:
     device_class: str | None = None
 
     def __post_init__(self) -> None:
-        if not POOL_NAME.match(self.pool):
+        if not POOL_NAME.fullmatch(self.pool):
             raise ValueError(f"pool name {self.pool!r} is not a DNS label of at most 63 characters")
 
 

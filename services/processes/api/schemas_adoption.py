@@ -5,13 +5,14 @@ JSON, times RFC 3339 UTC."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Self
+from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from services.domain.adoption.gate import PoolGate, Reason, Verdict
 from services.domain.governance.adoption import (
     MAX_NODES,
+    POOL_NAME,
     AdoptionDeclaration,
     Declared,
     Phase,
@@ -19,48 +20,54 @@ from services.domain.governance.adoption import (
     PoolState,
 )
 from services.processes.api.schemas import ApiModel
-from services.processes.api.schemas_governance import ReasonIn
+from services.processes.api.schemas_governance import ReasonIn, RequestModel
 
-_NAME: dict[str, Any] = {"minLength": 1, "maxLength": 253}
+_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_SUBDOMAIN = f"{_LABEL}(\\.{_LABEL})*"
+NameField = Annotated[str, Field(min_length=1, max_length=253, pattern=f"^{_SUBDOMAIN}$")]
+"""A Kubernetes object name (DNS subdomain): a driver, node or DeviceClass."""
+SlicePoolField = Annotated[
+    str, Field(min_length=1, max_length=253, pattern=f"^{_SUBDOMAIN}(/{_SUBDOMAIN})*$")
+]
+"""A ResourceSlice pool name: DNS subdomains separated by slashes (``spec.pool.name``)."""
+
+
+class DriverSelectorIn(RequestModel):
+    """The nodes where a DRA driver's ResourceSlices (of one pool, with ``slicePool``) publish."""
+
+    driver: NameField = Field(description="DRA driver name (ResourceSlice `spec.driver`).")
+    slice_pool: SlicePoolField | None = Field(None, description="ResourceSlice `spec.pool.name`.")
+
+
+class NodesSelectorIn(RequestModel):
+    """Nodes named explicitly."""
+
+    nodes: list[NameField] = Field(
+        description="Node names of the pool.", min_length=1, max_length=MAX_NODES
+    )
 
 
 class AdoptionIn(ReasonIn):
-    """A pool's declared phase. The pool is ``driver`` (with an optional ResourceSlice
-    ``slicePool``) or ``nodes``: exactly one of them."""
+    """A pool's declared phase and the nodes it holds."""
 
     pool: str = Field(
         description="The pool's name: a DNS label (dots allowed), at most 63 characters.",
-        json_schema_extra={"pattern": "^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$"},
+        pattern=POOL_NAME.pattern,
     )
     phase: Phase = Field(description="plugin, canary, dra or rolled-back.")
-    driver: str | None = Field(
-        None,
-        description="DRA driver whose ResourceSlices name the pool's nodes.",
-        json_schema_extra=_NAME,
+    selector: DriverSelectorIn | NodesSelectorIn = Field(
+        description="`{driver, slicePool?}` or `{nodes}`."
     )
-    slice_pool: str | None = Field(
-        None, description="ResourceSlice `spec.pool.name` (with `driver`).", json_schema_extra=_NAME
-    )
-    nodes: list[str] | None = Field(
-        None, description="Node names of the pool (instead of `driver`).", max_length=MAX_NODES
-    )
-    device_class: str | None = Field(
-        None, description="The DeviceClass the pool moves to.", json_schema_extra=_NAME
-    )
-
-    @model_validator(mode="after")
-    def _declaration(self) -> Self:
-        self.declaration()  # raises ValueError (a 422) naming what is wrong
-        return self
+    device_class: NameField | None = Field(None, description="The DeviceClass the pool moves to.")
 
     def declaration(self) -> AdoptionDeclaration:
-        """The domain's declaration; raises ``ValueError`` on a bad pool or selector."""
-        selector = PoolSelector(
-            driver=self.driver or None,
-            pool=self.slice_pool or None,
-            nodes=tuple(self.nodes or ()),
-        )
-        return AdoptionDeclaration(self.pool, selector, self.phase, self.device_class or None)
+        """The domain's declaration (the schema already holds it to the domain's rules)."""
+        sel = self.selector
+        if isinstance(sel, DriverSelectorIn):
+            selector = PoolSelector(driver=sel.driver, pool=sel.slice_pool)
+        else:
+            selector = PoolSelector(nodes=tuple(sel.nodes))
+        return AdoptionDeclaration(self.pool, selector, self.phase, self.device_class)
 
 
 class SelectorOut(ApiModel):
