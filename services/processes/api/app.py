@@ -109,6 +109,10 @@ allocated, idle, unavailable (quarantined, recovering, restricted, deferred, Unh
 and fragmented counts; `/v1/capacity/divergence` compares what ResourceSlices advertise for a
 DeviceClass's `extendedResourceName` with the Node's capacity.
 
+**DRA adoption** (issue 16). `POST /v1/adoption` (operator) declares a pool's phase (`plugin`,
+`canary`, `dra`, `rolled-back`) as a governance command; `GET /v1/adoption` gives each pool's
+phase, history and the gate (`expand`, `hold`, `rollback`) with every reason and its figures.
+
 **Scheduler extender.** With `DEVICESTATE_SCHEDULER_EXTENDER=true`, `POST /scheduler/filter`
 answers kube-scheduler's extender `filter` verb (no token: the scheduler sends none; off: 404).
 It drops nodes whose only free devices of a requested device-plugin resource are quarantined or
