@@ -24,6 +24,7 @@ from services.client.common import (
 )
 from services.client.directory import make_console
 from services.client.http import ApiError
+from services.client.tables import print_table
 from services.client.writes import IdempotencyKey, Reason, Wait, submit
 
 PHASES = ("plugin", "canary", "dra", "rolled-back")
@@ -99,7 +100,7 @@ def adoption_status(
         return
     console = make_console()
     pools = body["pools"]
-    console.print(
+    print_table(
         make_table(
             ["POOL", "PHASE", "SINCE", "NODES", "VERDICT", "DECLARED BY"],
             [
@@ -113,7 +114,8 @@ def adoption_status(
                 ]
                 for p in pools
             ],
-        )
+        ),
+        console,
     )
     rows = [
         [p["pool"], r["code"], r["verdict"], _figures(r["figures"]), r["detail"]]
@@ -121,7 +123,5 @@ def adoption_status(
         for r in p["reasons"]
     ]
     if rows:
-        console.print(
-            make_table(["POOL", "REASON", "VERDICT", "FIGURES", "DETAIL"], rows, wrap=("DETAIL",))
-        )
+        print_table(make_table(["POOL", "REASON", "VERDICT", "FIGURES", "DETAIL"], rows), console)
     console.print(f"\n{len(pools)} pools, gate at event time {cell(body.get('eventTime'))}")
