@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import typer
 
+from services.client.adoption import adoption_app
 from services.client.governance import automation_app, breaker_app, command, governance, timeline
 from services.client.inventory import register as register_inventory
 from services.client.quarantine import quarantine_app
@@ -27,3 +28,4 @@ def register(app: typer.Typer) -> None:
     app.command("command")(command)
     app.add_typer(token_app, name="token")
     register_inventory(app)  # inventory, capacity, conflicts (issue 4)
+    app.add_typer(adoption_app, name="adoption")  # DRA adoption pools and gate (issue 16)

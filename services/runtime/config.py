@@ -453,6 +453,49 @@ class ApiFeatureSettings(SettingsGroup):
     )
 
 
+class AdoptionSettings(SettingsGroup):
+    """The DRA adoption gate's thresholds (issue 16, ``docs/dra-adoption.md``): when a pool's
+    signals hold its rollout or roll it back. A count of 0 turns its verdict off."""
+
+    adoption_conflicts_rollback: int = Field(
+        1,
+        ge=0,
+        description="Ownership conflicts (`plugin-and-dra`) on a pool's nodes at which the gate "
+        "says rollback: the plugin and DRA must never own the same hardware.",
+    )
+    adoption_divergence_hold: int = Field(
+        1,
+        ge=0,
+        description="Node resources whose ResourceSlices and Node capacity disagree at which the "
+        "gate says hold.",
+    )
+    adoption_divergence_rollback: int = Field(
+        0, ge=0, description="... at which it says rollback (0: divergence only holds)."
+    )
+    adoption_quarantined_hold: int = Field(
+        1, ge=0, description="Quarantined devices on a pool's nodes at which the gate says hold."
+    )
+    adoption_quarantined_rollback_fraction: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="Fraction of a pool's governed devices quarantined at which the gate says "
+        "rollback (0: never).",
+    )
+    adoption_leaked_claim_seconds: float = Field(
+        900.0,
+        gt=0,
+        description="Seconds of event time a ResourceClaim may stay allocated with no consumer "
+        "reserved (`status.reservedFor` empty) before it counts as leaked.",
+    )
+    adoption_leaked_hold: int = Field(
+        1, ge=0, description="Leaked claims in a pool at which the gate says hold."
+    )
+    adoption_leaked_rollback: int = Field(
+        0, ge=0, description="... at which it says rollback (0: leaked claims only hold)."
+    )
+
+
 class LoggingSettings(SettingsGroup):
     """Log threshold and format of every process. Console lines by default (a developer reads
     them); ``json`` for log shippers."""
@@ -493,6 +536,7 @@ class ApiProcessSettings(
     ApiSettings,
     ApiAuthSettings,
     ApiFeatureSettings,
+    AdoptionSettings,
     LoggingSettings,
 ):
     """``devicestate api``: the projection it serves, the governance topic operator commands go
@@ -558,6 +602,7 @@ GROUPS: Final[tuple[type[SettingsGroup], ...]] = (
     AlertSettings,
     EnforcementSettings,
     ApiFeatureSettings,
+    AdoptionSettings,
     LoggingSettings,
 )
 """Every group, in the order of the configuration reference (``docs/configuration.md``)."""

@@ -8,6 +8,7 @@ from typing import Any
 
 from services.domain.events import format_time
 from services.domain.governance import context, rules, transitions
+from services.domain.governance.adoption import declaration_to_dict
 from services.domain.governance.decisions import AlertAction, DecisionKind, Severity
 from services.domain.governance.device_state import DeviceGov, GovState, QuarantineKind
 from services.domain.governance.inputs import (
@@ -119,6 +120,9 @@ def on_command(ctx: context.Ctx, c: OperatorCommand) -> None:
         )
         retry_deferred(ctx, at)
         return
+    if c.action is CommandAction.ADOPTION_SET:
+        command_adoption(ctx, c)
+        return
     device = ctx.state.devices.get((c.node or "", c.resource_id or ""))
     if device is None:
         reject(ctx, c, f"device {c.node}/{c.resource_id} is not in the directory")
@@ -136,6 +140,28 @@ def on_command(ctx: context.Ctx, c: OperatorCommand) -> None:
         command_extend(ctx, c, device)
     else:
         command_release(ctx, c, device)
+
+
+def command_adoption(ctx: context.Ctx, c: OperatorCommand) -> None:
+    """Record a DRA adoption pool's declared phase (issue 16): one ``AdoptionPhaseDeclared``
+    decision, the pool's history that ``GET /v1/adoption`` folds."""
+    if c.adoption is None:
+        reject(ctx, c, "adoption-set needs a pool declaration")
+        return
+    if not c.reason:
+        reject(ctx, c, "a reason is required")
+        return
+    declared = declaration_to_dict(c.adoption)
+    accept(ctx, c, pool=c.adoption.pool, phase=c.adoption.phase.value)
+    ctx.emit(
+        DecisionKind.ADOPTION_DECLARED,
+        c.requested_at,
+        summary=f"pool {c.adoption.pool} declared {c.adoption.phase.value} by {c.actor}",
+        commandID=c.command_id,
+        actor=c.actor,
+        reason=c.reason,
+        adoption=declared,
+    )
 
 
 def retry_deferred(ctx: context.Ctx, at: datetime) -> None:

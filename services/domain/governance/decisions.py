@@ -53,6 +53,7 @@ class DecisionKind(StrEnum):
     IDENTITY_MERGED = "DeviceIdentityMerged"  # a reported resourceID identified as a device
     COMMAND_ACCEPTED = "CommandAccepted"
     COMMAND_REJECTED = "CommandRejected"
+    ADOPTION_DECLARED = "AdoptionPhaseDeclared"  # a DRA adoption pool's accepted phase (issue 16)
 
 
 class AlertAction(StrEnum):

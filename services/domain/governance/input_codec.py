@@ -28,6 +28,7 @@ from services.domain.codec import (
     type_mismatch,
 )
 from services.domain.events import SCHEMA_VERSION, DeviceSource, Health, format_time
+from services.domain.governance.adoption import declaration_from_dict, declaration_to_dict
 from services.domain.governance.inputs import (
     CommandAction,
     DeviceIdentified,
@@ -121,6 +122,8 @@ def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
         )
         if record.request_fingerprint is not None:  # absent: the bytes of before issue 11
             base["requestFingerprint"] = record.request_fingerprint
+        if record.adoption is not None:  # absent: the bytes of before issue 16
+            base["adoption"] = declaration_to_dict(record.adoption)
     elif isinstance(record, RecoveryLeaseRequested):
         base.update(
             node=record.node,
@@ -293,6 +296,9 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
             break_glass=bool_field(obj, "breakGlass"),
             quarantine_id=optional_str_field(obj, "quarantineID"),
             request_fingerprint=optional_str_field(obj, "requestFingerprint"),
+            adoption=None
+            if obj.get("adoption") is None
+            else declaration_from_dict(obj["adoption"]),
         )
     if kind == "RecoveryLeaseRequested":
         return RecoveryLeaseRequested(

@@ -27,6 +27,7 @@ from services.domain.events import (
     DeviceSource,
     Health,
 )
+from services.domain.governance.adoption import AdoptionDeclaration
 from services.domain.node_events import (
     NodeHeartbeat,
     NodeResourcesChanged,
@@ -170,6 +171,7 @@ class CommandAction(StrEnum):
     PAUSE = "pause-automation"
     RESUME = "resume-automation"
     RESET_BREAKER = "reset-breaker"
+    ADOPTION_SET = "adoption-set"  # a DRA adoption pool's phase (issue 16)
 
 
 class Role(StrEnum):
@@ -212,6 +214,8 @@ class OperatorCommand:
     """SHA-256 (hex) of the HTTP request that made the command (method, path, canonical body),
     set when the client sent an ``Idempotency-Key``: the governor records it with its decision,
     so any API process can tell a retry of that request from another request with the key."""
+    adoption: AdoptionDeclaration | None = None
+    """The pool and phase an ``adoption-set`` declares (:mod:`services.domain.governance.adoption`)."""
     type: str = field(default="OperatorCommand", init=False)
 
 

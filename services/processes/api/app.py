@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse
 
 from services.adapters.projection.engine import create_engine
 from services.adapters.projection.errors import DatabaseError
+from services.adapters.projection.reads_adoption import AdoptionReads
 from services.adapters.projection.reads_changes import ChangeReads
 from services.adapters.projection.reads_devices import DeviceReads
 from services.adapters.projection.reads_governance import GovernanceReads
@@ -33,6 +34,7 @@ from services.adapters.projection.reads_inventory import InventoryReads
 from services.adapters.projection.reads_node_facts import NodeFactReads
 from services.domain.events import now_utc
 from services.processes.api import (
+    routes_adoption,
     routes_automation,
     routes_devices,
     routes_extender,
@@ -107,6 +109,10 @@ allocated, idle, unavailable (quarantined, recovering, restricted, deferred, Unh
 and fragmented counts; `/v1/capacity/divergence` compares what ResourceSlices advertise for a
 DeviceClass's `extendedResourceName` with the Node's capacity.
 
+**DRA adoption** (issue 16). `POST /v1/adoption` (operator) declares a pool's phase (`plugin`,
+`canary`, `dra`, `rolled-back`) as a governance command; `GET /v1/adoption` gives each pool's
+phase, history and the gate (`expand`, `hold`, `rollback`) with every reason and its figures.
+
 **Scheduler extender.** With `DEVICESTATE_SCHEDULER_EXTENDER=true`, `POST /scheduler/filter`
 answers kube-scheduler's extender `filter` verb (no token: the scheduler sends none; off: 404).
 It drops nodes whose only free devices of a requested device-plugin resource are quarantined or
@@ -158,6 +164,7 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
         app.state.store = DeviceReads(engine, settings.database_schema)
         app.state.reads = GovernanceReads(engine, settings.database_schema)
         app.state.inventory = InventoryReads(engine, settings.database_schema)
+        app.state.adoption = AdoptionReads(engine, settings.database_schema)
         publisher = CommandPublisher(settings)
         app.state.publisher = publisher
         app.state.lag = LagReader.of(settings)
@@ -216,6 +223,7 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
     app.include_router(routes_automation.router)
     app.include_router(routes_governance.router)
     app.include_router(routes_inventory.router)
+    app.include_router(routes_adoption.router)
     app.include_router(routes_ops.router)
     app.include_router(routes_fleet_page.router)  # HTML: /ui/fleet
     if settings.scheduler_extender:  # off by default: the route does not exist (404)

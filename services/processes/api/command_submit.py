@@ -35,6 +35,7 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from services.adapters.projection.reads_governance import CommandOutcome, GovernanceReads
+from services.domain.governance.adoption import AdoptionDeclaration
 from services.domain.governance.inputs import CommandAction, OperatorCommand
 from services.processes.api.auth import Principal, read_access
 from services.processes.api.command_wait import wait_for_outcome
@@ -196,6 +197,7 @@ async def submit(
     expires_at: datetime | None = None,
     break_glass: bool = False,
     quarantine_id: str | None = None,
+    adoption: AdoptionDeclaration | None = None,
 ) -> JSONResponse:
     """Append one command; answer 202 pending, or its outcome when known (see the module doc).
     With an ``Idempotency-Key`` (:mod:`services.processes.api.idempotency`): 409 for a key this
@@ -229,6 +231,7 @@ async def submit(
         break_glass=break_glass,
         quarantine_id=quarantine_id,
         request_fingerprint=None if use is None else use.fingerprint,
+        adoption=adoption,
     )
     await _append(request, command, use)
     log.info(

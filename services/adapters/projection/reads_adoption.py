@@ -1,0 +1,56 @@
+"""Reads of the DRA adoption pools (issue 16): the governor's ``AdoptionPhaseDeclared`` decisions
+(``governance_decisions``, in log order) and its event time (``governor_fleet.watermark``). What
+they mean is folded in the domain (:mod:`services.domain.governance.adoption`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Executable, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from services.adapters.projection.governance_tables import governance_decisions, governor_fleet
+from services.adapters.projection.tables import in_schema
+from services.domain.governance.adoption import Declared, declaration_from_dict
+from services.domain.governance.decisions import DecisionKind
+
+
+class AdoptionReads:
+    """Read helpers on the projection in ``schema``."""
+
+    def __init__(self, engine: AsyncEngine, schema: str) -> None:
+        self._engine = engine
+        self._options = in_schema(schema)
+
+    async def _fetch(self, stmt: Executable) -> list[Any]:
+        async with self._engine.connect() as conn:
+            return list(await conn.execute(stmt, execution_options=self._options))
+
+    async def declarations(self) -> list[Declared]:
+        """Every accepted declaration, oldest first (the decision's ``at`` is its event time)."""
+        d = governance_decisions.c
+        rows = await self._fetch(
+            select(d.seq, d.at, d.payload)
+            .where(d.kind == DecisionKind.ADOPTION_DECLARED.value)
+            .order_by(d.seq, d.idx)
+        )
+        out = []
+        for seq, at, payload in rows:
+            details = payload.get("details", {})
+            out.append(
+                Declared(
+                    seq=int(seq),
+                    at=at,
+                    actor=str(details.get("actor", "")),
+                    reason=str(details.get("reason", "")),
+                    declaration=declaration_from_dict(details.get("adoption")),
+                )
+            )
+        return out
+
+    async def event_time(self) -> datetime | None:
+        """The governor's fleet watermark (UTC), ``None`` before it has one."""
+        f = governor_fleet.c
+        rows = await self._fetch(select(f.watermark).where(f.id == 1))
+        return rows[0][0] if rows else None

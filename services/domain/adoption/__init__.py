@@ -1,0 +1,4 @@
+"""DRA adoption, pool by pool (issue 16): the facts of a pool read from the inventory
+(:mod:`.facts`) and the rollout gate (:mod:`.gate`). The operator's declarations of each pool's
+path and phase live on the governance log (:mod:`services.domain.governance.adoption`). Pure: no
+I/O, no clock (time is the governor's event time)."""

@@ -1,0 +1,90 @@
+"""DRA adoption pools (issue 16): ``POST /v1/adoption`` (operator) appends an ``adoption-set``
+command to the governance log (202 pending, or with ``?wait=`` 200 accepted / 409 rejected);
+``GET /v1/adoption`` folds the accepted declarations and evaluates the gate on the governor's
+event time over one read of the inventory (:mod:`services.domain.adoption`)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from services.adapters.projection.reads_adoption import AdoptionReads
+from services.adapters.projection.reads_inventory import InventoryReads
+from services.domain.adoption.facts import ConflictFact, read_facts
+from services.domain.adoption.gate import Thresholds, evaluate
+from services.domain.governance.adoption import fold
+from services.domain.governance.inputs import CommandAction
+from services.processes.api.auth import Operator
+from services.processes.api.command_submit import (
+    WRITE_RESPONSES,
+    IdempotencyKey,
+    reads_router,
+    submit,
+    writes_router,
+)
+from services.processes.api.command_wait import Wait
+from services.processes.api.schemas_adoption import AdoptionIn, AdoptionOut, PoolOut
+from services.processes.api.schemas_governance import CommandOut
+from services.runtime.config import AdoptionSettings
+
+write_routes = writes_router()
+read_routes = reads_router()
+
+
+def thresholds(settings: AdoptionSettings) -> Thresholds:
+    """The gate's thresholds from the ``DEVICESTATE_ADOPTION_*`` settings."""
+    return Thresholds(
+        conflicts_rollback=settings.adoption_conflicts_rollback,
+        divergence_hold=settings.adoption_divergence_hold,
+        divergence_rollback=settings.adoption_divergence_rollback,
+        quarantined_hold=settings.adoption_quarantined_hold,
+        quarantined_rollback_fraction=settings.adoption_quarantined_rollback_fraction,
+        leaked_claim_seconds=settings.adoption_leaked_claim_seconds,
+        leaked_hold=settings.adoption_leaked_hold,
+        leaked_rollback=settings.adoption_leaked_rollback,
+    )
+
+
+@write_routes.post(
+    "/adoption", status_code=202, response_model=CommandOut, responses=WRITE_RESPONSES
+)
+async def declare_pool(
+    request: Request,
+    principal: Operator,
+    idempotency_key: IdempotencyKey,
+    body: AdoptionIn,
+    wait: Wait = 0,
+) -> JSONResponse:
+    """Declare a pool's path and phase (operator): plugin, canary, dra or rolled-back."""
+    return await submit(
+        request,
+        principal,
+        CommandAction.ADOPTION_SET,
+        reason=body.reason,
+        wait=wait,
+        idempotency_key=idempotency_key,
+        adoption=body.declaration(),
+    )
+
+
+@read_routes.get("/adoption", response_model=AdoptionOut)
+async def adoption_status(request: Request) -> AdoptionOut:
+    """Every declared pool: its phase, history, the nodes it matches and the gate's verdict with
+    every reason and its figures, at the governor's event time."""
+    reads: AdoptionReads = request.app.state.adoption
+    inventory: InventoryReads = request.app.state.inventory
+    pools = fold(await reads.declarations())
+    now = await reads.event_time()
+    snapshot = await inventory.snapshot()
+    conflicts = [
+        ConflictFact(c.kind, c.node, c.subject) for c in await inventory.conflicts(active=True)
+    ]
+    gates = evaluate(
+        pools, read_facts(snapshot, conflicts), thresholds(request.app.state.settings), now
+    )
+    return AdoptionOut(event_time=now, pools=[PoolOut.of(pools[g.pool], g) for g in gates])
+
+
+router = APIRouter()
+router.include_router(write_routes)
+router.include_router(read_routes)

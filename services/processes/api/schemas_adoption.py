@@ -1,0 +1,137 @@
+"""Request and response models of the DRA adoption endpoints (issue 16): ``POST /v1/adoption``
+declares a pool's phase, ``GET /v1/adoption`` gives each pool's phase, history and gate. camelCase
+JSON, times RFC 3339 UTC."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import Field
+
+from services.domain.adoption.gate import PoolGate, Reason, Verdict
+from services.domain.governance.adoption import (
+    MAX_NODES,
+    POOL_NAME,
+    AdoptionDeclaration,
+    Declared,
+    Phase,
+    PoolSelector,
+    PoolState,
+)
+from services.processes.api.schemas import ApiModel
+from services.processes.api.schemas_governance import ReasonIn, RequestModel
+
+_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_SUBDOMAIN = f"{_LABEL}(\\.{_LABEL})*"
+NameField = Annotated[str, Field(min_length=1, max_length=253, pattern=f"^{_SUBDOMAIN}$")]
+"""A Kubernetes object name (DNS subdomain): a driver, node or DeviceClass."""
+SlicePoolField = Annotated[
+    str, Field(min_length=1, max_length=253, pattern=f"^{_SUBDOMAIN}(/{_SUBDOMAIN})*$")
+]
+"""A ResourceSlice pool name: DNS subdomains separated by slashes (``spec.pool.name``)."""
+
+
+class DriverSelectorIn(RequestModel):
+    """The nodes where a DRA driver's ResourceSlices (of one pool, with ``slicePool``) publish."""
+
+    driver: NameField = Field(description="DRA driver name (ResourceSlice `spec.driver`).")
+    slice_pool: SlicePoolField | None = Field(None, description="ResourceSlice `spec.pool.name`.")
+
+
+class NodesSelectorIn(RequestModel):
+    """Nodes named explicitly."""
+
+    nodes: list[NameField] = Field(
+        description="Node names of the pool.", min_length=1, max_length=MAX_NODES
+    )
+
+
+class AdoptionIn(ReasonIn):
+    """A pool's declared phase and the nodes it holds."""
+
+    pool: str = Field(
+        description="The pool's name: a DNS label (dots allowed), at most 63 characters.",
+        pattern=POOL_NAME.pattern,
+    )
+    phase: Phase = Field(description="plugin, canary, dra or rolled-back.")
+    selector: DriverSelectorIn | NodesSelectorIn = Field(
+        description="`{driver, slicePool?}` or `{nodes}`."
+    )
+    device_class: NameField | None = Field(None, description="The DeviceClass the pool moves to.")
+
+    def declaration(self) -> AdoptionDeclaration:
+        """The domain's declaration (the schema already holds it to the domain's rules)."""
+        sel = self.selector
+        if isinstance(sel, DriverSelectorIn):
+            selector = PoolSelector(driver=sel.driver, pool=sel.slice_pool)
+        else:
+            selector = PoolSelector(nodes=tuple(sel.nodes))
+        return AdoptionDeclaration(self.pool, selector, self.phase, self.device_class)
+
+
+class SelectorOut(ApiModel):
+    driver: str | None
+    slice_pool: str | None
+    nodes: list[str]
+
+
+class DeclaredOut(ApiModel):
+    seq: int = Field(description="The decision's place on the governance log.")
+    at: datetime = Field(description="Event time of the declaration (UTC).")
+    phase: Phase
+    actor: str
+    reason: str
+
+    @classmethod
+    def of(cls, d: Declared) -> DeclaredOut:
+        return cls(seq=d.seq, at=d.at, phase=d.declaration.phase, actor=d.actor, reason=d.reason)
+
+
+class ReasonOut(ApiModel):
+    code: str = Field(description="The signal (docs/dra-adoption.md).")
+    verdict: Verdict
+    detail: str
+    figures: dict[str, int | float | str | None]
+
+    @classmethod
+    def of(cls, r: Reason) -> ReasonOut:
+        return cls(code=r.code, verdict=r.verdict, detail=r.detail, figures=dict(r.figures))
+
+
+class PoolOut(ApiModel):
+    pool: str
+    phase: Phase
+    since: datetime = Field(description="When the pool entered its phase (UTC event time).")
+    selector: SelectorOut
+    device_class: str | None
+    nodes: list[str] = Field(description="The nodes the selector matches now.")
+    verdict: Verdict = Field(description="The gate: expand, hold or rollback.")
+    reasons: list[ReasonOut] = Field(description="Every signal read, with its verdict and figures.")
+    history: list[DeclaredOut] = Field(description="The pool's declarations, oldest first.")
+
+    @classmethod
+    def of(cls, state: PoolState, gate: PoolGate) -> PoolOut:
+        decl = state.current.declaration
+        return cls(
+            pool=state.pool,
+            phase=state.phase,
+            since=state.since,
+            selector=SelectorOut(
+                driver=decl.selector.driver,
+                slice_pool=decl.selector.pool,
+                nodes=list(decl.selector.nodes),
+            ),
+            device_class=decl.device_class,
+            nodes=list(gate.nodes),
+            verdict=gate.verdict,
+            reasons=[ReasonOut.of(r) for r in gate.reasons],
+            history=[DeclaredOut.of(d) for d in state.history],
+        )
+
+
+class AdoptionOut(ApiModel):
+    event_time: datetime | None = Field(
+        description="The governor's event time the gate was evaluated at (UTC; null: none yet)."
+    )
+    pools: list[PoolOut]

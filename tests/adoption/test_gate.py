@@ -1,0 +1,312 @@
+"""The adoption gate's rules, pure: one golden case per signal, the verdicts' precedence, pool
+membership, and the property that the gate is a function of its inputs (the order facts and
+declarations arrive in does not matter)."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.domain.adoption.facts import (
+    ClaimFact,
+    ConflictFact,
+    DeviceFact,
+    DivergenceFact,
+    InventoryFacts,
+    SliceFact,
+)
+from services.domain.adoption.gate import PoolGate, Thresholds, Verdict, evaluate, evaluate_pool
+from services.domain.governance.adoption import (
+    AdoptionDeclaration,
+    Declared,
+    Phase,
+    PoolSelector,
+    PoolState,
+    fold,
+)
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+DRIVER = "gpu.example.com"
+NOW = T0 + timedelta(hours=1)
+SLICES = frozenset(
+    {
+        SliceFact(DRIVER, "east", "node-a"),
+        SliceFact(DRIVER, "east", "node-b"),
+        SliceFact(DRIVER, "west", "node-w"),
+        SliceFact("other.example.com", "east", "node-x"),
+    }
+)
+
+
+def pool(
+    phase: Phase = Phase.CANARY,
+    slice_pool: str | None = "east",
+    name: str = "east",
+    nodes: tuple[str, ...] = (),
+) -> PoolState:
+    selector = PoolSelector(nodes=nodes) if nodes else PoolSelector(driver=DRIVER, pool=slice_pool)
+    declared = Declared(1, T0, "olga", "canary", AdoptionDeclaration(name, selector, phase))
+    return PoolState(current=declared, history=(declared,))
+
+
+def facts(**fields: object) -> InventoryFacts:
+    return InventoryFacts(slices=SLICES, **fields)  # type: ignore[arg-type]
+
+
+def reason(gate: PoolGate, code: str) -> tuple[Verdict, dict[str, object]]:
+    [found] = [r for r in gate.reasons if r.code == code]
+    return found.verdict, dict(found.figures)
+
+
+def test_a_clean_pool_expands_and_says_every_signal_it_read() -> None:
+    gate = evaluate_pool(pool(), facts(), Thresholds(), NOW)
+    assert gate.verdict is Verdict.EXPAND
+    assert gate.nodes == ("node-a", "node-b")
+    assert [(r.code, r.verdict) for r in gate.reasons] == [
+        ("ownership-conflict", Verdict.EXPAND),
+        ("slice-capacity-divergence", Verdict.EXPAND),
+        ("devices-quarantined", Verdict.EXPAND),
+        ("leaked-claims", Verdict.EXPAND),
+    ]
+
+
+def test_an_ownership_conflict_rolls_a_canary_back() -> None:
+    conflict = ConflictFact("plugin-and-dra", "node-b", "example.com/gpu")
+    other = ConflictFact("vanished-from-slice", "node-a", "gpu-7")  # not an ownership conflict
+    outside = ConflictFact("plugin-and-dra", "node-w", "example.com/gpu")  # another pool's node
+    gate = evaluate_pool(
+        pool(), facts(conflicts=frozenset({conflict, other, outside})), Thresholds(), NOW
+    )
+    assert gate.verdict is Verdict.ROLLBACK
+    verdict, figures = reason(gate, "ownership-conflict")
+    assert (verdict, figures) == (Verdict.ROLLBACK, {"conflicts": 1, "rollbackAt": 1})
+    assert "node-b/example.com/gpu" in gate.reasons[0].detail
+
+
+def test_a_pool_on_the_plugin_path_holds_where_a_canary_rolls_back() -> None:
+    conflict = frozenset({ConflictFact("plugin-and-dra", "node-a", "example.com/gpu")})
+    for phase in (Phase.PLUGIN, Phase.ROLLED_BACK):
+        gate = evaluate_pool(pool(phase), facts(conflicts=conflict), Thresholds(), NOW)
+        assert gate.verdict is Verdict.HOLD
+        assert reason(gate, "ownership-conflict")[0] is Verdict.ROLLBACK  # the finding stays
+    dra = evaluate_pool(pool(Phase.DRA), facts(conflicts=conflict), Thresholds(), NOW)
+    assert dra.verdict is Verdict.ROLLBACK
+
+
+def test_slice_capacity_divergence_holds_the_canary() -> None:
+    divergent = frozenset({DivergenceFact("node-a", "example.com/gpu", 8, 6)})
+    gate = evaluate_pool(pool(), facts(divergences=divergent), Thresholds(), NOW)
+    assert gate.verdict is Verdict.HOLD
+    assert reason(gate, "slice-capacity-divergence") == (
+        Verdict.HOLD,
+        {"divergent": 1, "sliceDevices": 8, "nodeCapacity": 6, "holdAt": 1, "rollbackAt": 0},
+    )
+    # A threshold turns it into a rollback.
+    rolled = evaluate_pool(
+        pool(), facts(divergences=divergent), Thresholds(divergence_rollback=1), NOW
+    )
+    assert rolled.verdict is Verdict.ROLLBACK
+
+
+def test_quarantined_devices_hold_then_roll_back_past_the_fraction() -> None:
+    devices = {DeviceFact("node-a", f"gpu-{i}", i == 0) for i in range(8)}
+    gate = evaluate_pool(pool(), facts(devices=frozenset(devices)), Thresholds(), NOW)
+    assert gate.verdict is Verdict.HOLD
+    assert reason(gate, "devices-quarantined") == (
+        Verdict.HOLD,
+        {"quarantined": 1, "devices": 8, "fraction": 0.125, "holdAt": 1, "rollbackFraction": 0.25},
+    )
+    worse = {DeviceFact("node-a", f"gpu-{i}", i < 2) for i in range(8)}
+    assert evaluate_pool(pool(), facts(devices=frozenset(worse)), Thresholds(), NOW).verdict is (
+        Verdict.ROLLBACK
+    )
+    # Quarantines on another pool's node do not count.
+    elsewhere = frozenset({DeviceFact("node-w", "gpu-0", True)})
+    assert (
+        evaluate_pool(pool(), facts(devices=elsewhere), Thresholds(), NOW).verdict is Verdict.EXPAND
+    )
+
+
+def claim(
+    name: str, allocated_minutes_ago: float | None, reserved: bool, node: str = "node-a"
+) -> ClaimFact:
+    return ClaimFact(
+        namespace="ml",
+        name=name,
+        node=node,
+        devices=((DRIVER, "east"),),
+        allocated_at=None
+        if allocated_minutes_ago is None
+        else NOW - timedelta(minutes=allocated_minutes_ago),
+        reserved=reserved,
+    )
+
+
+def test_a_leaked_claim_is_flagged_after_its_threshold_only() -> None:
+    thresholds = Thresholds(leaked_claim_seconds=900)
+    young = claim("young", 14, reserved=False)  # 840 s: not yet
+    in_use = claim("in-use", 60, reserved=True)
+    pending = claim("pending", None, reserved=False)
+    gate = evaluate_pool(pool(), facts(claims=frozenset({young, in_use, pending})), thresholds, NOW)
+    assert reason(gate, "leaked-claims")[0] is Verdict.EXPAND
+    leaked = claim("leaked", 16, reserved=False)  # 960 s
+    gate = evaluate_pool(pool(), facts(claims=frozenset({young, in_use, leaked})), thresholds, NOW)
+    assert gate.verdict is Verdict.HOLD
+    assert reason(gate, "leaked-claims") == (
+        Verdict.HOLD,
+        {
+            "leaked": 1,
+            "oldestSeconds": 960.0,
+            "leakedClaimSeconds": 900,
+            "holdAt": 1,
+            "rollbackAt": 0,
+        },
+    )
+    assert "ml/leaked" in next(r for r in gate.reasons if r.code == "leaked-claims").detail
+    # Event time decides, not the wall clock: 61 s earlier the same claim was not leaked yet.
+    earlier = evaluate_pool(
+        pool(), facts(claims=frozenset({leaked})), thresholds, NOW - timedelta(seconds=61)
+    )
+    assert reason(earlier, "leaked-claims")[0] is Verdict.EXPAND
+
+
+def test_a_leaked_claim_of_another_driver_or_node_is_not_the_pools() -> None:
+    other_driver = ClaimFact(
+        "ml", "x", "node-a", (("other.example.com", "east"),), NOW - timedelta(hours=2), False
+    )
+    other_node = claim("y", 120, reserved=False, node="node-w")
+    gate = evaluate_pool(
+        pool(), facts(claims=frozenset({other_driver, other_node})), Thresholds(), NOW
+    )
+    assert reason(gate, "leaked-claims")[1]["leaked"] == 0
+
+
+def test_without_event_time_the_gate_holds() -> None:
+    gate = evaluate_pool(pool(), facts(), Thresholds(), None)
+    assert gate.verdict is Verdict.HOLD
+    assert "no-event-time" in [r.code for r in gate.reasons]
+
+
+def test_an_empty_pool_holds() -> None:
+    gate = evaluate_pool(pool(slice_pool="nowhere"), facts(), Thresholds(), NOW)
+    assert (gate.verdict, gate.nodes, [r.code for r in gate.reasons]) == (
+        Verdict.HOLD,
+        (),
+        ["pool-empty"],
+    )
+
+
+def test_membership_by_driver_by_slice_pool_and_by_node_names() -> None:
+    assert evaluate_pool(pool(slice_pool=None), facts(), Thresholds(), NOW).nodes == (
+        "node-a",
+        "node-b",
+        "node-w",
+    )
+    named = evaluate_pool(pool(nodes=("node-x", "node-a")), facts(), Thresholds(), NOW)
+    assert named.nodes == ("node-a", "node-x")
+
+
+# --- the gate is a function of its inputs -------------------------------------------------------
+
+NODES = ("node-a", "node-b", "node-w", "node-x")
+conflicts = st.builds(
+    ConflictFact,
+    st.sampled_from(["plugin-and-dra", "ambiguous-resource-id"]),
+    st.sampled_from(NODES),
+    st.sampled_from(["r1", "r2"]),
+)
+divergences = st.builds(
+    DivergenceFact,
+    st.sampled_from(NODES),
+    st.just("example.com/gpu"),
+    st.integers(1, 8),
+    st.integers(1, 8),
+)
+devices = st.builds(
+    DeviceFact, st.sampled_from(NODES), st.sampled_from([f"g{i}" for i in range(6)]), st.booleans()
+)
+claims = st.builds(
+    ClaimFact,
+    st.just("ml"),
+    st.sampled_from([f"c{i}" for i in range(6)]),
+    st.sampled_from(NODES),
+    st.just(((DRIVER, "east"),)),
+    st.one_of(st.none(), st.integers(0, 7200).map(lambda s: NOW - timedelta(seconds=s))),
+    st.booleans(),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(conflicts, max_size=6),
+    st.lists(divergences, max_size=6),
+    st.lists(devices, max_size=12),
+    st.lists(claims, max_size=8),
+    st.randoms(use_true_random=False),
+)
+def test_the_gate_does_not_depend_on_the_order_of_its_facts(
+    cs: list[ConflictFact],
+    ds: list[DivergenceFact],
+    vs: list[DeviceFact],
+    ls: list[ClaimFact],
+    rnd: random.Random,
+) -> None:
+    def build() -> InventoryFacts:
+        parts = [list(x) for x in (cs, ds, vs, ls)]
+        for part in parts:
+            rnd.shuffle(part)
+        return InventoryFacts(
+            slices=SLICES,
+            conflicts=frozenset(parts[0]),  # type: ignore[arg-type]
+            divergences=frozenset(parts[1]),  # type: ignore[arg-type]
+            devices=frozenset(parts[2]),  # type: ignore[arg-type]
+            claims=frozenset(parts[3]),  # type: ignore[arg-type]
+        )
+
+    pools = {"east": pool(), "named": pool(Phase.DRA, name="named", nodes=("node-w", "node-x"))}
+    first = evaluate(pools, build(), Thresholds(), NOW)
+    again = evaluate(pools, build(), Thresholds(), NOW)
+    assert first == again
+    assert [(g.pool, g.verdict, [dict(r.figures) for r in g.reasons]) for g in first] == [
+        (g.pool, g.verdict, [dict(r.figures) for r in g.reasons]) for g in again
+    ]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["east", "west"]), st.sampled_from(list(Phase))),
+        min_size=1,
+        max_size=8,
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_the_fold_of_declarations_follows_the_log_not_the_arrival_order(
+    steps: list[tuple[str, Phase]], rnd: random.Random
+) -> None:
+    entries = [
+        Declared(
+            seq,
+            T0 + timedelta(minutes=seq),
+            "olga",
+            "r",
+            AdoptionDeclaration(name, PoolSelector(driver=DRIVER), phase),
+        )
+        for seq, (name, phase) in enumerate(steps)
+    ]
+    shuffled = list(entries)
+    rnd.shuffle(shuffled)
+    pools = fold(shuffled)
+    assert pools == fold(entries)
+    for name, state in pools.items():
+        mine = [e for e in entries if e.declaration.pool == name]
+        assert state.current == mine[-1]
+        assert state.history == tuple(mine)
+        # ``since``: the start of the last run of the current phase.
+        run = [e for e in mine]
+        while len(run) > 1 and run[-2].declaration.phase is state.phase:
+            run.pop()
+        assert state.since == run[-1].at

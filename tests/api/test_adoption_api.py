@@ -1,0 +1,141 @@
+"""DRA adoption pools through the API, on the real Kafka broker and PostgreSQL: a declaration is
+an ``adoption-set`` command on the governance topic; the real governor (``machine.step``) decides
+it and its decisions are written as the worker writes them; ``GET /v1/adoption`` folds them and
+evaluates the gate over the inventory projection (``tests/api/inventory_scenario.py``)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import httpx
+import pytest
+
+from services.adapters.projection.governance_rows import decision_row
+from services.adapters.projection.governance_tables import governance_decisions
+from services.adapters.projection.store import ProjectionStore
+from services.domain.governance.adoption import Phase
+from services.domain.governance.inputs import CommandAction
+from services.domain.governance.machine import step
+from services.domain.governance.policy import GovernancePolicy
+from services.domain.governance.state import GovernorState
+from services.domain.inventory.state import Conflict, ConflictKind
+from tests.api.conftest import Governor, InventoryWriter, bearer, read_commands
+from tests.api.inventory_scenario import DRIVER, GPU, NODE_A, NODE_C, load_fleet
+from tests.conftest import T0, LogFactory, ObservationFactory
+
+pytestmark = pytest.mark.integration
+
+EAST = {
+    "pool": "east",
+    "phase": "canary",
+    "selector": {"driver": DRIVER},
+    "deviceClass": DRIVER,
+    "reason": "canary of DRA on gpu-node-a",
+}
+PLAIN = {
+    "pool": "plain",
+    "phase": "plugin",
+    "selector": {"nodes": [NODE_C]},
+    "reason": "stays on the plugin",
+}
+
+
+async def govern(governor: Governor, bootstrap: str, topic: str, count: int) -> None:
+    """Decide the topic's first ``count`` commands with the real governor and write its
+    decisions as the worker does."""
+    state, policy = GovernorState(), GovernancePolicy()
+    rows = []
+    for seq, (_, command) in enumerate(await read_commands(bootstrap, topic, count)):
+        assert command.action is CommandAction.ADOPTION_SET
+        rows += [decision_row(d) for d in step(state, command, seq, policy)]
+    await governor._insert(governance_decisions, rows)
+
+
+async def test_pools_are_declared_on_the_log_and_gated_on_the_inventory(
+    gov_api: httpx.AsyncClient,
+    governor: Governor,
+    inventory_writer: InventoryWriter,
+    store: ProjectionStore,
+    observation: ObservationFactory,
+    logged: LogFactory,
+    kafka_bootstrap: str,
+    governance_topic: str,
+) -> None:
+    await load_fleet(inventory_writer, store, governor, observation, logged)
+    for i in range(4):  # governed devices beside the quarantined gpu-5: 1 of 5 quarantined
+        await governor.device(NODE_A, GPU[i], "Available", T0, source="dra")
+    await governor.fleet(T0 + timedelta(hours=1))
+
+    empty = await gov_api.get("/v1/adoption", headers=bearer("viewer"))
+    assert empty.status_code == 200, empty.text
+    assert empty.json() == {"eventTime": "2026-11-29T13:00:00Z", "pools": []}
+
+    for body in (EAST, PLAIN):
+        response = await gov_api.post("/v1/adoption", json=body, headers=bearer("operator"))
+        assert response.status_code == 202, response.text
+        assert response.json()["action"] == "adoption-set"
+    await govern(governor, kafka_bootstrap, governance_topic, 2)
+
+    body = (await gov_api.get("/v1/adoption", headers=bearer("viewer"))).json()
+    east, plain = body["pools"]
+    assert (east["pool"], east["phase"], east["nodes"], east["verdict"]) == (
+        "east",
+        "canary",
+        [NODE_A],
+        "hold",
+    )
+    assert east["selector"] == {"driver": DRIVER, "slicePool": None, "nodes": []}
+    assert east["deviceClass"] == DRIVER
+    [declared] = east["history"]
+    assert (declared["actor"], declared["phase"], declared["reason"]) == (
+        "olga",
+        "canary",
+        "canary of DRA on gpu-node-a",
+    )
+    reasons = {r["code"]: r for r in east["reasons"]}
+    assert set(reasons) == {
+        "ownership-conflict",
+        "slice-capacity-divergence",
+        "devices-quarantined",
+        "leaked-claims",
+    }
+    assert reasons["devices-quarantined"]["verdict"] == "hold"
+    assert reasons["devices-quarantined"]["figures"]["quarantined"] == 1
+    assert reasons["devices-quarantined"]["figures"]["devices"] == 5
+    assert reasons["leaked-claims"]["verdict"] == "expand"  # the claim has consumers reserved
+    assert (plain["pool"], plain["phase"], plain["nodes"], plain["verdict"]) == (
+        "plain",
+        Phase.PLUGIN.value,
+        [NODE_C],
+        "expand",
+    )
+
+    # The plugin and DRA claim the same hardware on the canary's node: roll it back.
+    await inventory_writer.conflicts(
+        [Conflict(ConflictKind.PLUGIN_AND_DRA, NODE_A, "example.com/gpu", "both paths")]
+    )
+    body = (await gov_api.get("/v1/adoption", headers=bearer("viewer"))).json()
+    east = body["pools"][0]
+    assert east["verdict"] == "rollback"
+    [ownership] = [r for r in east["reasons"] if r["code"] == "ownership-conflict"]
+    assert ownership["figures"] == {"conflicts": 1, "rollbackAt": 1}
+
+
+async def test_a_bad_declaration_is_a_422_and_a_viewer_may_not_declare(
+    gov_api: httpx.AsyncClient,
+) -> None:
+    for selector in ({"driver": DRIVER, "nodes": [NODE_A]}, {"slicePool": "x"}, {"nodes": []}):
+        both = {**EAST, "selector": selector}
+        response = await gov_api.post("/v1/adoption", json=both, headers=bearer("operator"))
+        assert response.status_code == 422, response.text
+    bad_name = {**EAST, "pool": "East_Pool"}
+    response = await gov_api.post("/v1/adoption", json=bad_name, headers=bearer("operator"))
+    assert response.status_code == 422
+    bad_phase = {**EAST, "phase": "half"}
+    response = await gov_api.post("/v1/adoption", json=bad_phase, headers=bearer("operator"))
+    assert response.status_code == 422
+    no_reason = {k: v for k, v in EAST.items() if k != "reason"}
+    response = await gov_api.post("/v1/adoption", json=no_reason, headers=bearer("operator"))
+    assert response.status_code == 422
+    response = await gov_api.post("/v1/adoption", json=EAST, headers=bearer("viewer"))
+    assert response.status_code == 403

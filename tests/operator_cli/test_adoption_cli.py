@@ -1,0 +1,88 @@
+"""``devicestate adoption set|status`` against a running API, the real broker and PostgreSQL; the
+command is decided by the real governor (``machine.step``) and its decisions written as the
+worker writes them."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import orjson
+import pytest
+import typer
+
+from services.adapters.projection.governance_rows import decision_row
+from services.adapters.projection.governance_tables import governance_decisions
+from services.domain.governance.adoption import AdoptionDeclaration, Phase, PoolSelector
+from services.domain.governance.inputs import CommandAction
+from services.domain.governance.machine import step
+from services.domain.governance.policy import GovernancePolicy
+from services.domain.governance.state import GovernorState
+from tests.api.conftest import Governor, InventoryWriter, read_commands
+from tests.conftest import T0
+from tests.operator_cli.test_operator_cli import run
+
+pytestmark = pytest.mark.integration
+
+
+async def test_adoption_set_appends_the_declaration_and_status_reads_the_gate(
+    cli: typer.Typer,
+    api_url: str,
+    governor: Governor,
+    inventory_writer: InventoryWriter,
+    kafka_bootstrap: str,
+    governance_topic: str,
+) -> None:
+    result = run(
+        cli,
+        "adoption",
+        "set",
+        "east",
+        "canary",
+        "--node",
+        "gpu-node-b",
+        "--node",
+        "gpu-node-a",
+        "--device-class",
+        "gpu.example.com",
+        "-r",
+        "canary on two nodes",
+        "--api-url",
+        api_url,
+        role="operator",
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("pending: adoption-set appended to the governance log")
+    [(_, command)] = await read_commands(kafka_bootstrap, governance_topic, 1)
+    assert command.action is CommandAction.ADOPTION_SET
+    assert command.adoption == AdoptionDeclaration(
+        "east", PoolSelector(nodes=("gpu-node-a", "gpu-node-b")), Phase.CANARY, "gpu.example.com"
+    )
+    decisions = step(GovernorState(), command, 0, GovernancePolicy())
+    await governor._insert(governance_decisions, [decision_row(d) for d in decisions])
+    await governor.fleet(T0 + timedelta(hours=1))
+
+    table = run(cli, "adoption", "status", "--api-url", api_url, role="viewer")
+    assert table.exit_code == 0, table.output
+    assert "east" in table.stdout and "canary" in table.stdout
+    assert "devices-quarantined" in table.stdout
+    assert "1 pools, gate at event time 2026-11-29T13:00:00Z" in table.stdout
+    out = run(cli, "adoption", "status", "-o", "json", "--api-url", api_url, role="viewer")
+    [pool] = orjson.loads(out.stdout)["pools"]
+    assert (pool["pool"], pool["phase"], pool["nodes"], pool["verdict"]) == (
+        "east",
+        "canary",
+        ["gpu-node-a", "gpu-node-b"],
+        "expand",
+    )
+    assert pool["history"][0]["actor"] == "olga"
+
+
+def test_adoption_set_needs_one_selector_and_a_known_phase(cli: typer.Typer) -> None:
+    both = run(cli, "adoption", "set", "p", "dra", "--driver", "d", "--node", "n", "-r", "x")
+    assert both.exit_code != 0
+    assert "--driver (and --slice-pool) or with --node" in both.output
+    neither = run(cli, "adoption", "set", "p", "dra", "-r", "x")
+    assert neither.exit_code != 0
+    phase = run(cli, "adoption", "set", "p", "half", "--driver", "d", "-r", "x")
+    assert phase.exit_code != 0
+    assert "phase must be one of plugin, canary, dra, rolled-back" in phase.output
