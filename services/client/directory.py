@@ -113,9 +113,18 @@ def device_row(d: dict[str, Any], wide: bool) -> list[str]:
             d["source"],
             escape(governance.get("state") or "-"),
             escape(",".join(d.get("flags") or []) or "-"),
-            escape((d.get("message") or "")[:80]),
+            escape(_shortened(d.get("message") or "", MESSAGE_WIDE_CHARS)),
         ]
     return row
+
+
+MESSAGE_WIDE_CHARS = 80
+"""Characters of a device's message ``-o wide`` prints (``-o json`` has it whole)."""
+
+
+def _shortened(text: str, most: int) -> str:
+    """``text`` cut to ``most`` characters, the cut marked with ``…``."""
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def default_api_url() -> str:

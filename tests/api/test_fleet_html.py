@@ -82,3 +82,18 @@ def test_device_links_escape_what_urls_require_and_keep_slashes() -> None:
     assert device_href("n", "gpu.example.com/pool/gpu 1#?") == (
         "/ui/fleet/devices/n/gpu.example.com/pool/gpu%201%23%3F"
     )
+
+
+def test_the_next_page_link_keeps_the_filters_and_the_page_size() -> None:
+    devices = [device("gpu-node-a", i, "Available") for i in range(2)]
+    html = fleet_page(
+        STATUS,
+        devices,
+        [],
+        state="Available",
+        node="gpu-node-a",
+        next_cursor="abc",
+        more_quarantines=False,
+        limit=2,
+    )
+    assert 'href="/ui/fleet?state=Available&amp;node=gpu-node-a&amp;limit=2&amp;cursor=abc"' in html

@@ -175,16 +175,17 @@ def fleet_page(
     node: str | None,
     next_cursor: str | None,
     more_quarantines: bool,
+    limit: int | None = None,
 ) -> str:
     """The fleet page: banner, counts, one grid page (``next_cursor``: the link to the next page,
-    keeping the ``state`` and ``node`` filters) and the quarantines."""
+    keeping the ``state`` and ``node`` filters and the page's ``limit``, when given) and the
+    quarantines."""
     shown = " ".join(f"{k}={v}" for k, v in (("state", state), ("node", node)) if v)
     more = ""
     if next_cursor is not None:
-        query = urlencode(
-            {k: v for k, v in (("state", state), ("node", node), ("cursor", next_cursor)) if v}
-        )
-        more = f'<p><a id="next" href="{PAGE_PATH}?{query}">next page</a></p>'
+        kept = (("state", state), ("node", node), ("limit", limit), ("cursor", next_cursor))
+        query = urlencode({k: v for k, v in kept if v})
+        more = f'<p><a id="next" href="{escape(f"{PAGE_PATH}?{query}")}">next page</a></p>'
     q_more = (
         '<p>more quarantines: <a href="/v1/quarantines?status=active">/v1/quarantines</a></p>'
         if more_quarantines

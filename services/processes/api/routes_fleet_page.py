@@ -93,6 +93,7 @@ async def fleet(
         node=node,
         next_cursor=None if page.next_after is None else encode_cursor(page.next_after),
         more_quarantines=more,
+        limit=limit,
     )
     return HTMLResponse(html)
 
