@@ -98,21 +98,26 @@ def table_of(
 
 def print_table(table: Table, console: Console | None = None) -> None:
     """Print ``table`` on ``console`` (default: stdout) at its full width: on a console narrower
-    than the table, a console of the same file and colours as wide as the table prints it."""
+    than the table, a console of the same file and colours as wide as the table prints it; off a
+    terminal, each line without the padding after its last column."""
     console = console or Console()
     needed = Measurement.get(console, console.options.update_width(1 << 20), table).maximum
-    if needed <= console.width:
+    if needed > console.width:
+        console = Console(
+            file=console.file,
+            width=needed,
+            color_system=console.color_system,  # type: ignore[arg-type]
+            force_terminal=console.is_terminal,
+            no_color=console.no_color,
+            highlight=False,
+        )
+    if console.is_terminal:
         console.print(table)
         return
-    wide = Console(
-        file=console.file,
-        width=needed,
-        color_system=console.color_system,  # type: ignore[arg-type]
-        force_terminal=console.is_terminal,
-        no_color=console.no_color,
-        highlight=False,
-    )
-    wide.print(table)
+    # Off a terminal, as kubectl: no padding after the last column (awk, diff).
+    with console.capture() as captured:
+        console.print(table)
+    console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
 def print_json(value: Any) -> None:

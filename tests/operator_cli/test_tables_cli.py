@@ -190,3 +190,14 @@ async def test_watch_prints_a_new_quarantine_as_it_appears(
     finally:
         process.kill()
         await process.wait()
+
+
+def test_off_a_terminal_no_line_ends_in_padding() -> None:
+    from services.client.tables import print_table, table_of
+
+    out = io.StringIO()
+    table = table_of(["NODE", "LAST"], [["gpu-node-a", "x"], ["n", "a much longer value"]])
+    print_table(table, Console(file=out, width=80, force_terminal=False))
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and lines[0].startswith("NODE")
+    assert all(line == line.rstrip() for line in lines)
