@@ -14,6 +14,7 @@ from services.domain.directory import Outcome, apply_event, fold
 from services.domain.event_codec import decode_event, encode_event
 from services.domain.events import (
     DeviceHealthObserved,
+    Event,
     Health,
     PodDevicesReleased,
     ReleaseReason,
@@ -148,7 +149,7 @@ def test_frozen_observations_never_change_a_known_device(healths: list[Health]) 
         replace(OBS, health=h, status_version=101 + n, pod_terminated=True)
         for n, h in enumerate(healths)
     ]
-    state = fold(events)
+    state = fold(list[Event](events))
     applied = [e for e in events[1:] if not e.frozen]
     expected = applied[-1].health if applied else Health.UNHEALTHY
     assert state[OBS.device_key].health is expected
