@@ -6,6 +6,8 @@ Kafka -> Faust worker (directory and governor) -> PostgreSQL -> API, then ``repl
   Unhealthy: the device turns Unhealthy and the governor quarantines it.
 - ``train-b`` runs on an Unhealthy GPU-B (quarantined), fails, and its frozen status later reads
   Healthy: recorded in GPU-B's history as frozen, nothing released, still quarantined.
+- neither quarantine makes recovery progress: past the (shortened) age each gets one
+  ``QuarantineNeedsOperator`` decision (issue 15 item 4).
 """
 
 from __future__ import annotations
@@ -85,6 +87,23 @@ async def _device(client: httpx.AsyncClient, gpu: str) -> dict[str, Any]:
     return body
 
 
+async def _decisions(client: httpx.AsyncClient, gpu: str, kind: str) -> list[dict[str, Any]]:
+    """The device's decisions of ``kind`` on its timeline (polled until there is one)."""
+    for _ in range(120):
+        response = await client.get(f"/v1/nodes/{NODE}/timeline/{gpu}")
+        assert response.status_code == 200, response.text
+        items = response.json()["items"]
+        found = [
+            i["fields"]
+            for i in items
+            if i["kind"] == "decision" and kind in orjson.dumps(i["fields"]).decode()
+        ]
+        if found:
+            return found
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"no {kind} on {gpu}'s timeline: {items}")
+
+
 async def _governed(client: httpx.AsyncClient, gpu: str) -> dict[str, Any]:
     """The device once the governor has decided about it (polled: the governor runs behind)."""
     for _ in range(120):
@@ -103,7 +122,12 @@ async def test_post_mortem_unhealthy_quarantines_and_frozen_healthy_releases_not
     tmp_path: Path,
 ) -> None:
     settings = stream_settings.model_copy(
-        update={"breaker_min_devices": 1000, "breaker_min_nodes": 1000}
+        update={
+            "breaker_min_devices": 1000,
+            "breaker_min_nodes": 1000,
+            # Issue 15 item 4 on the same stream: 20 s instead of 72 h, reached by the last clock.
+            "quarantine_operator_age_seconds": 20.0,
+        }
     )
     watch_file = tmp_path / "terminated.jsonl"
     watch_file.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in stream()))
@@ -130,6 +154,11 @@ async def test_post_mortem_unhealthy_quarantines_and_frozen_healthy_releases_not
         ]
         assert ("observed", "Healthy", "220", True) in rows, rows
         assert [r for r in rows if r[3]] == [("observed", "Healthy", "220", True)], rows
+
+        # Neither quarantine made recovery progress: both need an operator, once each.
+        for gpu in ("GPU-A", "GPU-B"):
+            needs = await _decisions(client, gpu, "QuarantineNeedsOperator")
+            assert len(needs) == 1, needs
 
     schemas = (f"{settings.database_schema}_r", f"{settings.database_schema}_g")
     try:
