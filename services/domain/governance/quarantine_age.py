@@ -69,13 +69,17 @@ def check(ctx: context.Ctx, device: DeviceGov, due: datetime) -> None:
     )
 
 
-def resolve(ctx: context.Ctx, device: DeviceGov, at: datetime, why: str) -> None:
-    """End the alert of the device's quarantine (a stage passed, or the release), if firing."""
+def resolve(
+    ctx: context.Ctx, device: DeviceGov, at: datetime, why: str, *, touch: bool = True
+) -> None:
+    """End the alert of the device's quarantine (a stage passed, or the release), if firing.
+    ``touch``: false for a device merged away (its row is deleted, not written)."""
     q = device.quarantine
     if q is None or not q.needs_operator:
         return
     q.needs_operator = False
-    ctx.touch(device)
+    if touch:
+        ctx.touch(device)
     ctx.emit(
         DecisionKind.QUARANTINE_OPERATOR_RESOLVED,
         at,
