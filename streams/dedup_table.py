@@ -56,6 +56,8 @@ def select_new(items: Sequence[LoggedEvent], known: Mapping[str, int]) -> Select
     (:func:`services.domain.directory.apply_observation`): an observation can only change a device
     whose rank is lower, or a device not known yet; anything else would be a DUPLICATE or STALE
     no-op there too. Earlier observations of the same batch count as known. Releases always pass.
+    A frozen observation (a Healthy of a terminated Pod) passes on the same rule but raises no rank:
+    the fold records it without changing the device's statusVersion.
     """
     selection = Selection()
     seen: dict[str, int] = {}
@@ -71,8 +73,9 @@ def select_new(items: Sequence[LoggedEvent], known: Mapping[str, int]) -> Select
                 else:
                     selection.stale += 1
                 continue
-            seen[key] = rank
-            selection.ranks[key] = (rank, index)
+            if not event.frozen:  # the fold keeps a frozen Healthy out of the device's rank
+                seen[key] = rank
+                selection.ranks[key] = (rank, index)
         selection.records.append(item)
         selection.kept.append(index)
     return selection

@@ -1,7 +1,7 @@
 """The governor's gauges and counters (:mod:`streams.governor`), kept from the folded state.
 
 :class:`GovernorGauges` keeps the per-state device counts (``devices_by_state{state}``), the
-active quarantines, the breaker and automation switches and the watermark up to date from the
+active quarantines, those needing an operator, the breaker and automation switches and the watermark up to date from the
 devices each batch touched (all of them after a load), and follows Unknown periods (entering
 :data:`UNKNOWN_STATES` starts one, leaving them ends it) for the ``unknown_seconds`` histogram.
 :func:`record_decision` counts one decision (``decisions{kind}``, recovery stages, false
@@ -30,7 +30,7 @@ class GovernorGauges:
 
     def __init__(self, metrics: WorkerMetrics) -> None:
         self.metrics = metrics
-        self._views: dict[DeviceKey, tuple[GovState, bool]] = {}
+        self._views: dict[DeviceKey, tuple[GovState, bool, bool]] = {}
         self._unknown_since: dict[DeviceKey, datetime] = {}
 
     def reset(self, state: GovernorState) -> None:
@@ -76,29 +76,35 @@ class GovernorGauges:
         metrics = self.metrics
         keys = list(state.devices) if every else state.dirty_devices
         counts: dict[GovState, int] = {}
-        active = 0
+        active = needing = 0
         for key in keys:
             old = self._views.pop(key, None)
             if old is not None:
                 counts[old[0]] = counts.get(old[0], 0) - 1
                 active -= old[1]
+                needing -= old[2]
             device = state.devices.get(key)
             if device is None:
                 continue
-            view = (device.state, active_quarantine(device))
+            q = device.quarantine
+            view = (device.state, active_quarantine(device), q is not None and q.needs_operator)
             self._views[key] = view
             counts[view[0]] = counts.get(view[0], 0) + 1
             active += view[1]
+            needing += view[2]
         if every:
             for gov_state in GovState:
                 metrics.devices_by_state.labels(gov_state.value).set(counts.get(gov_state, 0))
             metrics.active_quarantines.set(active)
+            metrics.quarantines_needing_operator.set(needing)
         else:
             for gov_state, delta in counts.items():
                 if delta:
                     metrics.devices_by_state.labels(gov_state.value).inc(delta)
             if active:
                 metrics.active_quarantines.inc(active)
+            if needing:
+                metrics.quarantines_needing_operator.inc(needing)
         fleet = state.fleet
         metrics.breaker_open.set(1 if fleet.breaker_open else 0)
         metrics.automation_paused.set(1 if fleet.automation_paused else 0)

@@ -147,6 +147,12 @@ class WorkerMetrics:
             "Devices with an active (or recovering) quarantine.",
             registry=r,
         )
+        self.quarantines_needing_operator = Gauge(
+            "devicestate_governor_quarantines_needing_operator",
+            "Active quarantines past DEVICESTATE_QUARANTINE_OPERATOR_AGE_SECONDS without recovery "
+            "progress (decision QuarantineNeedsOperator): reset or RMA the device.",
+            registry=r,
+        )
         self.devices_by_state = Gauge(
             "devicestate_governor_devices",
             "Devices the governor knows, by governance state.",

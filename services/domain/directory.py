@@ -101,6 +101,7 @@ class Outcome(StrEnum):
     DUPLICATE = "duplicate"  # same statusVersion as the device's state: a no-op
     STALE = "stale"  # older statusVersion than the device's state: a no-op
     RELEASED = "released"  # a Pod's allocation was removed (a release or a snapshot)
+    FROZEN = "frozen"  # a frozen Healthy (terminated Pod): recorded in history, state unchanged
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +153,11 @@ def apply_observation(
     """Apply one observation to one device's state (``None``: the device is not known yet).
 
     ``tombstone``: the Pod's, when it was released; if it covers the observation, the device's
-    allocations stay as they were (``Change.tombstoned``)."""
+    allocations stay as they were (``Change.tombstoned``). An observation of a terminated Pod
+    (``pod_terminated``) adds no allocation either: the Pod holds nothing any more. A
+    :attr:`~services.domain.events.DeviceHealthObserved.frozen` Healthy of a known device leaves
+    its state as it was (``Outcome.FROZEN``, recorded in history only, issue 15 item 2); of a
+    device not known yet it creates it, as any first observation does."""
     if current is not None:
         new_rank, old_rank = (
             version_rank(event.status_version),
@@ -162,12 +167,14 @@ def apply_observation(
             return Change(current.key, Outcome.DUPLICATE, current)
         if new_rank < old_rank:
             return Change(current.key, Outcome.STALE, current)
+        if event.frozen:
+            return Change(current.key, Outcome.FROZEN, current)
     transition = current is None or current.health is not event.health
     previous_allocations = () if current is None else current.allocations
     tombstoned = tombstone is not None and tombstone.covers(event)
     allocations = (
         previous_allocations
-        if tombstoned
+        if tombstoned or event.pod_terminated
         else _with_allocation(previous_allocations, _allocation_of(event))
     )
     record = DeviceRecord(

@@ -64,6 +64,8 @@ def unjustified_drops(
         known = best.get(key)
         if known is not None and rank <= known:
             continue
+        if event.frozen and not was_dropped:
+            continue  # kept but not applied: the device's rank stays (directory.apply_observation)
         best[key] = rank  # an unexplained drop counts too: its re-sends are explained by it
         if was_dropped:
             unexplained.append(record.position)

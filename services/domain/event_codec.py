@@ -85,6 +85,9 @@ def _event_to_dict(event: Event) -> dict[str, Any]:
             },
             flags=list(event.flags),
         )
+        if event.pod_terminated:
+            # Written only when true: the bytes of every other observation stay as before.
+            base["podTerminated"] = True
     else:
         base.update(reason=event.reason.value, resourceIDs=list(event.resource_ids))
     return base
@@ -221,6 +224,9 @@ def _decode_fields(payload: bytes) -> Event:
         raw_health_text = get("rawHealth")
         if raw_health_text is not None and type(raw_health_text) is not str:
             raw_health_text = optional_str_field(obj, "rawHealth")
+        pod_terminated = get("podTerminated", False)
+        if type(pod_terminated) is not bool:
+            raise EventDecodeError("field 'podTerminated' must be a boolean")
         return DeviceHealthObserved(
             node,
             namespace,
@@ -237,6 +243,7 @@ def _decode_fields(payload: bytes) -> Event:
             raw_health_text,
             claim,
             tuple(flags),
+            pod_terminated,
         )
     if kind == "PodDevicesReleased":
         ids = get("resourceIDs") or []

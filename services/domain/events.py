@@ -12,6 +12,9 @@ Schema history:
 
 - 1: ``DeviceHealthObserved``, ``PodDevicesReleased``; ``PodsListed`` (issue 11 item 7) is a new
   type of the same schema: a consumer that predates it dead-letters it as an unknown type.
+  ``DeviceHealthObserved.podTerminated`` (issue 15 item 2) is an optional boolean of the same
+  schema, written only when true: the observation comes from a Pod in a terminal phase. A consumer
+  that predates it ignores the key (and so takes a frozen Healthy as fresh evidence).
 
 Decoding (:func:`services.domain.event_codec.decode_event`) never guesses: a payload that is not
 valid JSON, has an unknown ``schema`` or ``type``, or lacks a required field raises
@@ -100,6 +103,11 @@ class DeviceHealthObserved:
     Dedup key: ``(node, resource_id, status_version)``. ``status_version`` is ``None`` when the Pod's
     resourceVersion was missing or not an integer; such an observation is *unordered*: it may create
     a device's first state but never overwrites state that came from an ordered observation.
+
+    ``pod_terminated``: the Pod's ``status.phase`` was ``Succeeded`` or ``Failed``. Such a Pod
+    holds no device, so the observation adds no allocation. An Unhealthy or Unknown of a
+    terminated Pod (a post-mortem kubelet update, kubernetes PR #135202) is a real fault and is
+    applied; a Healthy one is :attr:`frozen`.
     """
 
     node: str
@@ -117,7 +125,16 @@ class DeviceHealthObserved:
     raw_health: str | None = None
     claim: ClaimRef | None = None
     flags: tuple[str, ...] = ()
+    pod_terminated: bool = False
     type: str = field(default="DeviceHealthObserved", init=False)
+
+    @property
+    def frozen(self) -> bool:
+        """A Healthy reported by a terminated Pod: kubelet stops updating a terminated Pod's
+        ``allocatedResourcesStatus`` (KEP-4680 known limitation, kubernetes#132978), so it is no
+        fresh evidence of health. The directory records it in the device's history and changes
+        nothing else; no governance rule sees it."""
+        return self.pod_terminated and self.health is Health.HEALTHY
 
     @property
     def device_key(self) -> tuple[str, str]:

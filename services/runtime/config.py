@@ -333,6 +333,13 @@ class PolicySettings(SettingsGroup):
     recovery_lease_seconds: float = Field(
         300.0, gt=0, description="Recovery lease duration granted to an executor (seconds)."
     )
+    quarantine_operator_age_seconds: float = Field(
+        259200.0,
+        gt=0,
+        description="Age (seconds of event time, default 72 h) after which an active quarantine "
+        "without recovery progress (no recovery stage passed) needs an operator: decision and "
+        "alert QuarantineNeedsOperator.",
+    )
 
 
 class RetentionSettings(SettingsGroup):

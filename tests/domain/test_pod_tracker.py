@@ -165,9 +165,13 @@ def test_terminal_phase_releases_once() -> None:
         T0 + timedelta(seconds=9),
     )
     later = make_pod({"GPU-0": "Healthy"}, "120", phase="Failed")
-    assert tracker.apply(WatchKind.MODIFIED, reading(later)) == []
+    # A Healthy after termination is published frozen (issue 15 item 2); no second release.
+    (frozen,) = tracker.apply(WatchKind.MODIFIED, reading(later))
+    assert isinstance(frozen, DeviceHealthObserved)
+    assert (frozen.health, frozen.pod_terminated, frozen.frozen) == (Health.HEALTHY, True, True)
     assert tracker.apply(WatchKind.DELETED, reading(later)) == []
     assert "uid-1" not in tracker
+    assert "uid-1" not in tracker.tombstones
 
 
 def test_health_change_in_the_terminal_update_comes_before_the_release() -> None:
@@ -253,7 +257,9 @@ def test_reconcile_on_an_empty_tracker_is_an_initial_list() -> None:
     )
     assert observed(events) == [("GPU-0", Health.HEALTHY, 100), ("GPU-1", Health.HEALTHY, 90)]
     assert [r.pod_uid for r in released(events)] == ["b"]
-    assert sorted(tracker) == ["a", "b"]
+    # The released terminal Pod is kept as a tombstone only.
+    assert sorted(tracker) == ["a"]
+    assert list(tracker.tombstones) == ["b"]
 
 
 def test_reconcile_does_not_reemit_an_older_listed_state() -> None:

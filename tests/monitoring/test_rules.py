@@ -22,6 +22,7 @@ ALERTS_WANTED = {
     "DevicestateDeadLettersRising",
     "DevicestateRecoveryFailingRepeatedly",
     "DevicestateWatcherSilent",
+    "DevicestateQuarantineNeedsOperator",  # issue 15 item 4
 }
 """Issue 14 item 3: quarantined, Unknown beyond its window, breaker, lag/staleness, dead letters,
 recovery failing, watcher silent."""

@@ -115,10 +115,15 @@ async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
         *INVENTORY_TABLES,
     }
     current = await asyncio.to_thread(alembic_cli, database_url, schema_name, "current")
-    assert "0008_dashboard_views (head)" in current.stdout
+    assert "0009_frozen_observations (head)" in current.stdout
     assert {"last_observed_at", "partition"} <= await columns_of(
         engine, schema_name, "device_identities"
     )
+    assert "frozen" in await columns_of(engine, schema_name, "device_history")
+
+    back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
+    assert back.returncode == 0, back.stderr
+    assert "frozen" not in await columns_of(engine, schema_name, "device_history")
 
     views = f"{schema_name}_views"
     assert "quarantines" in await views_in(engine, views)
@@ -178,7 +183,7 @@ async def test_migrate_is_idempotent_and_safe_to_run_concurrently(
         version = await conn.execute(
             text(f'SELECT version_num FROM "{schema_name}".alembic_version')
         )
-        assert [r[0] for r in version] == ["0008_dashboard_views"]
+        assert [r[0] for r in version] == ["0009_frozen_observations"]
 
 
 async def test_revisions_match_the_table_metadata(engine: AsyncEngine, fresh_schema: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,7 +22,7 @@ from services.adapters.kafka.headers import HEADER_REASON, HEADER_SOURCE, HEADER
 from services.adapters.projection.errors import ProjectionConflictError, is_transient
 from services.domain.directory import fold
 from services.domain.event_codec import encode_event
-from services.domain.events import Event, Health
+from services.domain.events import DeviceHealthObserved, Event, Health
 from services.runtime.config import Settings
 from streams.app import build_worker_app
 from streams.dedup_table import (
@@ -363,3 +363,42 @@ async def test_a_table_ahead_of_the_projection_loses_nothing(
     assert sink.projection.devices[("gpu-node-a", "GPU-0")].status_version == 8
     assert built.metrics.table_unjustified._value.get() == 2  # the two fresh versions
     assert {str(k): v for k, v in built.dedup.table.items()} == {key: "8"}
+
+
+def test_a_frozen_observation_passes_but_raises_no_rank(observation: Any) -> None:
+    """Issue 15 item 2: the fold records a frozen Healthy without changing the device's version,
+    so the early filter must not remember its rank (a later redelivery still reaches the store)."""
+    frozen = replace(observation(9), pod_terminated=True)
+    assert frozen.frozen
+    items = as_log([observation(5), frozen])
+    selection = select_new(items, {})
+    assert selection.records == items
+    assert selection.ranks == {table_key("gpu-node-a", "GPU-0"): (5, 0)}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    log=event_logs,
+    cuts=st.lists(st.integers(min_value=0, max_value=40), max_size=6),
+    terminated=st.sets(st.integers(min_value=0, max_value=40)),
+)
+def test_early_filter_never_changes_the_fold_with_terminated_pods(
+    log: list[Event], cuts: list[int], terminated: set[int]
+) -> None:
+    log = [
+        replace(e, pod_terminated=True)
+        if n in terminated and isinstance(e, DeviceHealthObserved)
+        else e
+        for n, e in enumerate(log)
+    ]
+    items = as_log(log)
+    bounds = sorted({0, len(items), *(c for c in cuts if c <= len(items))})
+    table: dict[str, int] = {}
+    state: dict[Any, Any] = {}
+    tombstones: dict[str, Any] = {}
+    for start, end in itertools.pairwise(bounds):
+        selection = select_new(items[start:end], table)
+        fold([r.event for r in selection.records], state, tombstones)
+        for key, (rank, _) in selection.ranks.items():
+            table[key] = max(rank, table.get(key, rank))
+    assert state == fold(log)

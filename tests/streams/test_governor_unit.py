@@ -304,3 +304,26 @@ async def test_a_new_device_over_the_node_ceiling_is_dead_lettered_with_the_reas
     assert kinds.count("DataQualityFlagged") == 1  # one per node, not one per refused record
     assert sink.offset == 5 and len(sink.quarantines) == 1  # the stream went on
     assert set(sink.devices) == {("gpu-node-a", "GPU-0"), ("gpu-node-a", "GPU-1")}
+
+
+async def test_the_gauge_counts_quarantines_needing_an_operator_and_a_restart_recounts(
+    tmp_path: Any,
+) -> None:
+    """Issue 15 item 4: past the age the gauge is 1 (the batch's increment, and the recount of a
+    restarted governor loading the state)."""
+    records = [*story(), watermark(5 + 100)]
+    sink = FakeGovernanceSink()
+    governor, sent, _ = make_governor(
+        tmp_path, sink, unknown_tolerance_seconds=60, quarantine_operator_age_seconds=100
+    )
+    await governor.handle_batch(events(records[:-1]))
+    assert governor.metrics.quarantines_needing_operator._value.get() == 0
+    await governor.handle_batch(events(records[-1:], start=len(records) - 1))
+    kinds = [decode_decision(v).kind.value for b in sent.batches for _, v, _ in b]
+    assert kinds.count("QuarantineNeedsOperator") == 1
+    assert governor.metrics.quarantines_needing_operator._value.get() == 1
+    restarted, _, _ = make_governor(
+        tmp_path, sink, unknown_tolerance_seconds=60, quarantine_operator_age_seconds=100
+    )
+    await restarted.handle_batch(events(records, start=0))  # all redelivered: loads, skips
+    assert restarted.metrics.quarantines_needing_operator._value.get() == 1

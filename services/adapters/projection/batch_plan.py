@@ -67,7 +67,7 @@ def plan_batch(
     released = dict(tombstones)
     plan = BatchPlan()
     counts, written, observed, history = plan.counts, plan.written, plan.observed, plan.history
-    applied, released_outcome = Outcome.APPLIED, Outcome.RELEASED
+    applied, released_outcome, frozen = Outcome.APPLIED, Outcome.RELEASED, Outcome.FROZEN
     transitions = 0
     for logged in records:
         event = logged.event
@@ -82,6 +82,9 @@ def plan_batch(
         for change in changes:
             outcome = change.outcome
             counts[outcome] += 1
+            if outcome is frozen:  # history only: the device's state is unchanged
+                history.append((logged.position, change, event))
+                continue
             if outcome is not applied and outcome is not released_outcome:  # not change.changed
                 continue
             key, new = change.key, change.record

@@ -16,7 +16,7 @@ from sqlalchemy import text
 
 from services.adapters.projection.batch_plan import BatchPlan
 from services.adapters.projection.tables import quoted_schema
-from services.domain.directory import DeviceRecord
+from services.domain.directory import DeviceRecord, Outcome
 from services.domain.events import DeviceHealthObserved, PodsListed
 
 _DEVICE_COLUMNS = (
@@ -31,13 +31,13 @@ _DEVICE_RECORDSET = (
 )
 _HISTORY_COLUMNS = (
     'topic, "partition", "offset", node, resource_id, kind, health, status_version, '
-    "observed_at, transition, pod_uid, namespace, pod_name, message, raw_health"
+    "observed_at, transition, pod_uid, namespace, pod_name, message, raw_health, frozen"
 )
 _HISTORY_RECORDSET = (
     'jsonb_to_recordset(CAST(:rows AS jsonb)) AS u(topic text, "partition" integer, '
     '"offset" bigint, node text, resource_id text, kind text, health text, '
     "status_version numeric, observed_at timestamptz, transition boolean, pod_uid text, "
-    "namespace text, pod_name text, message text, raw_health text)"
+    "namespace text, pod_name text, message text, raw_health text, frozen boolean)"
 )
 # One lateral index probe per key (or per released Pod), whatever the planner's statistics say
 # about a young table; keys are sorted, so rows are locked in key order.
@@ -180,16 +180,21 @@ def history_rows(plan: BatchPlan) -> dict[str, str]:
     append = rows.append
     for position, change, event in plan.history:
         version = event.status_version
+        frozen = change.outcome is Outcome.FROZEN
         common: dict[str, Any] = {
             "topic": position.topic,
             "partition": position.partition,
             "offset": position.offset,
             "node": change.key[0],
             "resource_id": change.key[1],
-            "health": change.record.health,
+            # A frozen Healthy leaves the device as it was: its row keeps what it said.
+            "health": event.health
+            if isinstance(event, DeviceHealthObserved) and frozen
+            else change.record.health,
             "status_version": None if version is None else str(version),
             "observed_at": event.observed_at,
             "transition": change.transition,
+            "frozen": frozen,
         }
         if not isinstance(event, PodsListed):
             common["pod_uid"] = event.pod_uid

@@ -55,6 +55,7 @@ class HistoryEntry:
     pod_name: str
     message: str | None
     raw_health: str | None
+    frozen: bool = False
 
 
 def zero_health() -> dict[Health, int]:

@@ -119,4 +119,5 @@ def history_from_row(row: Any) -> HistoryEntry:
         pod_name=m["pod_name"],
         message=m["message"],
         raw_health=m["raw_health"],
+        frozen=m["frozen"],
     )

@@ -27,6 +27,7 @@ from sqlalchemy import (
     Numeric,
     Table,
     Text,
+    false,
     func,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
@@ -85,6 +86,8 @@ device_history = Table(
     Column("pod_name", Text, nullable=False),
     Column("message", Text),
     Column("raw_health", Text),
+    # 0008: a Healthy of a terminated Pod, recorded but not applied (issue 15 item 2).
+    Column("frozen", Boolean, nullable=False, server_default=false()),
     CheckConstraint("kind IN ('observed', 'released')", name="ck_device_history_kind"),
     Index("ix_device_history_device", "node", "resource_id", "observed_at"),
     # Retention (0007): the rows of a partition older than its horizon, found without a scan.
@@ -94,7 +97,9 @@ device_history = Table(
 
 ``kind`` is ``observed`` (an applied observation) or ``released`` (a Pod's allocation removed).
 ``health`` is the device's health after the event (a release leaves it unchanged); every other
-column is the event's (``message`` and ``raw_health`` are null for a release). With
+column is the event's (``message`` and ``raw_health`` are null for a release). ``frozen`` rows are
+Healthy observations of terminated Pods: recorded, not applied (``health`` is the observation's,
+the device's state is unchanged). With
 ``DEVICESTATE_DEVICE_HISTORY_RETENTION_SECONDS`` set, rows older than that before their
 partition's ``last_event_at`` are deleted (:mod:`services.domain.retention`).
 """

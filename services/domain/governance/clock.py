@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Final
 
-from services.domain.governance import context, limits, nodes, rules
+from services.domain.governance import context, limits, nodes, quarantine_age, rules
 from services.domain.governance.decisions import AlertAction, DecisionKind, Severity
 from services.domain.governance.device_state import GovState
 from services.domain.governance.inputs import MergeKey, WatermarkAdvanced
@@ -131,4 +131,5 @@ def fire_due(ctx: context.Ctx) -> None:
             continue
         device = state.devices.get((node, resource_id))
         if device is not None and due in device_deadlines(device):
+            quarantine_age.check(ctx, device, due)
             rules.evaluate(ctx, device, due)

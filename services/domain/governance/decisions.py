@@ -36,6 +36,8 @@ class DecisionKind(StrEnum):
     UNKNOWN_TOLERANCE_STARTED = "UnknownToleranceStarted"
     INCIDENT_OPENED = "DeviceIncidentOpened"  # devices of a node read Unknown: one node alert
     INCIDENT_RESOLVED = "DeviceIncidentResolved"  # that alert (or a deferral alert) is over
+    QUARANTINE_NEEDS_OPERATOR = "QuarantineNeedsOperator"  # no recovery progress past the age
+    QUARANTINE_OPERATOR_RESOLVED = "QuarantineOperatorResolved"  # progress again, or released
     RECOVERY_STAGE_STARTED = "RecoveryStageStarted"
     RECOVERY_STAGE_PASSED = "RecoveryStagePassed"
     RECOVERY_FAILED = "RecoveryFailed"

@@ -79,7 +79,9 @@ class QuarantineRecord:
     ``manual/<commandID>`` for an operator's. ``fencing_token`` grows by one at every lease grant;
     a report carrying an older token is rejected. ``confirmed_fault`` is true once a fault was seen
     during the quarantine (an Unhealthy observation or a failed recovery stage): a release with no
-    confirmed fault counts as a false quarantine.
+    confirmed fault counts as a false quarantine. ``operator_due_at`` is when the quarantine,
+    without recovery progress, needs an operator; ``needs_operator`` once that was decided
+    (:mod:`.quarantine_age`).
     """
 
     quarantine_id: str
@@ -103,8 +105,19 @@ class QuarantineRecord:
     recovery_attempts: int = 0
     stage_deadline: datetime | None = None
     next_recovery_at: datetime | None = None
+    operator_due_at: datetime | None = None
+    needs_operator: bool = False
 
     def to_json(self) -> dict[str, Any]:
+        obj = self._json()
+        # Absent when unset (issue 15 item 4): older snapshots stay identical.
+        if self.operator_due_at is not None:
+            obj["operatorDueAt"] = format_time(self.operator_due_at)
+        if self.needs_operator:
+            obj["needsOperator"] = True
+        return obj
+
+    def _json(self) -> dict[str, Any]:
         return {
             "quarantineID": self.quarantine_id,
             "node": self.node,
@@ -154,6 +167,8 @@ class QuarantineRecord:
             recovery_attempts=int(obj.get("recoveryAttempts") or 0),
             stage_deadline=optional_time(obj.get("stageDeadline")),
             next_recovery_at=optional_time(obj.get("nextRecoveryAt")),
+            operator_due_at=optional_time(obj.get("operatorDueAt")),
+            needs_operator=bool(obj.get("needsOperator")),
         )
 
     def to_row(self) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from datetime import datetime
 from typing import Final
 
 from services.domain.directory import version_rank
-from services.domain.governance import context, rules, transitions
+from services.domain.governance import context, quarantine_age, rules, transitions
 from services.domain.governance.decisions import AlertAction, DecisionKind, Severity
 from services.domain.governance.device_state import (
     DeviceGov,
@@ -128,6 +128,7 @@ def _absorb(ctx: context.Ctx, survivor: DeviceGov, loser: DeviceGov, at: datetim
     transitions.resolve_device_alert(ctx, loser, at, None)
     q = loser.quarantine
     if q is not None and q.status is not QuarantineStatus.RELEASED:
+        quarantine_age.resolve(ctx, loser, at, f"released: {MERGED}", touch=False)
         q.status = QuarantineStatus.RELEASED
         q.released_at = at
         q.release_reason = MERGED

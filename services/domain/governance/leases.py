@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from services.domain.governance import context, transitions
+from services.domain.governance import context, quarantine_age, transitions
 from services.domain.governance.decisions import DecisionKind
 from services.domain.governance.device_state import GovState
 from services.domain.governance.inputs import (
@@ -114,6 +114,7 @@ def on_report(ctx: context.Ctx, r: RecoveryReport) -> None:
         holder=r.holder,
         fencingToken=r.fencing_token,
     )
+    quarantine_age.start(ctx, device, at)  # a stage passed is recovery progress
     following = (
         RecoveryStage.CANARY
         if r.stage is RecoveryStage.PROBE and ctx.policy.recovery_canary

@@ -39,6 +39,7 @@ class GovernancePolicy:
     recovery_stability_seconds: float = 900.0
     recovery_holddown_seconds: float = 900.0
     recovery_lease_seconds: float = 300.0
+    quarantine_operator_age_seconds: float = 259200.0
 
     @classmethod
     def from_settings(cls, settings: Any) -> GovernancePolicy:

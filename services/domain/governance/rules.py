@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from services.domain.events import DeviceSource, Health, format_time
-from services.domain.governance import context, limits, transitions
+from services.domain.governance import context, limits, quarantine_age, transitions
 from services.domain.governance.decisions import AlertAction, DecisionKind, Severity
 from services.domain.governance.device_state import (
     DeviceGov,
@@ -227,6 +227,7 @@ def evaluate_quarantined(ctx: context.Ctx, device: DeviceGov, at: datetime, heal
 def release(ctx: context.Ctx, device: DeviceGov, at: datetime, reason: str, actor: str) -> None:
     q = device.quarantine
     assert q is not None
+    quarantine_age.resolve(ctx, device, at, f"released: {reason}")
     q.status = QuarantineStatus.RELEASED
     q.released_at = at
     q.release_reason = reason

@@ -325,9 +325,12 @@ class GovernorState:
 
 def device_deadlines(device: DeviceGov) -> list[datetime]:
     """The times at which the device's governance may change without a new observation: the
-    tolerance deadline and the quarantine's expiry, stage deadline and hold-down."""
+    tolerance deadline and the quarantine's expiry, stage deadline, hold-down and operator age
+    (until it was decided)."""
     due = [device.deadline] if device.deadline is not None else []
     q = device.quarantine
     if q is not None:
         due.extend(t for t in (q.expires_at, q.stage_deadline, q.next_recovery_at) if t is not None)
+        if q.operator_due_at is not None and not q.needs_operator:
+            due.append(q.operator_due_at)
     return due

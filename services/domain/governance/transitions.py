@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from services.domain.events import Health, format_time
-from services.domain.governance import context
+from services.domain.governance import context, quarantine_age
 from services.domain.governance.decisions import AlertAction, DecisionKind, Severity
 from services.domain.governance.device_state import (
     DeviceGov,
@@ -211,6 +211,7 @@ def quarantine(
         statusVersion=None if device.status_version is None else str(device.status_version),
     )
     set_state(ctx, device, GovState.QUARANTINED, at, reason)
+    quarantine_age.start(ctx, device, at)
     return record
 
 

@@ -50,6 +50,7 @@ ALERT_NAMES: Final[dict[str, str]] = {
     "breaker": "MassSignalBreakerOpen",
     "escalation": "NodeEscalation",
     "automation-paused": "AutomationPaused",
+    "quarantine-age": "QuarantineNeedsOperator",
 }
 """Alert names of the incident types the governor opens (the incident key's first segment)."""
 

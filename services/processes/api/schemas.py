@@ -175,6 +175,11 @@ class HistoryEntryOut(ApiModel):
     pod_name: str
     message: str | None
     raw_health: str | None
+    frozen: bool = Field(
+        default=False,
+        description="A Healthy reported by a terminated Pod: recorded, not applied (its status "
+        "is frozen, KEP-4680); health is then what the observation said.",
+    )
 
     @classmethod
     def of(cls, entry: HistoryEntry) -> HistoryEntryOut:
@@ -192,6 +197,7 @@ class HistoryEntryOut(ApiModel):
             pod_name=entry.pod_name,
             message=entry.message,
             raw_health=entry.raw_health,
+            frozen=entry.frozen,
         )
 
 

@@ -118,6 +118,12 @@ class WatcherMetrics:
             "Scheduled Pods the watcher remembers (one compact entry each).",
             registry=self.registry,
         )
+        self.pod_tombstones = Gauge(
+            "devicestate_watcher_pod_tombstones",
+            "Released terminal Pods the watcher remembers only as a tombstone (UID, "
+            "resourceVersion), at most 100,000 (services/domain/watch/pod_tombstones.py).",
+            registry=self.registry,
+        )
         self.claim_stage_seconds = Histogram(
             "devicestate_claim_stage_seconds",
             "Claim lifecycle stage latencies of Pods first seen Ready by a watch event (Pods "

@@ -148,6 +148,7 @@ class WatchSession:
             await self._dead_letter(letter.original, letter.reason, letter.stage, letter.source)
         self.summary.pods_tracked = len(self.processor.tracker)
         self.metrics.pods_tracked.set(self.summary.pods_tracked)
+        self.metrics.pod_tombstones.set(len(self.processor.tracker.tombstones))
 
     async def _apply_nodes(self, actions: NodeActions, source: str, what: str) -> None:
         if actions.problems:
