@@ -23,6 +23,7 @@ ALERTS_WANTED = {
     "DevicestateRecoveryFailingRepeatedly",
     "DevicestateWatcherSilent",
     "DevicestateQuarantineNeedsOperator",  # issue 15 item 4
+    "DevicestateDedupTableAhead",  # issue 11: the early-drop check fired
 }
 """Issue 14 item 3: quarantined, Unknown beyond its window, breaker, lag/staleness, dead letters,
 recovery failing, watcher silent."""
