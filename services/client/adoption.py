@@ -15,15 +15,13 @@ from services.client.common import (
     Token,
     WriteFormat,
     WriteOutput,
-    api_client,
     cell,
     fail,
-    fail_api_error,
+    get_json,
     make_table,
     print_json,
 )
 from services.client.directory import make_console
-from services.client.http import ApiError
 from services.client.tables import print_table
 from services.client.writes import IdempotencyKey, Reason, Wait, submit
 
@@ -90,11 +88,7 @@ def adoption_status(
     token: Token = None,
 ) -> None:
     """Each pool's phase and the gate's verdict, then every reason with its figures."""
-    try:
-        with api_client(api_url, token) as client:
-            body = client.get("/v1/adoption")
-    except ApiError as exc:
-        fail_api_error(exc)
+    body = get_json(api_url, token, "/v1/adoption")
     if output is Output.JSON:
         print_json(body)
         return

@@ -59,6 +59,16 @@ def fail_api_error(exc: ApiError) -> NoReturn:
     fail(str(exc), EXIT_USAGE if exc.status is None else EXIT_REFUSED)
 
 
+def get_json(api_url: str | None, token: str | None, path: str, **params: Any) -> Any:
+    """``GET path`` (``params`` left out when ``None``) on the API: the JSON body; exits as
+    :func:`fail_api_error` on an API error."""
+    try:
+        with api_client(api_url, token) as client:
+            return client.get(path, **params)
+    except ApiError as exc:
+        fail_api_error(exc)
+
+
 def make_table(columns: list[str], rows: list[list[str]]) -> Table:
     """A borderless table of plain text cells (markup escaped) that never fold
     (:func:`~services.client.tables.table_of`; print it with ``print_table``)."""

@@ -19,6 +19,7 @@ from services.client.common import (
     api_client,
     cell,
     fail_api_error,
+    get_json,
     make_table,
     print_json,
 )
@@ -109,11 +110,7 @@ def governance(
     Observations are stale when the governor's event-time watermark lags the wall clock by more
     than two watcher ticks (+5 s).
     """
-    try:
-        with api_client(api_url, token) as client:
-            status = client.get("/v1/governance")
-    except ApiError as exc:
-        fail_api_error(exc)
+    status = get_json(api_url, token, "/v1/governance")
     if output is Output.JSON:
         print_json(status)
         return
@@ -156,11 +153,7 @@ def timeline(
 ) -> None:
     """A device's observations and governance decisions in time order, oldest first."""
     path = f"/v1/nodes/{path_segment(node)}/timeline/{path_segment(resource_id)}"
-    try:
-        with api_client(api_url, token) as client:
-            body = client.get(path, limit=limit)
-    except ApiError as exc:
-        fail_api_error(exc)
+    body = get_json(api_url, token, path, limit=limit)
     if output is Output.JSON:
         print_json(body)
         return

@@ -16,6 +16,7 @@ from services.client.common import (
     api_client,
     cell,
     fail_api_error,
+    get_json,
     print_json,
 )
 from services.client.directory import make_console
@@ -229,9 +230,5 @@ def quarantine_show(
     token: Token = None,
 ) -> None:
     """Print one quarantine record as JSON."""
-    try:
-        with api_client(api_url, token) as client:
-            record = client.get(f"/v1/quarantines/{path_segment(quarantine_id)}")
-    except ApiError as exc:
-        fail_api_error(exc)
+    record = get_json(api_url, token, f"/v1/quarantines/{path_segment(quarantine_id)}")
     print_json(record)
