@@ -228,17 +228,19 @@ async def _inspect_once_listed(
 ) -> list[TopicProblem]:
     # A created topic reaches each broker's metadata a moment after the controller answered,
     # and every metadata request goes to a random broker: inspect again (each time perhaps on
-    # another broker) while a topic just created is not listed yet.
+    # another broker) while a topic just created is not listed yet, or is listed without its
+    # partitions (seen on three brokers: "has 0 partitions"). We created it as specified, so
+    # its problems are the metadata's lag until the deadline.
     loop = asyncio.get_running_loop()
     deadline = loop.time() + METADATA_WAIT_SECONDS
     while True:
         problems = await inspect_topics(admin, specs, replication)
-        unlisted = [p.topic for p in problems if p.missing and p.topic in created]
+        unlisted = sorted({p.topic for p in problems if p.topic in created})
         if not unlisted:
             return problems
         if loop.time() >= deadline:
             log.warning(
-                "created topics not in the metadata yet",
+                "created topics not in the metadata as created yet",
                 topics=unlisted,
                 waited_seconds=METADATA_WAIT_SECONDS,
             )
