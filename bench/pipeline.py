@@ -44,6 +44,7 @@ from bench.console import console
 from bench.kafka_admin import create_topic, end_offsets
 from bench.kafka_io import print_baseline_summary, print_publish_summary, publish, raw_consume
 from bench.load import Workload, generate
+from bench.load_pods import SHAPES, generate_pods
 from bench.machine import code_version, command_line, machine_info
 from bench.processes import StageUnavailable
 from bench.replay_stage import print_replay_summary, run_replay_stage
@@ -91,6 +92,7 @@ class Options:
     api_during_ingest: float | None = None
     extender_calls: int = 0
     extender_rate: float = 200.0
+    shape: str = "synthetic"
 
 
 async def api_during_ingest(
@@ -114,6 +116,16 @@ async def api_during_ingest(
     )
     result["worker_still_ingesting"] = "worker" not in run.done
     return result
+
+
+def make_workload(opts: Options) -> Workload:
+    """The log of ``--shape`` (:mod:`bench.load_pods`)."""
+    gpus_per_pod = SHAPES[opts.shape]
+    if not gpus_per_pod:
+        return generate(opts.events, opts.devices, opts.nodes, opts.dup_ratio, opts.seed)
+    return generate_pods(
+        opts.events, opts.devices, opts.nodes, gpus_per_pod, opts.dup_ratio, opts.seed
+    )
 
 
 async def main_async(opts: Options) -> int:
@@ -151,18 +163,19 @@ async def main_async(opts: Options) -> int:
     try:
         # ---- 1. publish -------------------------------------------------------------------
         console.rule("1/5 publish")
-        workload = generate(opts.events, opts.devices, opts.nodes, opts.dup_ratio, opts.seed)
+        workload = make_workload(opts)
         results["generate"] = {
-            "events": opts.events,
+            "events": len(workload.values),
+            "shape": opts.shape,
             "seconds": round(workload.seconds, 2),
             "new_observations": workload.new,
             "exact_duplicates": workload.duplicates,
             "stale_resends": workload.stale,
             "devices_observed": len(workload.devices),
-            "mean_event_bytes": round(workload.bytes / max(opts.events, 1), 1),
+            "mean_event_bytes": round(workload.bytes / max(len(workload.values), 1), 1),
         }
         console.print(
-            f"  generated {opts.events:,} events in {workload.seconds:.1f} s: "
+            f"  generated {len(workload.values):,} events ({opts.shape}) in {workload.seconds:.1f} s: "
             f"{workload.new:,} new, {workload.duplicates:,} duplicates, {workload.stale:,} stale; "
             f"{len(workload.devices):,} devices, {results['generate']['mean_event_bytes']} B/event"
         )
@@ -357,6 +370,14 @@ def cli(
         Path | None, typer.Option("--json-out", help="Write all results as JSON to this path.")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic workload.")] = 20261129,
+    shape: Annotated[
+        str,
+        typer.Option(
+            help="Workload: synthetic (single observations of random devices), training "
+            "(one 8-GPU Pod per node: a status change is 8 observations of one node) or "
+            "inference (eight 1-GPU Pods per node); bench/load_pods.py."
+        ),
+    ] = "synthetic",
     topic: Annotated[
         str | None,
         typer.Option(
@@ -397,6 +418,12 @@ def cli(
     """
     if not api_client or set(api_client.split(",")) - {"httpx", "raw"}:
         raise typer.BadParameter("--api-client must be httpx, raw, or both (httpx,raw)")
+    if shape not in SHAPES:
+        raise typer.BadParameter(f"--shape must be one of {', '.join(SHAPES)}")
+    if SHAPES[shape] and devices % SHAPES[shape]:
+        raise typer.BadParameter(
+            f"--shape {shape}: --devices must be a multiple of {SHAPES[shape]}"
+        )
     bad = set(skip or ()) - set(STAGES)
     if bad:
         raise typer.BadParameter(f"unknown stage(s) {', '.join(sorted(bad))}; use {STAGES}")
@@ -425,6 +452,7 @@ def cli(
         api_during_ingest=api_during_ingest,
         extender_calls=extender_calls,
         extender_rate=extender_rate,
+        shape=shape,
     )
     code = _run_with_signals(opts)
     raise typer.Exit(code)
