@@ -13,7 +13,7 @@ Per batch of records (``stream.take_events``):
    inventory records, resource counts and the observations the directory applies also maintain
    the inventory (:mod:`services.domain.inventory.fold`: objects, identities, conflicts) in
    the same transaction;
-2. drop observations the changelog-backed table ``last_applied_version``
+2. drop observations the changelog-backed table ``last_applied_versions_by_node``
    (:mod:`streams.dedup_table`) already covers (same or older statusVersion rank for the
    device) -- early, before the database sees them. Releases are never filtered: only the
    projection knows which allocations they remove;
@@ -154,7 +154,7 @@ class DeviceDedup:
             schema=faust.Schema(key_serializer="raw", value_serializer="raw"),
             partitions=settings.topic_partitions,
             extra_topic_configs=dict(changelog_configs or {}),  # min.insync.replicas
-            help="Highest statusVersion rank committed to the projection, per device.",
+            help="Highest statusVersion rank committed to the projection, per device, one entry per node.",
         )
         self.agent = app.agent(self.source_topic, name="devicestate.dedup")(self.process)
         self.batches = 0

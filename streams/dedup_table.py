@@ -1,13 +1,22 @@
 """The dedup table of the health agent (:mod:`streams.dedup`): which observations the
 projection already has.
 
-The changelog-backed Faust table :data:`TABLE_NAME` maps :func:`table_key` (``node`` and
-``resourceID`` joined by :data:`KEY_SEPARATOR`) to the highest statusVersion rank committed to
-the projection for the device (a decimal string: resourceVersions may exceed 64 bits).
-:func:`select_new` (pure) drops the observations of a batch that rank no higher than what the
-table (or an earlier record of the batch) has; :func:`known_ranks` reads the table for a batch
-and :func:`remember` raises it after the commit, each key in the partition of the record it came
-from (:func:`current_event`).
+The changelog-backed Faust table :data:`TABLE_NAME` maps a **node** to the highest statusVersion
+rank committed to the projection for each of its devices (:func:`encode_node_ranks`: a JSON
+object ``{resourceID: rank}``, ranks as decimal strings: resourceVersions may exceed 64 bits).
+One entry per node, not per device (issue 12): a Pod status change is one observation per
+device of the Pod, all of one node, so a batch reads and writes a node's entry once (one
+changelog record) for all its devices. :func:`select_new` (pure) drops the observations of a
+batch that rank no higher than what the table (or an earlier record of the batch) has, keyed by
+:func:`table_key` per device; :func:`known_ranks` reads the table for a batch and
+:func:`remember` raises it after the commit, each node's entry in the partition of the record
+it came from (:func:`current_event`; records are keyed by node, so a node's records share
+one partition).
+
+An entry that does not decode counts as empty (nothing dropped early: the projection's version
+guard still refuses what it has). An entry that would exceed :data:`NODE_ENTRY_MAX_BYTES` (a
+node with thousands of devices of long IDs) keeps only the devices of the batch that wrote it,
+or is removed: a smaller table only means fewer early drops.
 """
 
 from __future__ import annotations
@@ -17,20 +26,44 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import orjson
+
 from services.domain.directory import DeviceKey, version_rank
 from services.domain.events import DeviceHealthObserved
 from services.domain.log import LoggedEvent
 
-TABLE_NAME: Final = "last_applied_version"
-"""Faust table: ``f"{node}\\x1f{resourceID}"`` -> highest statusVersion rank committed (decimal)."""
+TABLE_NAME: Final = "last_applied_versions_by_node"
+"""Faust table: node -> ``{resourceID: highest statusVersion rank committed}`` (JSON, decimal
+strings). Its predecessor ``last_applied_version`` (one entry per device) is no longer read."""
 
 KEY_SEPARATOR: Final = "\x1f"
 """ASCII unit separator: cannot occur in a node name or a resourceID the watcher emits."""
 
+NODE_ENTRY_MAX_BYTES: Final = 512 * 1024
+"""Largest encoded node entry: half the default ``max.message.bytes`` of its changelog record."""
+
 
 def table_key(node: str, resource_id: str) -> str:
-    """Key of a device in the dedup table."""
+    """Key of a device in :func:`select_new`'s ``known`` map (not a table key: the table is by node)."""
     return f"{node}{KEY_SEPARATOR}{resource_id}"
+
+
+def decode_node_ranks(value: bytes | str | None) -> dict[str, str]:
+    """A node entry as ``{resourceID: rank}``; ``{}`` for none or one that does not decode."""
+    if value is None:
+        return {}
+    try:
+        decoded = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return {}
+    if not isinstance(decoded, dict):
+        return {}
+    return {k: v for k, v in decoded.items() if isinstance(v, str) and v.isdigit()}
+
+
+def encode_node_ranks(ranks: Mapping[str, str]) -> bytes:
+    """The stored form of a node entry (keys sorted: the same ranks give the same bytes)."""
+    return orjson.dumps(ranks, option=orjson.OPT_SORT_KEYS)
 
 
 @dataclass(slots=True)
@@ -84,22 +117,21 @@ def select_new(items: Sequence[LoggedEvent], known: Mapping[str, int]) -> Select
 def known_ranks(
     table: Any, stream: Any, records: Sequence[LoggedEvent], sources: Sequence[Any]
 ) -> dict[str, int]:
-    """The committed rank of each device the observations in ``records`` concern (devices the
-    table does not know are left out). ``sources``: the faust event of each record."""
+    """The committed rank of each device of the nodes the observations in ``records`` concern,
+    keyed by :func:`table_key` (devices the table does not know are left out). ``sources``: the
+    faust event of each record. Reads each node's entry once."""
     known: dict[str, int] = {}
     looked_up: set[str] = set()
     for record, source in zip(records, sources, strict=True):
         event = record.event
-        if not isinstance(event, DeviceHealthObserved):
+        if not isinstance(event, DeviceHealthObserved) or event.node in looked_up:
             continue
-        key = table_key(event.node, event.resource_id)
-        if key in looked_up:
-            continue
-        looked_up.add(key)
+        node = event.node
+        looked_up.add(node)
         with current_event(stream, source):
-            value = table.get(key)
-        if value is not None:
-            known[key] = int(value)
+            value = table.get(node)
+        for resource_id, rank in decode_node_ranks(value).items():
+            known[table_key(node, resource_id)] = int(rank)
     return known
 
 
@@ -110,14 +142,29 @@ def remember(
     sources: Sequence[Any],
     refused: Collection[DeviceKey] = (),
 ) -> None:
-    """After the commit: raise the table's ranks (the changelog goes to the source's partition),
-    except those of ``refused`` devices (over the device ceiling: not in the projection)."""
+    """After the commit: set the batch's ranks in their nodes' entries (one write per node; the
+    changelog goes to the source's partition), except those of ``refused`` devices (over the
+    device ceiling: not in the projection). The batch's rank replaces the entry's (after a
+    batch written without the table, the entry may have been ahead of the projection)."""
     skipped = {table_key(node, resource_id) for node, resource_id in refused}
+    by_node: dict[str, tuple[dict[str, str], int]] = {}
     for key, (rank, index) in selection.ranks.items():
         if key in skipped:
             continue
+        node, _, resource_id = key.partition(KEY_SEPARATOR)
+        ranks, _ = by_node.setdefault(node, ({}, index))
+        ranks[resource_id] = str(rank)
+    for node, (ranks, index) in by_node.items():
         with current_event(stream, sources[index]):
-            table[key] = str(rank)
+            entry = decode_node_ranks(table.get(node))
+            entry.update(ranks)
+            encoded = encode_node_ranks(entry)
+            if len(encoded) > NODE_ENTRY_MAX_BYTES:
+                encoded = encode_node_ranks(ranks)
+            if len(encoded) <= NODE_ENTRY_MAX_BYTES:
+                table[node] = encoded
+            elif node in table:
+                del table[node]
 
 
 @contextmanager
@@ -135,3 +182,16 @@ def current_event(stream: Any, event: Any) -> Iterator[None]:
         yield
     finally:
         stream._set_current_event(previous)
+
+
+def device_ranks(
+    entries: Iterator[tuple[Any, Any]] | Collection[tuple[Any, Any]],
+) -> dict[str, str]:
+    """The table's ``(node, entry)`` items as ``{table_key(node, resourceID): rank}`` (for
+    inspection and tests)."""
+    ranks: dict[str, str] = {}
+    for node, value in entries:
+        name = node.decode() if isinstance(node, bytes) else str(node)
+        for resource_id, rank in decode_node_ranks(value).items():
+            ranks[table_key(name, resource_id)] = rank
+    return ranks
