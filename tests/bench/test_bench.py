@@ -31,8 +31,22 @@ def recorded() -> dict[str, Any]:
     return report
 
 
+# Issue 12 raised the targets after the run was recorded: its rows under the targets of now.
+RETARGETED = {
+    "(b) worker ingest": (">= 25,000/s and >= 0.25x (a)", ">= 30,000/s and >= 0.15x (a)", "MISS"),
+    "(c) replay seconds per 1M (scaled to 1M)": ("<= 60 s", "<= 20 s", "MISS"),
+}
+
+
 def test_verdicts_of_a_recorded_run_are_the_table_it_wrote(recorded: dict[str, Any]) -> None:
-    assert verdicts(recorded["results"], recorded["options"]["events"]) == recorded["table"]
+    expected = []
+    for row in recorded["table"]:
+        if row["figure"] in RETARGETED:
+            before, now, verdict = RETARGETED[row["figure"]]
+            assert row["target"] == before
+            row = {**row, "target": now, "verdict": verdict}
+        expected.append(row)
+    assert verdicts(recorded["results"], recorded["options"]["events"]) == expected
 
 
 def test_the_workload_of_the_recorded_run_is_generated_again(recorded: dict[str, Any]) -> None:
@@ -126,3 +140,21 @@ def test_summary_medians_ratio_and_ranges() -> None:
     assert p99["ranges"] == "overlap" and p99["ratio"] == round(20.5 / 11, 3)
     assert summary["replay"]["ratio"] is None and summary["replay"]["ranges"] is None
     assert summary["replay == worker"]["runs_not_compared"] == 5
+
+
+def test_a_training_pod_change_is_eight_observations_of_one_node_in_a_row() -> None:
+    from bench.load_pods import generate_pods
+    from services.domain.event_codec import decode_event
+
+    workload = generate_pods(4_000, 800, 100, 8, 0.1, seed=7)
+    assert len(workload.values) == 4_000
+    assert workload.new + workload.duplicates + workload.stale == 4_000
+    assert workload.duplicates and workload.stale
+    events = [decode_event(v) for v in workload.values]
+    for start in range(0, 4_000, 8):
+        change = events[start : start + 8]
+        assert len({(e.node, e.pod_uid, e.status_version) for e in change}) == 1  # type: ignore[union-attr]
+        assert len({e.resource_id for e in change}) == 8  # type: ignore[union-attr]
+        assert {k.decode() for k in workload.keys[start : start + 8]} == {change[0].node}  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="multiple of 8"):
+        generate_pods(10, 801, 100, 8, 0.1, seed=7)
