@@ -56,6 +56,26 @@ and invisible operators, bidi isolates (U+2066-9), the deprecated format control
 No Kubernetes name holds one; an ID holding one reads as another ID (Trojan Source)."""
 _INVISIBLE = re.compile(f"[{INVISIBLE_CHARACTERS}]")
 
+BIDI_CONTROLS: Final = "\u202a-\u202e\u2066-\u2069"
+"""A regex class body of the bidi embeddings, overrides and isolates (U+202A-E, U+2066-9): they
+reorder the text that follows them, so a reason holding one displays as other text (Trojan
+Source). Free text (a command's reason) may hold the other invisible characters of
+:data:`INVISIBLE_CHARACTERS` (LRM/RLM and joiners belong in right-to-left and some scripts'
+text), never these."""
+_BIDI_CONTROL = re.compile(f"[{BIDI_CONTROLS}]")
+
+
+def bidi_control_problem(field: str, value: str) -> str | None:
+    """Why the free text ``value`` (the field ``field``) cannot be recorded: its first bidi
+    embedding, override or isolate (:data:`BIDI_CONTROLS`) by code point and position."""
+    found = _BIDI_CONTROL.search(value)
+    if found is None:
+        return None
+    return (
+        f"{field} contains a bidirectional-control character, U+{ord(found.group()):04X} at "
+        f"position {found.start()}: it makes the text display as other text; write it without"
+    )
+
 
 def node_name_problem(value: str) -> str | None:
     """Why ``value`` is not a Node name (a DNS-1123 subdomain), or ``None``."""

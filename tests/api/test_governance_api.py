@@ -372,6 +372,16 @@ async def test_unknown_command_is_404(gov_api: httpx.AsyncClient, governor: Gove
         ("/v1/quarantines?wait=31", QUARANTINE, "less than or equal to 30"),
         ("/v1/automation/pause", {}, "reason"),
         ("/v1/automation/pause", {"reason": ""}, "reason must not be empty"),
+        (
+            "/v1/quarantines",
+            {**QUARANTINE, "reason": "xid 79 \u202eevomer ton od"},
+            "reason contains a bidirectional-control character, U+202E at position 7",
+        ),
+        (
+            "/v1/automation/pause",
+            {"reason": "maintenance \u2066window\u2069"},
+            "U+2066 at position 12",
+        ),
         ("/v1/quarantines/q/extend", {"reason": "rma"}, "expiresAt or ttlSeconds"),
     ],
 )

@@ -20,6 +20,7 @@ from services.domain.events import now_utc
 from services.domain.limits import (
     DNS1123_SUBDOMAIN_PATTERN,
     INVISIBLE_CHARACTERS,
+    bidi_control_problem,
     invisible_problem,
     node_name_problem,
 )
@@ -37,9 +38,12 @@ MAX_TTL_SECONDS = 366 * 86400
 """Longest quarantine duration one command may ask for (a year)."""
 MIN_TTL_SECONDS = 1
 """Shortest quarantine duration (a second): ``ttlSeconds=5e-324`` would expire as it is made."""
-_REASON_CONTROL = "\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f"
+_REASON_CONTROL = (
+    "\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u202a-\\u202e\\u2066-\\u2069"
+)
 REASON_PATTERN = f"^[^{_REASON_CONTROL}]*[^{_REASON_CONTROL}\\s][^{_REASON_CONTROL}]*$"
-"""A reason as the schema states it: no control character but tab, LF and CR; not blank."""
+"""A reason as the schema states it: no control character but tab, LF and CR, no bidi embedding,
+override or isolate; not blank."""
 RESOURCE_ID_PATTERN = f"^[^\\u0000-\\u001f\\u007f-\\u009f{INVISIBLE_CHARACTERS}]+$"
 """A resourceID as the schema states it: no control, invisible or bidi-control character."""
 
@@ -78,6 +82,9 @@ def _reason(value: str, *, required: bool = True) -> str:
         raise ValueError("reason must not be empty: say why (it is recorded with the command)")
     if len(value) > MAX_REASON:
         raise ValueError(f"reason is longer than {MAX_REASON} characters")
+    problem = bidi_control_problem("reason", value)
+    if problem is not None:
+        raise ValueError(problem)
     return value
 
 
