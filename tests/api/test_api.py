@@ -357,3 +357,24 @@ async def test_openapi_documents_the_url_scheme(api: httpx.AsyncClient) -> None:
     assert [p["name"] for p in params] == ["node", "resourceID"]
     assert "last" in spec["info"]["description"]
     assert (await api.get("/docs")).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/nodes/GPU_Node",
+        "/v1/nodes/-node/devices/GPU-0",
+        "/v1/nodes/node./history/GPU-0",
+        "/v1/devices?node=Node-A",
+        "/v1/quarantines?node=a_b",
+        f"/v1/nodes/{'a' * 254}",
+    ],
+)
+async def test_a_node_that_is_no_node_name_is_a_422_not_a_404_or_an_empty_page(
+    api: httpx.AsyncClient, path: str
+) -> None:
+    """Issue 12's new user: a node name the directory can never hold (not a DNS-1123 subdomain,
+    which the worker refuses to store) says so, instead of answering as if it were unknown."""
+    response = await api.get(path)
+    assert response.status_code == 422, response.text
+    assert "node" in response.text

@@ -21,6 +21,7 @@ from services.adapters.projection.reads_governance import GovernanceReads
 from services.domain.directory import DeviceKey
 from services.domain.events import DeviceSource, Health
 from services.domain.governance.device_state import GovState
+from services.domain.limits import DNS1123_SUBDOMAIN_PATTERN, NODE_NAME_MAX_LENGTH
 from services.processes.api.auth import read_access
 from services.processes.api.routing import ServiceRoute
 from services.processes.api.schemas import (
@@ -55,7 +56,22 @@ async def get_reads(request: Request) -> GovernanceReads:
 
 Store = Annotated[DeviceReads, Depends(get_store)]
 Reads = Annotated[GovernanceReads, Depends(get_reads)]
-NodeName = Annotated[str, Path(description="Node name (never contains `/`).")]
+NodeName = Annotated[
+    str,
+    Path(
+        description="Node name: a DNS-1123 subdomain (never contains `/`); another is a 422.",
+        max_length=NODE_NAME_MAX_LENGTH,
+        pattern=DNS1123_SUBDOMAIN_PATTERN,
+    ),
+]
+NodeFilter = Annotated[
+    str | None,
+    Query(
+        description="Only this node (a DNS-1123 subdomain; another is a 422).",
+        max_length=NODE_NAME_MAX_LENGTH,
+        pattern=DNS1123_SUBDOMAIN_PATTERN,
+    ),
+]
 ResourceID = Annotated[
     str,
     Path(
@@ -103,7 +119,7 @@ def decode_cursor(cursor: str) -> DeviceKey:
 @router.get("/devices", response_model=DevicePageOut, responses=UNPROCESSABLE)
 async def list_devices(
     reads: Reads,
-    node: Annotated[str | None, Query(description="Only devices on this node.")] = None,
+    node: NodeFilter = None,
     health: Annotated[Health | None, Query(description="Only devices with this health.")] = None,
     resource_name: Annotated[
         str | None, Query(alias="resourceName", description="e.g. nvidia.com/gpu.")

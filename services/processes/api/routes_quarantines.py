@@ -40,7 +40,7 @@ from services.processes.api.quarantine_cursor import (
     decode_quarantine_cursor,
     encode_quarantine_cursor,
 )
-from services.processes.api.routes_devices import MAX_PAGE, Reads
+from services.processes.api.routes_devices import MAX_PAGE, NodeFilter, Reads
 from services.processes.api.schemas import ErrorOut
 from services.processes.api.schemas_governance import (
     CommandOut,
@@ -200,7 +200,7 @@ async def list_quarantines(
         QuarantineStatus | None, Query(description="active, recovering or released.")
     ] = None,
     kind: Annotated[QuarantineKind | None, Query(description="system or manual.")] = None,
-    node: Annotated[str | None, Query(description="Only quarantines on this node.")] = None,
+    node: NodeFilter = None,
     resource_id: Annotated[
         str | None, Query(alias="resourceID", description="Only quarantines of this device ID.")
     ] = None,
