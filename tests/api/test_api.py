@@ -202,8 +202,25 @@ async def test_history_is_newest_first_and_limited(api: httpx.AsyncClient) -> No
 
 
 @pytest.mark.usefixtures("loaded")
+async def test_nodes_come_in_pages_that_follow_their_cursor(api: httpx.AsyncClient) -> None:
+    """Issue 12's new user: ``GET /v1/nodes`` had no limit. A page of one node with a cursor,
+    then the last page with none; each node's counts are those of the whole list."""
+    first = (await api.get("/v1/nodes", params={"limit": 1})).json()
+    assert [n["node"] for n in first["items"]] == ["gpu-node-a"]
+    assert first["items"][0]["total"] == 5  # every health of the node, not one row of it
+    second = (await api.get("/v1/nodes", params={"limit": 1, "cursor": first["nextCursor"]})).json()
+    assert [n["node"] for n in second["items"]] == ["gpu-node-b"]
+    assert second["nextCursor"] is None
+    bad = await api.get("/v1/nodes", params={"cursor": "nope"})
+    assert bad.status_code == 422 and "malformed cursor" in bad.text
+    assert (await api.get("/v1/nodes", params={"limit": 0})).status_code == 422
+
+
+@pytest.mark.usefixtures("loaded")
 async def test_nodes_and_fleet_counts(api: httpx.AsyncClient) -> None:
-    nodes = (await api.get("/v1/nodes")).json()["items"]
+    body = (await api.get("/v1/nodes")).json()
+    assert body["nextCursor"] is None
+    nodes = body["items"]
     assert nodes == [
         {
             "node": "gpu-node-a",

@@ -137,14 +137,21 @@ class DeviceReads:
             counts.by_health[record.health] += 1
         return NodeSummary(counts, records)
 
-    async def list_nodes(self) -> list[NodeCounts]:
-        """Per-node device counts by health, sorted by node name."""
+    async def list_nodes(
+        self, limit: int | None = None, after: str | None = None
+    ) -> list[NodeCounts]:
+        """Per-node device counts by health, sorted by node name: the first ``limit`` nodes
+        (all when ``None``) whose name sorts after ``after`` (keyset pagination)."""
         c = devices.c
-        stmt = (
-            select(c.node, c.health, func.count())
-            .group_by(c.node, c.health)
-            .order_by(c.node, c.health)
-        )
+        stmt = select(c.node, c.health, func.count()).group_by(c.node, c.health)
+        if after is not None:
+            stmt = stmt.where(c.node > after)
+        if limit is not None:
+            page = select(c.node).distinct().order_by(c.node).limit(limit)
+            if after is not None:
+                page = page.where(c.node > after)
+            stmt = stmt.where(c.node.in_(page.scalar_subquery()))
+        stmt = stmt.order_by(c.node, c.health)
         by_node: dict[str, dict[Health, int]] = defaultdict(zero_health)
         for node, health, count in await self._fetch(stmt):
             by_node[node][HEALTH[health]] = count

@@ -165,10 +165,28 @@ async def list_devices(
     )
 
 
-@router.get("/nodes", response_model=NodesOut)
-async def list_nodes(store: Store) -> NodesOut:
-    """Every node with devices, with its device counts by health, sorted by node name."""
-    return NodesOut(items=[NodeCountsOut.of(n) for n in await store.list_nodes()])
+@router.get("/nodes", response_model=NodesOut, responses=UNPROCESSABLE)
+async def list_nodes(
+    store: Store,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page size.")] = MAX_PAGE,
+    cursor: Annotated[str | None, Query(description="`nextCursor` of the previous page.")] = None,
+) -> NodesOut:
+    """Nodes with devices, with their device counts by health, sorted by node name, one page at
+    a time (follow `nextCursor` until it is null; keyset pagination, valid while devices
+    change)."""
+    after = None
+    if cursor is not None:
+        try:
+            after, _ = decode_cursor(cursor)
+        except ValueError as exc:
+            raise HTTPException(422, f"malformed cursor: {exc}") from None
+    nodes = await store.list_nodes(limit + 1, after)
+    more = len(nodes) > limit
+    nodes = nodes[:limit]
+    return NodesOut(
+        items=[NodeCountsOut.of(n) for n in nodes],
+        next_cursor=encode_cursor((nodes[-1].node, "")) if more else None,
+    )
 
 
 @router.get("/nodes/{node}", response_model=NodeSummaryOut, responses=NOT_FOUND)

@@ -219,6 +219,9 @@ class NodeCountsOut(ApiModel):
 
 class NodesOut(ApiModel):
     items: list[NodeCountsOut]
+    next_cursor: str | None = Field(
+        None, description="Pass as `cursor` for the next page; null on the last page."
+    )
 
 
 class NodeSummaryOut(ApiModel):
