@@ -17,7 +17,8 @@ from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import services.adapters.projection.governance_tables  # (the imports register their tables on ``metadata``)
-import services.adapters.projection.inventory_tables  # noqa: F401
+import services.adapters.projection.inventory_tables
+import services.adapters.projection.workload_tables  # noqa: F401
 from services.adapters.projection.migrate import REPO_ROOT, migrate
 from services.adapters.projection.tables import check_schema_name, metadata
 
