@@ -55,8 +55,7 @@ from services.adapters.projection.tombstone_sql import (
 )
 from services.adapters.projection.workload_sql import (
     WorkloadStatements,
-    fresh_workloads,
-    workload_rows,
+    fresh_rows,
     write_workloads,
 )
 from services.domain.batch import (
@@ -177,8 +176,8 @@ class ProjectionStore:
             clock = batch_event_times(records, times, last_event_at)
             retention = batch.history_retention_seconds
             await prune_history(conn, self._retention, clock[1], retention)
-            fresh = fresh_workloads(batch.workloads, applied_through)
-            await write_workloads(conn, self._workloads, workload_rows(fresh))
+            rows = fresh_rows(batch.workloads, applied_through.get)
+            await write_workloads(conn, self._workloads, rows)
             inventory = None
             if inventory_items is not None:
                 inventory = await self.inventory.apply(
@@ -259,13 +258,8 @@ class ProjectionStore:
             )
             if offset is not None
         }
-        recorded_workloads = {
-            (p.topic, p.partition): offset
-            for p, _ in batch.workloads
-            if (offset := cache.offset(p.topic, p.partition)) is not None
-        }
         return PreparedBatch(
-            workload_rows=workload_rows(fresh_workloads(batch.workloads, recorded_workloads)),
+            workload_rows=fresh_rows(batch.workloads, lambda part: cache.offset(*part)),
             written=plan.written,
             offsets=offsets,
             stats=batch_stats(plan, len(plan.written), len(records) - len(fresh), len(refused)),

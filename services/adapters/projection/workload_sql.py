@@ -9,7 +9,7 @@ jsonb parameter like the other batch rows (:mod:`services.adapters.projection.ba
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import orjson
 from sqlalchemy import text
@@ -80,12 +80,18 @@ def workload_rows(records: Iterable[PodWorkloadObserved]) -> dict[str, str] | No
     return {"rows": orjson.dumps(rows).decode()} if rows else None
 
 
-def fresh_workloads(
+def fresh_rows(
     items: Sequence[tuple[LogPosition, PodWorkloadObserved]],
-    recorded: dict[tuple[str, int], int],
-) -> list[PodWorkloadObserved]:
-    """The records after their partition's recorded offset (a redelivery is skipped whole)."""
-    return [r for p, r in items if p.offset > recorded.get((p.topic, p.partition), -1)]
+    recorded: Callable[[tuple[str, int]], int | None],
+) -> dict[str, str] | None:
+    """:func:`workload_rows` of the records after their partition's recorded offset
+    (``recorded((topic, partition))``, ``None``: nothing recorded): a redelivery is skipped."""
+    fresh = []
+    for position, record in items:
+        through = recorded((position.topic, position.partition))
+        if through is None or position.offset > through:
+            fresh.append(record)
+    return workload_rows(fresh)
 
 
 async def write_workloads(
