@@ -8,19 +8,18 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.adapters.kube.errors import KubeApiError
-
 OwnerKey = tuple[str, str, str, str]
 """``(apiVersion, resource, namespace, name)``."""
 
 
 @dataclass
 class FakeOwners:
-    """Owner objects by :data:`OwnerKey`; ``failures`` are raised, first to last, by the next
-    reads (whatever they read); ``reads`` counts every call."""
+    """Owner objects by :data:`OwnerKey`; ``failures`` (a ``KubeApiError`` or any exception)
+    are raised, first to last, by the next reads (whatever they read); ``reads`` counts every
+    call."""
 
     objects: dict[OwnerKey, dict[str, Any]] = field(default_factory=dict)
-    failures: list[KubeApiError] = field(default_factory=list)
+    failures: list[Exception] = field(default_factory=list)
     reads: list[OwnerKey] = field(default_factory=list)
 
     def add(self, api_version: str, resource: str, obj: dict[str, Any]) -> None:

@@ -173,3 +173,17 @@ async def test_after_a_list_owners_are_read_again_and_records_republished(
     r.resolver.pod_changed(WatchKind.ADDED, web, True, AT)
     await r.until(lambda: len(r.published) == 2)
     assert len(owners.reads) == 4 and len(r.resolver.cache) == 2
+
+
+async def test_an_unexpected_read_error_is_retried_not_fatal(
+    run: Callable[[FakeOwners], Run],
+) -> None:
+    owners = deployment_owners()
+    owners.failures = [OSError("connection reset")]
+    r = run(owners)
+    r.resolver.pod_changed(WatchKind.ADDED, pod("web-a", "p-1", "10", owners=ON_RS), True, AT)
+    await r.until(lambda: len(r.published) == 2)
+    assert r.published[0].chain_reason == (
+        "ReplicaSet web-7d9: GET failed, retried: OSError('connection reset')"
+    )
+    assert r.published[1].chain_complete and r.resolver.fetch_failures == 1

@@ -141,6 +141,10 @@ class WorkloadResolver:
             transient = isinstance(exc, KubeApiError) and exc.transient
             text = exc.described if isinstance(exc, KubeApiError) else str(exc)
             return FetchFailed(("GET failed, retried: " if transient else "GET refused: ") + text)
+        except Exception as exc:  # anything else (a body that is not JSON...): never fatal here
+            self.fetch_failures += 1
+            log.warning("owner read failed", owner=f"{link.kind} {link.name}", error=repr(exc))
+            return FetchFailed(f"GET failed, retried: {exc!r}")
         if found is None:
             return FetchFailed("not found (deleted?)")
         self.cache.put(link.uid, found)
@@ -206,11 +210,13 @@ class WorkloadResolver:
                     asyncio.ensure_future(self._wake.wait()),
                     asyncio.ensure_future(stop.wait()),
                 }
-                _, rest = await asyncio.wait(
-                    waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-                )
-                for waiter in rest:
-                    waiter.cancel()
+                try:
+                    await asyncio.wait(
+                        waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:  # also when the task is cancelled: no waiter outlives it
+                    for waiter in waiters:
+                        waiter.cancel()
                 continue
             uid = next(iter(self._pending))
             entry = self._pending.pop(uid)
