@@ -254,6 +254,7 @@ class DeviceDedup:
                 max_devices_per_node=self.settings.max_devices_per_node,
                 history_retention_seconds=self.settings.device_history_retention_seconds,
                 dropped_early=dropped,
+                workloads=batch.workloads,
             )
             result, cancelled = await self.writer.write(
                 lambda: self.sink.apply_batch(logged, hook), len(selection.records)

@@ -26,6 +26,7 @@ from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
 from services.domain.records import check_key, decode_typed_record
+from services.domain.workloads.events import PodWorkloadObserved
 from streams.forward import LoggedNodeEvent
 from streams.metrics import WorkerMetrics
 
@@ -58,6 +59,8 @@ class DecodedBatch:
     """Records whose event time was clamped to the bound."""
     skews: dict[tuple[str, int], float] = field(default_factory=dict)
     """Per partition, the most ``observedAt`` ran ahead of the Kafka timestamp (seconds)."""
+    workloads: list[tuple[LogPosition, PodWorkloadObserved]] = field(default_factory=list)
+    """The Pods' workload records (issue 13), in batch order: to ``pod_workloads`` only."""
 
 
 def decode_into(batch: DecodedBatch, event: Any, dead_letter: DeadLetter) -> None:
@@ -87,6 +90,9 @@ def decode_into(batch: DecodedBatch, event: Any, dead_letter: DeadLetter) -> Non
         ahead = (decoded.observed_at - appended).total_seconds()
         if part not in batch.skews or ahead > batch.skews[part]:
             batch.skews[part] = ahead
+    if isinstance(decoded, PodWorkloadObserved):
+        batch.workloads.append((position, decoded))
+        return
     if isinstance(decoded, DeviceHealthObserved | InventoryObserved | NodeResourcesChanged):
         batch.items.append((position, decoded))
     if isinstance(decoded, NodeHeartbeat | NodeResourcesChanged | WatcherTick | InventoryObserved):
@@ -126,6 +132,7 @@ def early_event_times(
     dropped = [r for i, r in enumerate(batch.records) if i not in keep]
     event_times = [(r.position, times[r.position]) for r in dropped]
     event_times.extend((n.position, times[n.position]) for n in batch.node_events)
+    event_times.extend((position, times[position]) for position, _ in batch.workloads)
     if batch.clamped:
         counted = {position for position, _ in event_times}
         event_times.extend((p, times[p]) for p in batch.clamped if p not in counted)

@@ -16,6 +16,7 @@ from services.client.governance import automation_app, breaker_app, command, gov
 from services.client.inventory import register as register_inventory
 from services.client.quarantine import quarantine_app
 from services.client.tokens import token_app
+from services.client.workloads import workloads
 
 
 def register(app: typer.Typer) -> None:
@@ -29,3 +30,4 @@ def register(app: typer.Typer) -> None:
     app.add_typer(token_app, name="token")
     register_inventory(app)  # inventory, capacity, conflicts (issue 4)
     app.add_typer(adoption_app, name="adoption")  # DRA adoption pools and gate (issue 16)
+    app.command("workloads")(workloads)  # Pods' workloads and migration classes (issue 13)

@@ -22,6 +22,7 @@ from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.fold import InventoryPlan
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeResourcesChanged
+from services.domain.workloads.events import PodWorkloadObserved
 
 Partition: TypeAlias = tuple[str, int]
 """``(topic, partition)``."""
@@ -97,6 +98,10 @@ class LoggedBatch:
     history_retention_seconds: float = 0.0
     """``device_history`` rows older than this before their partition's watermark are deleted
     (:mod:`services.domain.retention`; 0: kept)."""
+    workloads: Sequence[tuple[LogPosition, PodWorkloadObserved]] = ()
+    """The batch's ``PodWorkloadObserved`` records with their positions, in log order (issue
+    13): written to ``pod_workloads`` in the same transaction; their event times are in
+    ``event_times`` like the node events'."""
     dropped_early: Sequence[LoggedEvent] = ()
     """Observations the caller dropped before the store (its dedup table said the projection has
     them), in log order: the store checks those after the recorded offsets against the

@@ -2,6 +2,8 @@
 
 The topic carries :mod:`services.domain.events` (``DeviceHealthObserved``, ``PodDevicesReleased``,
 ``PodsListed``),
+:mod:`services.domain.workloads.events` (``PodWorkloadObserved``, issue 13: a Pod's controller
+chain and migration class; a consumer that predates it dead-letters it as an unknown type),
 :mod:`services.domain.node_events` (``NodeHeartbeat``, ``NodeResourcesChanged``, ``WatcherTick``)
 and :mod:`services.domain.inventory.events` (``InventoryObserved``: DRA ResourceSlices,
 ResourceClaims and DeviceClasses). Consumers call :func:`decode_record` and dispatch on the type.
@@ -41,11 +43,13 @@ from services.domain.node_events import (
     encode_node_event,
     node_event_from_dict,
 )
+from services.domain.workloads.codec import decode_workload, encode_workload
+from services.domain.workloads.events import WORKLOAD_EVENT_TYPE, PodWorkloadObserved
 
-TopicRecord: TypeAlias = Event | NodeEvent | InventoryObserved
+TopicRecord: TypeAlias = Event | NodeEvent | InventoryObserved | PodWorkloadObserved
 """Every record of the topic (what the watcher publishes)."""
 
-DeviceOrNodeRecord: TypeAlias = Event | NodeEvent
+DeviceOrNodeRecord: TypeAlias = Event | NodeEvent | PodWorkloadObserved
 """What :func:`decode_record` returns without ``inventory=True``."""
 
 INVENTORY_EVENT_TYPE: Final = "InventoryObserved"
@@ -57,6 +61,7 @@ INVENTORY_EVENT_TYPE: Final = "InventoryObserved"
 # the decoder without parsing twice.
 _NODE_MARKERS: Final = tuple(b'"type":"%s"' % name.encode() for name in sorted(NODE_EVENT_TYPES))
 _INVENTORY_MARKER: Final = b'"type":"%s"' % INVENTORY_EVENT_TYPE.encode()
+_WORKLOAD_MARKER: Final = b'"type":"%s"' % WORKLOAD_EVENT_TYPE.encode()
 
 
 @overload
@@ -79,6 +84,8 @@ def decode_record(payload: bytes, *, inventory: bool = False) -> TopicRecord:
     """
     if _INVENTORY_MARKER in payload:
         return _inventory(payload, inventory)
+    if _WORKLOAD_MARKER in payload:
+        return decode_workload(payload)
     if any(marker in payload for marker in _NODE_MARKERS):
         return decode_node_event(payload)
     try:
@@ -93,6 +100,8 @@ def decode_record(payload: bytes, *, inventory: bool = False) -> TopicRecord:
             return node_event_from_dict(obj)
         if isinstance(obj, dict) and obj.get("type") == INVENTORY_EVENT_TYPE:
             return _inventory(payload, inventory)
+        if isinstance(obj, dict) and obj.get("type") == WORKLOAD_EVENT_TYPE:
+            return decode_workload(payload)
         raise
 
 
@@ -145,6 +154,7 @@ _DECODERS: Final[dict[str, Callable[[bytes], TopicRecord]]] = {
     "PodDevicesReleased": decode_event,
     "PodsListed": decode_event,
     **{name: decode_node_event for name in NODE_EVENT_TYPES},
+    WORKLOAD_EVENT_TYPE: decode_workload,
 }
 """Type header value -> decoder (``InventoryObserved`` apart: it depends on ``inventory``)."""
 
@@ -161,6 +171,8 @@ def encode_record(record: TopicRecord) -> bytes:
     """Serialise any device-health topic record (UTF-8 JSON, keys sorted)."""
     if isinstance(record, InventoryObserved):
         return encode_inventory(record)
+    if isinstance(record, PodWorkloadObserved):
+        return encode_workload(record)
     if isinstance(record, NodeHeartbeat | NodeResourcesChanged | WatcherTick):
         return encode_node_event(record)
     return encode_event(record)

@@ -135,6 +135,17 @@ class WatchSettings(SettingsGroup):
         description="Watch ResourceSlices, ResourceClaims and DeviceClasses (resource.k8s.io/v1) "
         "and publish InventoryObserved events.",
     )
+    watch_workloads: bool = Field(
+        True,
+        description="Live mode: resolve the controller chain (GET of the owners) and migration "
+        "class of every Pod holding devices and publish PodWorkloadObserved (issue 13).",
+    )
+    owner_cache_size: int = Field(
+        10_000,
+        ge=1,
+        description="Pod owners (ReplicaSets, Jobs, Deployments...) the watcher keeps, by UID, "
+        "least recently used out first; emptied at every LIST of Pods.",
+    )
     heartbeat_interval_seconds: float = Field(
         60.0,
         gt=0,

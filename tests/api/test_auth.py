@@ -171,7 +171,7 @@ async def test_viewer_cannot_write_and_operator_cannot_reset_the_breaker(
 @pytest.mark.integration
 @pytest.mark.parametrize(
     "path",
-    ["/v1/devices", "/v1/nodes", "/v1/fleet", "/v1/governance", "/v1/quarantines"],
+    ["/v1/devices", "/v1/nodes", "/v1/fleet", "/v1/governance", "/v1/quarantines", "/v1/workloads"],
 )
 async def test_anonymous_reads_follow_the_setting(make_api: ApiFactory, path: str) -> None:
     async with make_api() as open_api:

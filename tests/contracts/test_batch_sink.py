@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.adapters.projection.reads_devices import DeviceReads
@@ -26,6 +27,8 @@ from services.domain.directory import DeviceKey, DeviceRecord, fold
 from services.domain.early_drops import EarlyDropsUnjustified
 from services.domain.events import Health
 from services.domain.log import LogPosition
+from services.domain.workloads.events import PodWorkloadObserved
+from services.domain.workloads.migration import MigrationClass
 from streams.dedup import BatchSink
 from tests.conftest import T0, TOPIC, LogFactory, ObservationFactory, ReleaseFactory
 from tests.fakes.batch_sink import FakeProjection, FakeSink
@@ -53,6 +56,10 @@ class Harness(ABC):
     @abstractmethod
     def restarted(self) -> BatchSink:
         """A new sink on the same state (a worker restarted)."""
+
+    @abstractmethod
+    async def workloads(self) -> dict[str, tuple[int | None, str]]:
+        """``pod_workloads``: Pod UID -> (statusVersion, migration class)."""
 
 
 class Hook:
@@ -371,6 +378,39 @@ class BatchSinkContract:
         kept = within_ceiling(log, set().__contains__, {}, 3)[0]
         assert await harness.devices() == fold([r.event for r in kept])
 
+    async def test_workload_records_keep_the_newest_per_pod_and_skip_redeliveries(
+        self, harness: Harness, observation: ObservationFactory, logged: LogFactory
+    ) -> None:
+        def record(uid: str, version: int | None, klass: MigrationClass) -> PodWorkloadObserved:
+            return PodWorkloadObserved(
+                "gpu-node-a", "ml", uid, uid, version, T0, migration_class=klass
+            )
+
+        cp, sh, nr = (
+            MigrationClass.CHECKPOINTED,
+            MigrationClass.SHARDED,
+            MigrationClass.NON_RECOVERABLE,
+        )
+        first = [record("a", None, cp), record("a", 5, sh), record("b", 7, cp), record("a", 4, nr)]
+        positions = [LogPosition(TOPIC, 0, i) for i in range(len(first))]
+        await harness.sink.apply_batch(
+            LoggedBatch(
+                event_times=[(p, T0) for p in positions],
+                workloads=list(zip(positions, first, strict=True)),
+            )
+        )
+        assert await harness.workloads() == {"a": (5, "sharded"), "b": (7, "checkpointed")}
+        # A redelivery with other records changes nothing; newer records win, unordered do not.
+        later = [record("b", 99, nr), record("a", None, nr), record("b", 8, nr)]
+        at = [LogPosition(TOPIC, 0, i) for i in range(3, 6)]
+        await harness.sink.apply_batch(
+            LoggedBatch(
+                event_times=[(p, T0) for p in at], workloads=list(zip(at, later, strict=True))
+            )
+        )
+        assert await harness.workloads() == {"a": (5, "sharded"), "b": (8, "non-recoverable")}
+        assert (await harness.progress())[P0].offset == 5
+
 
 class FakeHarness(Harness):
     def __init__(self) -> None:
@@ -389,6 +429,12 @@ class FakeHarness(Harness):
 
     def restarted(self) -> BatchSink:
         return FakeSink(projection=self.projection)
+
+    async def workloads(self) -> dict[str, tuple[int | None, str]]:
+        return {
+            uid: (r.status_version, r.migration_class.value)
+            for uid, r in self.projection.workloads.items()
+        }
 
 
 class StoreHarness(Harness):
@@ -409,6 +455,19 @@ class StoreHarness(Harness):
 
     def restarted(self) -> BatchSink:
         return ProjectionStore(self.engine, self.schema)
+
+    async def workloads(self) -> dict[str, tuple[int | None, str]]:
+        async with self.engine.connect() as conn:
+            result = await conn.execute(
+                text(
+                    "SELECT pod_uid, status_version, migration_class "
+                    f'FROM "{self.schema}".pod_workloads'
+                )
+            )
+            return {
+                uid: (None if version is None else int(version), klass)
+                for uid, version, klass in result
+            }
 
 
 class TestFakeSink(BatchSinkContract):

@@ -31,6 +31,8 @@ from services.domain.early_drops import EarlyDropsUnjustified, unjustified_drops
 from services.domain.events import DeviceHealthObserved
 from services.domain.log import LoggedEvent
 from services.domain.tombstones import Tombstone, merged, retained
+from services.domain.workloads.events import PodWorkloadObserved
+from services.domain.workloads.fold import latest_per_pod, supersedes
 
 
 @dataclass
@@ -43,6 +45,8 @@ class FakeProjection:
     highwaters: dict[Partition, int] = field(default_factory=dict)
     last_event_at: dict[Partition, datetime] = field(default_factory=dict)
     tombstones: dict[str, Tombstone] = field(default_factory=dict)
+    workloads: dict[str, PodWorkloadObserved] = field(default_factory=dict)
+    """The ``pod_workloads`` rows: the kept record per Pod UID."""
 
 
 class FakeSink:
@@ -146,6 +150,10 @@ class FakeSink:
                     transitions, before, copy.copy(stored.last_event_at), over_ceiling=refused
                 )
             )
+        for record in latest_per_pod(r for p, r in batch.workloads if fresh(p)):
+            kept = stored.workloads.get(record.pod_uid)
+            if kept is None or supersedes(record.status_version, kept.status_version):
+                stored.workloads[record.pod_uid] = record
         stored.devices, stored.offsets, stored.last_event_at = devices, offsets, newest
         stored.tombstones = retained(tombstones) if left else tombstones
         for part, highwater in batch.highwaters.items():

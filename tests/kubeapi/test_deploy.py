@@ -325,8 +325,17 @@ WATCHER_MAY = [
         for r in ("resourceslices", "resourceclaims", "deviceclasses")
         for v in ("get", "list", "watch")
     ],
+    # The owners of Pods, read one by one for the controller chains (issue 13).
+    *[("get", r, "apps", "ml-team") for r in ("replicasets", "deployments", "statefulsets")],
+    *[("get", r, "batch", "ml-team") for r in ("jobs", "cronjobs")],
+    ("get", "jobsets", "jobset.x-k8s.io", "ml-team"),
+    ("get", "leaderworkersets", "leaderworkerset.x-k8s.io", "ml-team"),
 ]
 WATCHER_MAY_NOT = [
+    ("list", "replicasets", "apps", ""),
+    ("watch", "jobs", "batch", ""),
+    ("update", "deployments", "apps", "ml-team"),
+    ("delete", "jobs", "batch", "ml-team"),
     *[(v, "pods", "", "ml-team") for v in ("create", "delete", "update", "patch")],
     ("patch", "pods/status", "", "ml-team"),
     ("update", "pods/status", "", "ml-team"),

@@ -17,7 +17,8 @@ from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import services.adapters.projection.governance_tables  # (the imports register their tables on ``metadata``)
-import services.adapters.projection.inventory_tables  # noqa: F401
+import services.adapters.projection.inventory_tables
+import services.adapters.projection.workload_tables  # noqa: F401
 from services.adapters.projection.migrate import REPO_ROOT, migrate
 from services.adapters.projection.tables import check_schema_name, metadata
 
@@ -111,11 +112,15 @@ async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
         "device_history",
         "partition_progress",
         "pod_tombstones",
+        "pod_workloads",
         *GOVERNANCE_TABLES,
         *INVENTORY_TABLES,
     }
     current = await asyncio.to_thread(alembic_cli, database_url, schema_name, "current")
-    assert "0009_frozen_observations (head)" in current.stdout
+    assert "0010_workloads_pod_workloads (head)" in current.stdout
+    back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
+    assert back.returncode == 0, back.stderr
+    assert "pod_workloads" not in await tables_in(engine, schema_name)
     assert {"last_observed_at", "partition"} <= await columns_of(
         engine, schema_name, "device_identities"
     )
@@ -183,7 +188,7 @@ async def test_migrate_is_idempotent_and_safe_to_run_concurrently(
         version = await conn.execute(
             text(f'SELECT version_num FROM "{schema_name}".alembic_version')
         )
-        assert [r[0] for r in version] == ["0009_frozen_observations"]
+        assert [r[0] for r in version] == ["0010_workloads_pod_workloads"]
 
 
 async def test_revisions_match_the_table_metadata(engine: AsyncEngine, fresh_schema: str) -> None:

@@ -46,6 +46,9 @@ async def settings() -> AsyncIterator[Settings]:
             "dead_letter_topic": f"test-watch-{suffix}.dead-letter",
             "watcher_metrics_port": 0,
             "topic_partitions": PARTITIONS,
+            # Counts here are of the device, node and DRA records; the workload resolver's
+            # records are tested in test_workloads.py and tests/kubeapi/test_watcher_workloads.py.
+            "watch_workloads": False,
         }
     )
     yield settings

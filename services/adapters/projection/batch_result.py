@@ -77,3 +77,5 @@ class PreparedBatch:
     """The tombstones the batch leaves (by Pod UID), when it leaves any."""
     watermarks: Mapping[Partition, datetime] | None = None
     """Each partition's watermark after the batch (``last_event_at``)."""
+    workload_rows: dict[str, str] | None = None
+    """The ``pod_workloads`` rows to upsert (:mod:`services.adapters.projection.workload_sql`)."""

@@ -1,8 +1,8 @@
 """Compare two projection schemas row by row: the check behind ``devicestate replay --verify``
 (and ``--governance --verify``, over :data:`GOVERNANCE_COMPARED_TABLES`).
 
-Replaying the same log must give identical ``devices``, ``device_history`` and ``pod_tombstones``
-rows, and identical
+Replaying the same log must give identical ``devices``, ``device_history``, ``pod_tombstones``
+and ``pod_workloads`` rows, and identical
 inventory rows (``inventory_objects``, ``node_resources``, ``device_identities``,
 ``inventory_conflicts``), every column; ``partition_progress`` is left out: its ``updated_at`` is
 wall-clock time. PostgreSQL finds the
@@ -35,6 +35,7 @@ from services.adapters.projection.tables import (
     pod_tombstones,
     quoted_schema,
 )
+from services.adapters.projection.workload_tables import pod_workloads
 
 INVENTORY_COMPARED_TABLES: Final = (
     inventory_objects,
@@ -44,7 +45,13 @@ INVENTORY_COMPARED_TABLES: Final = (
 )
 """The inventory tables the health agent maintains (issue 4)."""
 
-COMPARED_TABLES: Final = (devices, device_history, pod_tombstones, *INVENTORY_COMPARED_TABLES)
+COMPARED_TABLES: Final = (
+    devices,
+    device_history,
+    pod_tombstones,
+    *INVENTORY_COMPARED_TABLES,
+    pod_workloads,
+)
 """Tables whose rows a replay of the health topic must reproduce exactly."""
 
 GOVERNANCE_COMPARED_TABLES: Final = (device_governance, quarantines, governance_decisions)

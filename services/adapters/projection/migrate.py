@@ -21,7 +21,8 @@ from alembic import command
 from alembic.config import Config
 
 import services.adapters.projection.governance_tables  # (the imports register their tables on ``metadata``)
-import services.adapters.projection.inventory_tables  # noqa: F401
+import services.adapters.projection.inventory_tables
+import services.adapters.projection.workload_tables  # noqa: F401
 from services.adapters.projection.tables import check_schema_name
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[3]  # services/adapters/projection/ -> root

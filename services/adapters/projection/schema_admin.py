@@ -28,6 +28,7 @@ DEFERRED_INDEX_TABLES: Final = (
     "inventory_objects",
     "device_identities",
     "inventory_conflicts",
+    "pod_workloads",
 )
 """Tables whose secondary indexes a replay into a new schema builds at the end."""
 HEALTH_TABLES: Final = (
@@ -37,6 +38,7 @@ HEALTH_TABLES: Final = (
     "node_resources",
     "device_identities",
     "inventory_conflicts",
+    "pod_workloads",
 )
 """Tables built from the health topic (what an in-place replay truncates and rebuilds)."""
 

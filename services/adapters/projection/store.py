@@ -53,6 +53,11 @@ from services.adapters.projection.tombstone_sql import (
     load_tombstones,
     write_tombstones,
 )
+from services.adapters.projection.workload_sql import (
+    WorkloadStatements,
+    fresh_rows,
+    write_workloads,
+)
 from services.domain.batch import (
     CommitHook,
     LoggedBatch,
@@ -81,6 +86,7 @@ class ProjectionStore:
         self._sql = BatchStatements(schema)
         self._tombstones = TombstoneStatements(schema)
         self._retention = RetentionStatements(schema)
+        self._workloads = WorkloadStatements(schema)
         self.inventory = InventoryProjection(schema)
         """The inventory this store maintains when batches carry :attr:`LoggedBatch.inventory`."""
 
@@ -170,6 +176,8 @@ class ProjectionStore:
             clock = batch_event_times(records, times, last_event_at)
             retention = batch.history_retention_seconds
             await prune_history(conn, self._retention, clock[1], retention)
+            rows = fresh_rows(batch.workloads, applied_through.get)
+            await write_workloads(conn, self._workloads, rows)
             inventory = None
             if inventory_items is not None:
                 inventory = await self.inventory.apply(
@@ -251,6 +259,7 @@ class ProjectionStore:
             if offset is not None
         }
         return PreparedBatch(
+            workload_rows=fresh_rows(batch.workloads, lambda part: cache.offset(*part)),
             written=plan.written,
             offsets=offsets,
             stats=batch_stats(plan, len(plan.written), len(records) - len(fresh), len(refused)),
@@ -279,6 +288,7 @@ class ProjectionStore:
                 await write_plan(conn, self.inventory.sql, prepared.inventory)
             if prepared.tombstones:
                 await write_tombstones(conn, self._tombstones, prepared.tombstones)
+            await write_workloads(conn, self._workloads, prepared.workload_rows)
         return prepared.stats
 
     async def prune_history(

@@ -32,6 +32,7 @@ from services.adapters.projection.reads_devices import DeviceReads
 from services.adapters.projection.reads_governance import GovernanceReads
 from services.adapters.projection.reads_inventory import InventoryReads
 from services.adapters.projection.reads_node_facts import NodeFactReads
+from services.adapters.projection.reads_workloads import WorkloadReads
 from services.domain.events import now_utc
 from services.processes.api import (
     routes_adoption,
@@ -43,6 +44,7 @@ from services.processes.api import (
     routes_inventory,
     routes_ops,
     routes_quarantines,
+    routes_workloads,
 )
 from services.processes.api.auth import Authenticator, describe
 from services.processes.api.commands import CommandLogUnavailable, CommandPublisher
@@ -165,6 +167,7 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
         app.state.reads = GovernanceReads(engine, settings.database_schema)
         app.state.inventory = InventoryReads(engine, settings.database_schema)
         app.state.adoption = AdoptionReads(engine, settings.database_schema)
+        app.state.workloads = WorkloadReads(engine, settings.database_schema)
         publisher = CommandPublisher(settings)
         app.state.publisher = publisher
         app.state.lag = LagReader.of(settings)
@@ -223,6 +226,7 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
     app.include_router(routes_automation.router)
     app.include_router(routes_governance.router)
     app.include_router(routes_inventory.router)
+    app.include_router(routes_workloads.router)
     app.include_router(routes_adoption.router)
     app.include_router(routes_ops.router)
     app.include_router(routes_fleet_page.router)  # HTML: /ui/fleet

@@ -21,6 +21,7 @@ from services.domain.inventory.events import InventoryObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeResourcesChanged
 from services.domain.records import check_key, decode_typed_record
+from services.domain.workloads.events import PodWorkloadObserved
 
 REPLAY_CLIENT_ID: Final = "devicestate-replay"
 _READ_SLICE: Final = 100
@@ -59,6 +60,8 @@ class LogBatch:
     event_times: list[tuple[LogPosition, datetime]] = field(default_factory=list)
     """Event times the worker gives its batches too (:attr:`LoggedBatch.event_times`): node
     events', and device events' whose ``observedAt`` was clamped to the broker's clock."""
+    workloads: list[tuple[LogPosition, PodWorkloadObserved]] = field(default_factory=list)
+    """The Pods' workload records (:attr:`LoggedBatch.workloads`), in read order."""
 
 
 async def read_log(
@@ -99,6 +102,7 @@ async def read_log(
             records: list[LoggedEvent] = []
             items: list[tuple[LogPosition, InventoryRecord]] = []
             times: list[tuple[LogPosition, datetime]] = []
+            workloads: list[tuple[LogPosition, PodWorkloadObserved]] = []
             undecodable = read = node_events = 0
             # A batch is gathered from small reads with a yield to the event loop after each:
             # decoding then runs while PostgreSQL works on the previous batch, and the writer
@@ -135,6 +139,8 @@ async def read_log(
                         if skew_seconds is not None:
                             appended = _append_time(message.timestamp)
                             at, clamped = bounded(event.observed_at, appended, skew_seconds)
+                        if isinstance(event, PodWorkloadObserved):
+                            workloads.append((position, event))
                         if not isinstance(
                             event, DeviceHealthObserved | PodDevicesReleased | PodsListed
                         ):
@@ -146,7 +152,7 @@ async def read_log(
                         records.append(LoggedEvent(position, event))
                 await asyncio.sleep(0)
             if read:
-                yield LogBatch(records, undecodable, read, node_events, items, times)
+                yield LogBatch(records, undecodable, read, node_events, items, times, workloads)
 
 
 async def topic_partitions(bootstrap_servers: str, topic: str) -> list[int]:

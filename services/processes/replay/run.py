@@ -267,6 +267,7 @@ async def _rebuild(
                         event_times=batch.event_times,
                         inventory=batch.items,
                         max_devices_per_node=max_devices_per_node,
+                        workloads=batch.workloads,
                     )
                     prepared = await asyncio.to_thread(
                         functools.partial(store.prepare_batch, logged, cache)

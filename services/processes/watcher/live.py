@@ -21,6 +21,7 @@ from typing import Any, Final
 import structlog
 
 from services.adapters.kube.client import ApiClient, kubernetes_api_client
+from services.adapters.kube.owners import KubernetesOwners
 from services.adapters.kube.watch_apis import (
     KubernetesObjectApi,
     KubernetesPodApi,
@@ -30,10 +31,12 @@ from services.adapters.kube.watch_apis import (
     resource_claim_api,
     resource_slice_api,
 )
+from services.domain.watch.owner_cache import OwnerCache
 from services.processes.watcher.node_source import PLURALS, ObjectSource
 from services.processes.watcher.pod_source import KubeSource
 from services.processes.watcher.session import POD_STREAM, WatchSession
 from services.processes.watcher.watch_loop import ListWatchSource
+from services.processes.watcher.workloads import WorkloadResolver
 from services.runtime.config import WatcherProcessSettings, WatchSettings
 
 log = structlog.get_logger(__name__)
@@ -117,6 +120,14 @@ def _live_tasks(
         for source, stream in sources
     }
     tasks["ticker"] = tick_every(session, settings.tick_interval_seconds, stop)
+    if settings.watch_workloads:
+        resolver = WorkloadResolver(
+            KubernetesOwners(api_client),
+            session.publish_workload,
+            OwnerCache(settings.owner_cache_size),
+        )
+        session.workloads = resolver
+        tasks["workloads"] = resolver.run(stop)
     return tasks
 
 

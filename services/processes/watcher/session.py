@@ -24,6 +24,7 @@ from services.domain.watch.inventory_tracker import INVENTORY_KINDS
 from services.domain.watch.lifecycle_tracker import LifecycleTracker
 from services.domain.watch.node_tracker import NodeTracker
 from services.domain.watch.pod_tracker import WatchKind
+from services.domain.workloads.events import PodWorkloadObserved
 from services.processes.watcher.file_source import HarnessClock
 from services.processes.watcher.metrics import WatcherMetrics
 from services.processes.watcher.processor import (
@@ -48,6 +49,7 @@ from services.processes.watcher.watch_lines import (
     WatchError,
 )
 from services.processes.watcher.watch_loop import ObjectsListed, Relisted, SourceItem
+from services.processes.watcher.workloads import WorkloadResolver
 
 log = structlog.get_logger(__name__)
 
@@ -97,6 +99,19 @@ class WatchSession:
         self.nodes = nodes or NodeProcessor(NodeTracker(DEFAULT_HEARTBEAT_INTERVAL))
         self.inventory = inventory or InventoryProcessor()
         self.lifecycle = lifecycle if lifecycle is not None else LifecycleTracker()
+        self.workloads: WorkloadResolver | None = None
+        """Set by live mode (issue 13): the Pods holding devices are filed there."""
+
+    def _file_workload(self, kind: WatchKind, pod: dict[str, Any]) -> None:
+        """Hand the Pod to the workload resolver (never waits): it holds devices when the pod
+        tracker tracks it with devices and not released."""
+        if self.workloads is None:
+            return
+        metadata = pod.get("metadata")
+        uid = metadata.get("uid") if isinstance(metadata, dict) else None
+        tracked = self.processor.tracker.get(uid) if isinstance(uid, str) else None
+        holds = tracked is not None and bool(tracked.devices) and not tracked.released
+        self.workloads.pod_changed(kind, pod, holds, self.clock.now())
 
     def _problem(self, code: str) -> None:
         self.summary.problems[code] += 1
@@ -126,6 +141,10 @@ class WatchSession:
         self.summary.events_published[event.type] += 1
         self.metrics.events_published.labels(event.type).inc()
         await self.publisher.publish(event)
+
+    async def publish_workload(self, record: PodWorkloadObserved) -> None:
+        """Publish a Pod's workload record (the resolver's task), counted like the others."""
+        await self._publish(record)
 
     async def _dead_letter(self, original: bytes, reason: str, stage: str, source: str) -> None:
         await self.publisher.dead_letter(original, reason, stage, source)
@@ -263,6 +282,7 @@ class WatchSession:
             )
             await self._apply(outcome, source, pod)
             self._observe_lifecycle(item.kind, item.pod, pod)
+            self._file_workload(item.kind, item.pod)
             self._resume_point(item.resource_version)
         elif isinstance(item, Relisted):
             outcome = self.processor.relisted(
@@ -274,6 +294,10 @@ class WatchSession:
             )
             await self._apply(outcome, source, f"{len(item.pods)} listed")
             self.lifecycle.listed(item.pods)
+            if self.workloads is not None:
+                self.workloads.relisted()
+                for listed in item.pods:
+                    self._file_workload(WatchKind.ADDED, listed)
             self._resume_point(item.resource_version)
         elif isinstance(item, Bookmark):
             if stream == POD_STREAM:

@@ -1,0 +1,66 @@
+"""The workload contract's annotations (docs/migration.md)."""
+
+from __future__ import annotations
+
+from services.domain.workloads.migration import (
+    CLASS_ANNOTATION,
+    MAX_AGE_ANNOTATION,
+    SHARD_ANNOTATION,
+    Migration,
+    MigrationClass,
+    MigrationSource,
+    read_migration,
+)
+
+
+def test_default_is_non_recoverable() -> None:
+    assert read_migration("p", {}, {}) == Migration()
+
+
+def test_checkpointed_on_the_pod_with_its_max_age() -> None:
+    found = read_migration("p", {CLASS_ANNOTATION: "checkpointed", MAX_AGE_ANNOTATION: "900"}, {})
+    assert found == Migration(MigrationClass.CHECKPOINTED, MigrationSource.POD, 900)
+
+
+def test_owner_declares_and_the_pods_own_annotation_wins() -> None:
+    owner = {CLASS_ANNOTATION: "checkpointed", MAX_AGE_ANNOTATION: "600"}
+    from_owner = read_migration("p", {}, owner)
+    assert from_owner.migration_class is MigrationClass.CHECKPOINTED
+    assert from_owner.source is MigrationSource.OWNER
+    assert from_owner.checkpoint_max_age_seconds == 600
+    mixed = read_migration("p", {MAX_AGE_ANNOTATION: "60"}, owner)
+    assert mixed.checkpoint_max_age_seconds == 60  # key by key: the Pod's max age wins
+    pod_wins = read_migration("p", {CLASS_ANNOTATION: "sharded"}, owner)
+    assert pod_wins.migration_class is MigrationClass.SHARDED
+    assert pod_wins.source is MigrationSource.POD
+    assert pod_wins.checkpoint_max_age_seconds is None
+    assert pod_wins.reasons == (f"{MAX_AGE_ANNOTATION}: ignored, the workload is not checkpointed",)
+
+
+def test_sharded_shard_defaults_to_the_pod_name() -> None:
+    assert read_migration("w-3", {CLASS_ANNOTATION: "sharded"}, {}).shard == "w-3"
+    named = read_migration("w-3", {CLASS_ANNOTATION: "sharded", SHARD_ANNOTATION: "s2"}, {})
+    assert named.shard == "s2" and named.reasons == ()
+
+
+def test_unknown_class_is_non_recoverable_with_a_reason() -> None:
+    found = read_migration("p", {CLASS_ANNOTATION: "Checkpointed"}, {})
+    assert found.migration_class is MigrationClass.NON_RECOVERABLE
+    assert found.source is MigrationSource.POD
+    assert found.reasons == (
+        f"{CLASS_ANNOTATION}: unknown value 'Checkpointed' (read as non-recoverable; "
+        "expected checkpointed, sharded or non-recoverable)",
+    )
+
+
+def test_bad_max_age_is_not_used() -> None:
+    for raw in ("0", "-5", "15m", "1e3", ""):
+        found = read_migration("p", {CLASS_ANNOTATION: "checkpointed", MAX_AGE_ANNOTATION: raw}, {})
+        assert found.checkpoint_max_age_seconds is None, raw
+        assert found.reasons and found.reasons[0].startswith(MAX_AGE_ANNOTATION), raw
+
+
+def test_shard_of_a_workload_that_is_not_sharded_is_ignored() -> None:
+    found = read_migration("p", {SHARD_ANNOTATION: "s1"}, {})
+    assert found.shard is None
+    assert found.reasons == (f"{SHARD_ANNOTATION}: ignored, the workload is not sharded",)
