@@ -29,6 +29,7 @@ from services.domain.governance.inputs import (
 from services.domain.governance.inputs_adoption import NodeAdoptionFacts
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
+from services.processes.alerts.mapping import ActiveAlerts
 from tests.governance.harness import GovernanceRun
 from tests.governance.strategies import at, transition, watermark
 
@@ -267,3 +268,27 @@ def test_the_verdicts_do_not_depend_on_the_order_the_facts_come_in() -> None:
         "devices-quarantined": "expand",
         "leaked-claims": "hold",
     }
+
+
+def test_the_verdict_alerts_reach_alertmanager_named_and_resolved_with_the_same_labels() -> None:
+    run = canary(node_facts("node-b", 20, divergent=True), conflict("node-b", 30))
+    run.feed(conflict("node-b", 40, active=False))
+    run.feed(node_facts("node-b", 41))
+    active = ActiveAlerts()
+    posted = [
+        a
+        for d in run.decisions
+        for a in active.apply(d)
+        if a["labels"]["alertname"].startswith("Adoption")  # not the conflicts' DataQuality
+    ]
+    assert [(a["labels"]["alertname"], "endsAt" in a) for a in posted] == [
+        ("AdoptionHold", False),
+        ("AdoptionRollback", False),
+        ("AdoptionHold", True),
+        ("AdoptionHold", False),  # the conflict cleared: the divergence still holds
+        ("AdoptionRollback", True),
+        ("AdoptionHold", True),  # the divergence is gone: expand
+    ]
+    assert posted[1]["labels"]["severity"] == "critical"
+    assert posted[0]["labels"]["incident"] == "adoption-hold/east"
+    assert not [a for a in active.firing() if a["labels"]["alertname"].startswith("Adoption")]
