@@ -4,6 +4,7 @@ DeviceClasses), once per change, and those facts equal the API's on-read reading
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -45,25 +46,27 @@ def test_each_change_of_a_nodes_gate_facts_is_told_once_after_its_record() -> No
         status_version=None,
         observed_at=T0 + timedelta(seconds=4),
     )
+    # allocated, no consumer yet (an older resourceVersion): it may leak
+    assert claim.resource_version is not None
+    idle = dataclasses.replace(claim, reserved_for=(), resource_version=claim.resource_version - 1)
     records: list[tuple[LogPosition, object]] = [
         (LogPosition("health", 0, 1), observed(slice_, 1)),
-        (LogPosition("health", 0, 2), observed(claim, 2)),
+        (LogPosition("health", 0, 2), observed(idle, 2)),
         (LogPosition("health", 0, 3), observed(device_class, 3)),
         (LogPosition("health", 0, 4), capacity),
-        (
-            LogPosition("health", 0, 5),
-            observed(claim, 5),
-        ),  # the same claim again: nothing new to tell
+        (LogPosition("health", 0, 5), observed(idle, 5)),  # the same again: nothing new
+        (LogPosition("health", 0, 6), observed(claim, 6)),  # a consumer reserved it
     ]
     fold = InventoryFold()
     plan = fold.fold(records, applied=set())
     told = [(p.offset, f) for p, f in plan.adoption]
     # the DeviceClass changes nothing yet (no Node capacity: DRA-only is no divergence)
-    assert [o for o, _ in told] == [1, 2, 4]
-    first, with_claim, with_capacity = (f for _, f in told)
+    assert [o for o, _ in told] == [1, 2, 4, 6]
+    first, with_claim, with_capacity, reserved = (f for _, f in told)
+    assert not reserved.claims
     assert first.slices == (("gpu.example.com", NODE),) and not first.claims
     [c] = with_claim.claims
-    assert (c.namespace, c.name, c.node, c.reserved) == ("ml-serving", claim.name, NODE, True)
+    assert (c.namespace, c.name, c.node, c.reserved) == ("ml-serving", claim.name, NODE, False)
     assert c.devices == (("gpu.example.com", NODE),)
     [d] = with_capacity.divergences
     assert (d.resource_name, d.slice_devices, d.node_capacity) == (
@@ -79,5 +82,5 @@ def test_each_change_of_a_nodes_gate_facts_is_told_once_after_its_record() -> No
     )
     api = read_facts(snapshot, ())
     assert set(with_capacity.divergences) == set(api.divergences)
-    assert set(with_capacity.claims) == {x for x in api.claims if x.allocated_at is not None}
+    assert not {x for x in api.claims if x.allocated_at is not None and not x.reserved}
     assert {(s.driver, s.pool) for s in api.slices} == set(with_capacity.slices)

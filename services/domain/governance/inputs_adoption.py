@@ -4,8 +4,8 @@ governor (issue 16), and its wire form.
 The governor knows devices, quarantines, Node capacity and inventory conflicts from the records
 it already folds; what the gate also reads lives only in the DRA inventory: which driver's
 ResourceSlices (of which ``spec.pool.name``) publish on the node, where those slices disagree
-with the Node's capacity (the reconcile check), and the node's allocated ResourceClaims with
-their consumers. A :class:`NodeAdoptionFacts` is the whole of that for one node at event time
+with the Node's capacity (the reconcile check), and the node's allocated ResourceClaims that no
+consumer reserved. A :class:`NodeAdoptionFacts` is the whole of that for one node at event time
 ``observed_at``: the governor replaces the node's facts with it (the newest in event time wins),
 so a redelivered or repeated record changes nothing (``docs/dra-adoption.md``, "The gate in the
 governor").
@@ -45,8 +45,9 @@ class NodeAdoptionFacts:
     - ``divergences``: the node's extended resources whose slices and Node capacity disagree
       (:mod:`services.domain.inventory.reconcile`, status ``mismatch``), each with ``node`` equal
       to ``node``;
-    - ``claims``: the ResourceClaims allocated on the node (``status.allocation``), each with
-      ``node`` equal to ``node`` and ``reserved`` from ``status.reservedFor``.
+    - ``claims``: ResourceClaims allocated on the node (``status.allocation``), each with
+      ``node`` equal to ``node`` and ``reserved`` from ``status.reservedFor``; the worker sends
+      only those with no consumer reserved (the only ones the gate counts, as leaked).
 
     ``ValueError`` when a fact names another node or a list exceeds its limit.
     """

@@ -5,7 +5,8 @@ The same reading as the API's on-read view (:func:`services.domain.adoption.fact
 for one node: the ``(driver, pool)`` of the ResourceSlices naming it, the reconcile check's
 mismatches on it (:mod:`.reconcile`: devices its slices advertise through a DeviceClass's drivers
 against the Node's capacity of the class's ``extendedResourceName``, both sides offering it), and
-the ResourceClaims allocated on it. Pure; O(the node's slices + the fleet's claims and classes).
+the ResourceClaims allocated on it with no consumer reserved (``status.reservedFor`` empty: the
+only claims the gate's ``leaked-claims`` rule counts). Pure; O(the node's slices + the fleet's claims and classes).
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ def node_adoption_facts(state: InventoryState, node: str, at: datetime) -> NodeA
             reserved=bool(c.reserved_for),
         )
         for c in state.claims.values()
-        if c.node == node and c.results
+        # Only claims with no consumer can leak (the one rule that reads claims): the governor
+        # keeps these facts in its snapshot, so bound claims are left out.
+        if c.node == node and c.results and not c.reserved_for
     )
     pools = sorted({(s.driver, s.pool) for s in state.slices.values() if s.node == node})
     return NodeAdoptionFacts(
