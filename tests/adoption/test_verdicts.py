@@ -18,7 +18,7 @@ from services.domain.governance.adoption_gate import evaluate
 from services.domain.governance.adoption_verdicts import facts_of
 from services.domain.governance.context import Ctx
 from services.domain.governance.decisions import AlertAction, Decision, DecisionKind, Severity
-from services.domain.governance.input_codec import decode_input, encode_input
+from services.domain.governance.input_codec import decode_input, decode_keyed, encode_input
 from services.domain.governance.inputs import (
     CommandAction,
     GovernanceInput,
@@ -27,11 +27,15 @@ from services.domain.governance.inputs import (
     Role,
 )
 from services.domain.governance.inputs_adoption import NodeAdoptionFacts
+from services.domain.governance.intake import take
+from services.domain.governance.machine import step
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
+from services.domain.node_events import WatcherTick
 from services.processes.alerts.mapping import ActiveAlerts
 from tests.governance.harness import GovernanceRun
 from tests.governance.strategies import at, transition, watermark
+from tests.governance.test_event_order import Log, forwarded_batches
 
 DRIVER = "gpu.example.com"
 EAST = PoolSelector(driver=DRIVER, pool="east")
@@ -292,3 +296,66 @@ def test_the_verdict_alerts_reach_alertmanager_named_and_resolved_with_the_same_
     assert posted[1]["labels"]["severity"] == "critical"
     assert posted[0]["labels"]["incident"] == "adoption-hold/east"
     assert not [a for a in active.firing() if a["labels"]["alertname"].startswith("Adoption")]
+
+
+def test_any_batching_interleaving_redelivery_or_restart_records_the_same_verdicts() -> None:
+    """Through the governor's intake and event-time merge (as tests/governance/test_event_order.py
+    does): the facts of node-a in partition 0 and node-b in partition 1, forwarded with random
+    batch sizes, interleavings, redeliveries and restarts, give the same decisions row for row."""
+    leak = GovernancePolicy().adoption.leaked_claim_seconds
+    logs: list[Log] = [
+        [
+            (node_facts("node-a", 20), at(20)),
+            (WatcherTick(0, at(30)), at(30)),
+            (conflict("node-a", 40), at(40)),
+            (WatcherTick(0, at(50)), at(50)),
+            (conflict("node-a", 60, active=False), at(60)),
+            (WatcherTick(0, at(leak + 100)), at(leak + 100)),
+            (WatcherTick(0, at(3000)), at(3000)),
+        ],
+        [
+            (node_facts("node-b", 25, claims=(claim("node-b", "idle", 25),)), at(25)),
+            (
+                node_facts("node-b", 45, claims=(claim("node-b", "idle", 25),), divergent=True),
+                at(45),
+            ),
+            (WatcherTick(1, at(55)), at(55)),
+            (node_facts("node-b", 65, claims=(claim("node-b", "idle", 25),)), at(65)),
+            (WatcherTick(1, at(leak + 200)), at(leak + 200)),
+            (WatcherTick(1, at(3000)), at(3000)),
+        ],
+    ]
+    runs = set()
+    for seed in range(16):
+        rng = random.Random(seed)
+        state, policy = GovernorState(), GovernancePolicy()
+        decided: list[Decision] = []
+        for folded in take(state, declare(1), None, policy, step):
+            decided.extend(folded.decisions)
+        for batch in forwarded_batches(logs, rng):
+            for record, key in batch:
+                record, key = decode_keyed(encode_input(record, key))  # over the wire
+                for folded in take(state, record, key, policy, step):
+                    decided.extend(folded.decisions)
+            if rng.random() < 0.3:
+                snap = orjson.loads(orjson.dumps(state.snapshot()))
+                state = GovernorState.restore(
+                    snap["devices"], snap["nodes"], snap["fleet"], policy.heartbeat_grace_seconds
+                )
+        verdict_rows = [
+            (d.decision_id, d.at, d.incident, d.alert, orjson.dumps(d.details))
+            for d in decided
+            if d.kind is VERDICT
+        ]
+        runs.add((tuple(verdict_rows), orjson.dumps(state.fleet.adoption.to_json())))
+    assert len(runs) == 1
+    [(rows, _)] = runs
+    assert [(incident, alert) for _, _, incident, alert, _ in rows] == [
+        ("adoption-hold/east", AlertAction.FIRING),  # declared before any fact: pool-empty
+        ("adoption-hold/east", AlertAction.RESOLVED),  # node-a's slices, event time: expand
+        ("adoption-rollback/east", AlertAction.FIRING),  # node-a's conflict at 40
+        ("adoption-hold/east", AlertAction.FIRING),  # cleared at 60; node-b still diverges (45)
+        ("adoption-rollback/east", AlertAction.RESOLVED),
+        ("adoption-hold/east", AlertAction.RESOLVED),  # node-b agrees again at 65
+        ("adoption-hold/east", AlertAction.FIRING),  # node-b's idle claim leaked
+    ]
