@@ -12,6 +12,7 @@ only claims the gate's ``leaked-claims`` rule counts). Pure; O(the node's slices
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import datetime
 
 from services.domain.governance.adoption_facts import ClaimFact, DivergenceFact
@@ -22,6 +23,7 @@ from services.domain.governance.inputs_adoption import (
     NodeAdoptionFacts,
 )
 from services.domain.inventory.state import InventoryState
+from services.domain.log import LogPosition
 
 
 def node_divergences(state: InventoryState, node: str) -> list[DivergenceFact]:
@@ -67,3 +69,26 @@ def node_adoption_facts(state: InventoryState, node: str, at: datetime) -> NodeA
         divergences=tuple(node_divergences(state, node)[:MAX_DIVERGENCES]),
         claims=tuple(claims[:MAX_CLAIMS]),
     )
+
+
+class FactsTold:
+    """What the worker's inventory fold last told the governor of each node's facts, so that it
+    forwards a node's facts only when they change (a restarted worker tells them again: the
+    governor finds them equal and records nothing)."""
+
+    def __init__(self) -> None:
+        self._told: dict[str, tuple[object, ...]] = {}
+
+    def changed(
+        self, state: InventoryState, nodes: Iterable[str], position: LogPosition, at: datetime
+    ) -> list[tuple[LogPosition, NodeAdoptionFacts]]:
+        """The facts of those of ``nodes`` (sorted) that changed since last told, as of the
+        record at ``position`` (event time ``at``, UTC)."""
+        out = []
+        for node in sorted(nodes):
+            facts = node_adoption_facts(state, node, at)
+            content = (facts.slices, facts.divergences, facts.claims)
+            if self._told.get(node) != content:
+                self._told[node] = content
+                out.append((position, facts))
+        return out

@@ -61,7 +61,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from services.domain.events import DeviceHealthObserved, DeviceSource
-from services.domain.inventory.adoption_facts import node_adoption_facts
+from services.domain.inventory.adoption_facts import FactsTold
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.expiry import AliasExpiry, claim_alias
 from services.domain.inventory.identity import Identity, IdentityStatus
@@ -129,8 +129,7 @@ class InventoryFold:
         self.state = state if state is not None else InventoryState()
         self.expiry = expiry if expiry is not None else AliasExpiry()
         self.active: dict[ConflictKey, ConflictRow] = {}
-        self._adoption_told: dict[str, tuple[object, ...]] = {}
-        """The adoption facts last put in a plan, per node (a restart tells them again)."""
+        self.told = FactsTold()  # the adoption-gate facts last put in a plan (issue 16)
         self._by_node: dict[str, set[ConflictKey]] = {}
         for row in active:
             if row.active:
@@ -326,7 +325,7 @@ class InventoryFold:
                 self._clear(plan, key, position, at)
         if nodes:
             self._ownership(plan, sorted(nodes), position, at)
-        self._adoption(plan, sorted(nodes | gate_nodes), position, at)
+        plan.adoption.extend(self.told.changed(state, nodes | gate_nodes, position, at))
         self._reresolved(plan, position, event)
 
     def _resources(
@@ -338,19 +337,9 @@ class InventoryFold:
         plan.node_resources[event.node] = node_resources_row(event)
         if state.node_capacity[event.node] != before:
             self._ownership(plan, (event.node,), position, event.observed_at)
-            self._adoption(plan, (event.node,), position, event.observed_at)
-
-    def _adoption(
-        self, plan: InventoryPlan, nodes: Iterable[str], position: LogPosition, at: datetime
-    ) -> None:
-        """The adoption-gate facts of ``nodes`` after the record at ``position``, for those that
-        changed since last told (issue 16: the governor evaluates the gate from them)."""
-        for node in nodes:
-            facts = node_adoption_facts(self.state, node, at)
-            content = (facts.slices, facts.divergences, facts.claims)
-            if self._adoption_told.get(node) != content:
-                self._adoption_told[node] = content
-                plan.adoption.append((position, facts))
+            plan.adoption.extend(
+                self.told.changed(state, (event.node,), position, event.observed_at)
+            )
 
     # -- conflicts -----------------------------------------------------------------------------
 
