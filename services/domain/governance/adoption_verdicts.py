@@ -81,7 +81,7 @@ def take(ad: AdoptionGov, ctx: Ctx, record: GovernanceInput) -> bool:
                 declaration,
             )
             changed = True
-        elif d.kind in _DEVICE_KINDS:
+        elif d.kind in _DEVICE_KINDS and d.node is not None and _may_hold(ad, d.node):
             changed = True
     if isinstance(record, InventoryConflict) and record.kind in OWNERSHIP_CONFLICTS:
         fact = ConflictFact(record.kind, record.node, record.subject)
@@ -100,6 +100,14 @@ def take(ad: AdoptionGov, ctx: Ctx, record: GovernanceInput) -> bool:
                 ad.node_facts.pop(record.node, None)
             changed = held != ad.node_facts.get(record.node)
     return changed
+
+
+def _may_hold(ad: AdoptionGov, node: str) -> bool:
+    """Whether some pool may hold ``node`` (its slices are known, or a pool names it): a device
+    change elsewhere changes no verdict, and is not worth an evaluation on the hot path."""
+    return node in ad.node_facts or any(
+        node in d.declaration.selector.nodes for d in ad.pools.values()
+    )
 
 
 def facts_of(ctx: Ctx, ad: AdoptionGov) -> InventoryFacts:
