@@ -359,3 +359,25 @@ def test_any_batching_interleaving_redelivery_or_restart_records_the_same_verdic
         ("adoption-hold/east", AlertAction.RESOLVED),  # node-b agrees again at 65
         ("adoption-hold/east", AlertAction.FIRING),  # node-b's idle claim leaked
     ]
+
+
+def test_the_worker_gauges_count_pools_by_recorded_verdict() -> None:
+    """``devicestate_governor_adoption_pools{verdict}`` (what DevicestateAdoptionHold and
+    DevicestateAdoptionRollback read) follows the recorded verdicts."""
+    from streams.governor_metrics import GovernorGauges
+    from streams.metrics import WorkerMetrics
+
+    metrics = WorkerMetrics()
+    gauges = GovernorGauges(metrics)
+    run = canary(node_facts("node-b", 20, divergent=True))
+
+    def value(verdict: str) -> float | None:
+        return metrics.registry.get_sample_value(
+            "devicestate_governor_adoption_pools", {"verdict": verdict}
+        )
+
+    gauges.update(run.state, every=True)
+    assert (value("expand"), value("hold"), value("rollback")) == (0, 1, 0)
+    run.feed(conflict("node-b", 30))
+    gauges.update(run.state)
+    assert (value("expand"), value("hold"), value("rollback")) == (0, 0, 1)
