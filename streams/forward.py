@@ -16,6 +16,8 @@ awaits it inside the batch's transaction, just before the commit. It sends, in t
 - one :class:`DeviceIdentified` per device the inventory identified after its transitions named
   it by its reported resourceID (a claim read after the Pod's observation), after the record that
   identified it: the governor merges what it holds under the reported ID onto the device;
+- one ``NodeAdoptionFacts`` per node whose adoption-gate facts (slices, divergences, allocated
+  claims) a record changed, after that record (issue 16: the governor evaluates the gate);
 
 each with its :class:`~services.domain.governance.inputs.MergeKey` (issue 10): the source record's
 effective event time (:func:`~services.domain.event_time.effective_times`: ``observedAt`` bounded by
@@ -220,6 +222,9 @@ def governance_records(batch: BatchView, commit: PendingCommit, partitions: int)
         ordered.extend(
             (batch.order[found.position], found.position, device_identified(found))
             for found in inventory.identified
+        )
+        ordered.extend(  # the adoption gate's facts of a node (issue 16)
+            (batch.order[position], position, facts) for position, facts in inventory.adoption
         )
     ordered.sort(key=lambda item: item[0])  # stable: a conflict stays after its record
     out: list[Keyed] = []

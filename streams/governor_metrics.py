@@ -11,6 +11,7 @@ quarantines). Nothing here raises or does I/O.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Final
@@ -106,6 +107,9 @@ class GovernorGauges:
             if needing:
                 metrics.quarantines_needing_operator.inc(needing)
         fleet = state.fleet
+        by_verdict = Counter(fleet.adoption.verdicts.values())  # a few pools: counted whole
+        for verdict in ("expand", "hold", "rollback"):
+            metrics.adoption_pools.labels(verdict).set(by_verdict.get(verdict, 0))
         metrics.breaker_open.set(1 if fleet.breaker_open else 0)
         metrics.automation_paused.set(1 if fleet.automation_paused else 0)
         if fleet.watermark is not None:

@@ -153,6 +153,13 @@ class WorkerMetrics:
             "progress (decision QuarantineNeedsOperator): reset or RMA the device.",
             registry=r,
         )
+        self.adoption_pools = Gauge(
+            "devicestate_governor_adoption_pools",
+            "DRA adoption pools by the verdict the governor last recorded for them "
+            "(AdoptionVerdictChanged: expand, hold, rollback; docs/dra-adoption.md).",
+            ["verdict"],
+            registry=r,
+        )
         self.devices_by_state = Gauge(
             "devicestate_governor_devices",
             "Devices the governor knows, by governance state.",

@@ -12,10 +12,12 @@ from __future__ import annotations
 import typer
 
 from services.cli.topics import topics
+from services.client.adoption import adoption_app
 from services.client.directory import devices
 from services.client.operator import register as register_operator_commands
 from services.processes.alerts.cli import alerts
 from services.processes.api.cli import api
+from services.processes.enforcement.admission_cli import adoption_enforce
 from services.processes.enforcement.cli import enforce
 from services.processes.recovery.cli import recovery
 from services.processes.replay.cli import replay
@@ -39,6 +41,7 @@ register_operator_commands(app)  # quarantine, automation, breaker, governance, 
 app.command("alerts")(alerts)
 app.command("recovery")(recovery)
 app.command("enforce")(enforce)
+adoption_app.command("enforce")(adoption_enforce)  # `devicestate adoption enforce` (issue 16)
 app.add_typer(topics)
 
 if __name__ == "__main__":  # pragma: no cover

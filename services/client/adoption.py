@@ -96,7 +96,7 @@ def adoption_status(
     pools = body["pools"]
     print_table(
         make_table(
-            ["POOL", "PHASE", "SINCE", "NODES", "VERDICT", "DECLARED BY"],
+            ["POOL", "PHASE", "SINCE", "NODES", "VERDICT", "RECORDED", "DECLARED BY"],
             [
                 [
                     p["pool"],
@@ -104,6 +104,8 @@ def adoption_status(
                     p["since"],
                     str(len(p["nodes"])),
                     p["verdict"],
+                    # the governor's own verdict on event time (what the alerts follow)
+                    (p.get("recorded") or {}).get("verdict") or "",
                     p["history"][-1]["actor"] if p["history"] else "",
                 ]
                 for p in pools

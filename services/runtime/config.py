@@ -541,10 +541,11 @@ class WorkerProcessSettings(
     WorkerSettings,
     PolicySettings,
     RetentionSettings,
+    AdoptionSettings,
     LoggingSettings,
 ):
     """``devicestate worker``: the event topic and governance log it folds, the projection it
-    writes, the governor's policy."""
+    writes, the governor's policy (and the adoption gate's thresholds it evaluates)."""
 
 
 class ApiProcessSettings(
@@ -585,6 +586,7 @@ class ReplayProcessSettings(
     WorkerSettings,
     PolicySettings,
     RetentionSettings,
+    AdoptionSettings,
     LoggingSettings,
 ):
     """``devicestate replay``: the topics it reads back, the projection it rebuilds, the policy

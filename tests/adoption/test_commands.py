@@ -130,11 +130,19 @@ def declared(decisions: list[object]) -> list[Declared]:
 
 def test_the_governor_records_an_accepted_declaration_with_its_actor() -> None:
     decisions = run(command(1))
-    assert [d.kind for d in decisions] == [
-        DecisionKind.COMMAND_ACCEPTED,
-        DecisionKind.ADOPTION_DECLARED,
-    ]
-    accepted, recorded = decisions
+    assert (
+        [d.kind for d in decisions]
+        == [
+            DecisionKind.COMMAND_ACCEPTED,
+            DecisionKind.ADOPTION_DECLARED,
+            DecisionKind.ADOPTION_VERDICT_CHANGED,  # the gate's first verdict (tests/adoption/test_verdicts.py)
+        ]
+    )
+    accepted, recorded, verdict = decisions
+    assert (verdict.details["verdict"], verdict.details["reasons"][0]["code"]) == (
+        "hold",
+        "pool-empty",
+    )
     assert accepted.details["action"] == "adoption-set"
     assert (accepted.details["pool"], accepted.details["phase"]) == ("a100-east", "canary")
     assert recorded.details["actor"] == "olga"

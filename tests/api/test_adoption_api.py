@@ -84,6 +84,10 @@ async def test_pools_are_declared_on_the_log_and_gated_on_the_inventory(
         [NODE_A],
         "hold",
     )
+    # The governor's own verdict, recorded on its event time: this governor was given only the
+    # commands (no inventory facts, no watermark), so it holds ("pool-empty", "no-event-time").
+    assert east["recorded"]["verdict"] == plain["recorded"]["verdict"] == "hold"
+    assert east["recorded"]["decisionId"] == "0.2"  # accepted, declared, then the verdict
     assert east["selector"] == {"driver": DRIVER, "slicePool": None, "nodes": []}
     assert east["deviceClass"] == DRIVER
     [declared] = east["history"]

@@ -89,6 +89,13 @@ def test_overlays_hold_the_same_workloads_and_only_enforcement_adds_rights(
                 "ClusterRoleBinding devicestate-enforcer",
                 f"Deployment {NS}/devicestate-enforcer",
             }
+        elif overlay == "adoption-enforcement":
+            assert extra == {
+                f"ServiceAccount {NS}/devicestate-adoption-enforcer",
+                "ClusterRole devicestate-adoption-enforcer",
+                "ClusterRoleBinding devicestate-adoption-enforcer",
+                f"CronJob {NS}/devicestate-adoption-enforcer",
+            }
         else:
             assert not extra, f"{overlay} adds {extra}"
         assert set(deployments(rendered[overlay])) == set(components(overlay))
@@ -504,3 +511,34 @@ def test_every_deployment_runs_a_devicestate_command(rendered: Rendered) -> None
         )
         options = {opt for param in command.params for opt in getattr(param, "opts", [])}
         assert {a for a in args[1:] if a.startswith("--")} <= options, component
+
+
+def test_the_adoption_enforcer_cronjob_is_hardened_dry_run_and_alone(rendered: Rendered) -> None:
+    """`devicestate adoption enforce --once` every five minutes, one run at a time, with its own
+    ServiceAccount, dry-run (no --live) and the Deployments' hardening."""
+    manifests = rendered["adoption-enforcement"]
+    (cron,) = of_kind(manifests, "CronJob").values()
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"] == ["adoption", "enforce", "--once"]
+    assert container["image"] == "registry.example.com/platform/devicestate:0.1.0"
+    assert pod["serviceAccountName"] == "devicestate-adoption-enforcer"
+    assert pod["serviceAccountName"] in of_kind(manifests, "ServiceAccount")
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    role = of_kind(manifests, "ClusterRole")["devicestate-adoption-enforcer"]
+    assert role["rules"] == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+            "verbs": ["list", "create", "update", "delete"],
+        }
+    ]
+    (config_map,) = of_kind(manifests, "ConfigMap").values()
+    assert container["envFrom"] == [{"configMapRef": {"name": config_map["metadata"]["name"]}}]
+    assert config_map["data"].get("DEVICESTATE_ENFORCE_DRY_RUN", "true") == "true"

@@ -24,6 +24,8 @@ ALERTS_WANTED = {
     "DevicestateWatcherSilent",
     "DevicestateQuarantineNeedsOperator",  # issue 15 item 4
     "DevicestateDedupTableAhead",  # issue 11: the early-drop check fired
+    "DevicestateAdoptionHold",  # issue 16: a DRA adoption pool's recorded verdict
+    "DevicestateAdoptionRollback",
 }
 """Issue 14 item 3: quarantined, Unknown beyond its window, breaker, lag/staleness, dead letters,
 recovery failing, watcher silent."""

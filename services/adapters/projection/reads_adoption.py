@@ -49,6 +49,21 @@ class AdoptionReads:
             )
         return out
 
+    async def verdicts(self) -> dict[str, tuple[str, datetime, str]]:
+        """Per pool, the verdict of the governor's last ``AdoptionVerdictChanged`` decision, its
+        event time and its id (``<seq>.<index>``)."""
+        d = governance_decisions.c
+        rows = await self._fetch(
+            select(d.seq, d.idx, d.at, d.payload)
+            .where(d.kind == DecisionKind.ADOPTION_VERDICT_CHANGED.value)
+            .order_by(d.seq, d.idx)
+        )
+        out: dict[str, tuple[str, datetime, str]] = {}
+        for seq, idx, at, payload in rows:
+            details = payload.get("details", {})
+            out[str(details.get("pool"))] = (str(details.get("verdict")), at, f"{seq}.{idx}")
+        return out
+
     async def event_time(self) -> datetime | None:
         """The governor's fleet watermark (UTC), ``None`` before it has one."""
         f = governor_fleet.c

@@ -56,6 +56,7 @@ class DecisionKind(StrEnum):
     COMMAND_ACCEPTED = "CommandAccepted"
     COMMAND_REJECTED = "CommandRejected"
     ADOPTION_DECLARED = "AdoptionPhaseDeclared"  # a DRA adoption pool's accepted phase (issue 16)
+    ADOPTION_VERDICT_CHANGED = "AdoptionVerdictChanged"  # a pool's gate verdict changed (issue 16)
 
 
 class AlertAction(StrEnum):

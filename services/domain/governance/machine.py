@@ -20,12 +20,21 @@ Rules (the design is in ``docs/governance.md``):
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from services.domain.directory import version_rank
 from services.domain.events import Health
-from services.domain.governance import clock, commands, context, identities, leases, nodes, rules
+from services.domain.governance import (
+    adoption_verdicts,
+    clock,
+    commands,
+    context,
+    identities,
+    leases,
+    nodes,
+    rules,
+)
 from services.domain.governance.decisions import AlertAction, Decision, DecisionKind, Severity
 from services.domain.governance.device_state import DeviceGov
 from services.domain.governance.inputs import (
@@ -43,6 +52,7 @@ from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 
+EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 CEILING_CONFLICT: Final = "device-ceiling"
 """``conflict`` of the data-quality decision of a node at ``max_devices_per_node``."""
 
@@ -91,7 +101,20 @@ def step(
         leases.on_report(ctx, record)
     # A WatcherTick only moves the clock (``at``); a PartitionWatermark is the merge's, not ours.
     clock.fire_due(ctx)
+    adoption_verdicts.after_step(ctx, record, record_time(record, ctx))
     return ctx.decisions
+
+
+def record_time(record: GovernanceInput, ctx: context.Ctx) -> datetime:
+    """The time of a decision the adoption gate makes before the governor has event time: the
+    last decision's, else the record's own (UTC); a record without one gives the epoch."""
+    if ctx.decisions:
+        return ctx.decisions[-1].at
+    for name in ("observed_at", "requested_at", "event_time", "at", "reported_at"):
+        value = getattr(record, name, None)
+        if isinstance(value, datetime):
+            return value
+    return EPOCH
 
 
 # --- observations -----------------------------------------------------------------------------

@@ -6,8 +6,10 @@ Field names equal the :class:`services.runtime.config.PolicySettings` fields the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from services.domain.governance.adoption_gate import Thresholds
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,12 +42,15 @@ class GovernancePolicy:
     recovery_holddown_seconds: float = 900.0
     recovery_lease_seconds: float = 300.0
     quarantine_operator_age_seconds: float = 259200.0
+    adoption: Thresholds = field(default_factory=Thresholds)
+    """The adoption gate's thresholds (``AdoptionSettings``: ``DEVICESTATE_ADOPTION_*``)."""
 
     @classmethod
     def from_settings(cls, settings: Any) -> GovernancePolicy:
         """Copy the same-named fields of ``settings`` (a
         :class:`services.runtime.config.PolicySettings`, or any settings class holding it)."""
-        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
+        copied = {f.name: getattr(settings, f.name) for f in fields(cls) if f.name != "adoption"}
+        return cls(**copied, adoption=thresholds_from_settings(settings))
 
     def tolerance_for(self, episodes: int) -> float:
         """Tolerance window (seconds) of a device's ``episodes``-th recent Unknown episode (1-based):
@@ -54,3 +59,16 @@ class GovernancePolicy:
             0, episodes - 1
         )
         return min(window, self.unknown_tolerance_max_seconds)
+
+
+def thresholds_from_settings(settings: Any) -> Thresholds:
+    """The gate's thresholds from ``settings`` fields ``adoption_<name>`` (an
+    :class:`services.runtime.config.AdoptionSettings`); the defaults for a settings class
+    without them."""
+    return Thresholds(
+        **{
+            f.name: getattr(settings, f"adoption_{f.name}")
+            for f in fields(Thresholds)
+            if hasattr(settings, f"adoption_{f.name}")
+        }
+    )

@@ -20,6 +20,7 @@ from typing import Any
 
 from services.domain.codec import parse_time
 from services.domain.events import format_time
+from services.domain.governance.adoption_state import AdoptionGov
 from services.domain.governance.device_state import (
     DeviceGov,
     DeviceKey,
@@ -126,6 +127,8 @@ class FleetGov:
     """Device-health partitions whose clock-ahead alert is firing (sorted)."""
     order: EventOrder = field(default_factory=EventOrder)
     """The event-time merge of the forwarded records (:mod:`.event_order`), pending ones included."""
+    adoption: AdoptionGov = field(default_factory=AdoptionGov)
+    """The adoption gate's inputs and last verdicts (:mod:`.adoption_verdicts`, issue 16)."""
 
     def recount_signals(self) -> None:
         """Rebuild the derived counters from ``signals`` (after a restore or a reset)."""
@@ -133,6 +136,12 @@ class FleetGov:
         self.signal_nodes = Counter(n for _, n, _ in self.signals)
 
     def to_json(self) -> dict[str, Any]:
+        obj = self._to_json()
+        if not self.adoption.empty():  # absent otherwise: older snapshots stay identical
+            obj["adoption"] = self.adoption.to_json()
+        return obj
+
+    def _to_json(self) -> dict[str, Any]:
         return {
             "partitions": self.partitions,
             "watermarks": {str(p): format_time(t) for p, t in sorted(self.watermarks.items())},
@@ -174,6 +183,7 @@ class FleetGov:
             commands_seen=list(obj.get("commandsSeen") or ()),
             clock_ahead=[int(p) for p in obj.get("clockAhead") or ()],
             order=EventOrder.from_json(obj.get("order"), keyed_from_dict),
+            adoption=AdoptionGov.from_json(obj.get("adoption")),
         )
         fleet.recount_signals()
         return fleet

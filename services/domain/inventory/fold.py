@@ -61,10 +61,11 @@ from dataclasses import replace
 from datetime import datetime
 
 from services.domain.events import DeviceHealthObserved, DeviceSource
+from services.domain.inventory.adoption_facts import FactsTold
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.expiry import AliasExpiry, claim_alias
 from services.domain.inventory.identity import Identity, IdentityStatus
-from services.domain.inventory.objects import DeviceClassInfo, ResourceSliceInfo
+from services.domain.inventory.objects import DeviceClassInfo, ResourceClaimInfo, ResourceSliceInfo
 from services.domain.inventory.plan import (
     ConflictChange,
     IdentityResolved,
@@ -128,6 +129,7 @@ class InventoryFold:
         self.state = state if state is not None else InventoryState()
         self.expiry = expiry if expiry is not None else AliasExpiry()
         self.active: dict[ConflictKey, ConflictRow] = {}
+        self.told = FactsTold()  # the adoption-gate facts last put in a plan (issue 16)
         self._by_node: dict[str, set[ConflictKey]] = {}
         for row in active:
             if row.active:
@@ -289,6 +291,10 @@ class InventoryFold:
             self._reresolved(plan, position, event)
             return
         nodes: set[str] = set()
+        gate_nodes: set[str] = set()  # nodes whose adoption-gate facts this record may change
+        if isinstance(obj, ResourceClaimInfo):
+            old_claim = state.claims.get((obj.namespace, obj.name))
+            gate_nodes.update(n for n in (obj.node, old_claim.node if old_claim else None) if n)
         if isinstance(obj, ResourceSliceInfo):
             old = state.slices.get((obj.driver, obj.pool, obj.name))
             nodes.update(n for n in (obj.node, old.node if old else None) if n)
@@ -319,6 +325,7 @@ class InventoryFold:
                 self._clear(plan, key, position, at)
         if nodes:
             self._ownership(plan, sorted(nodes), position, at)
+        plan.adoption.extend(self.told.changed(state, nodes | gate_nodes, position, at))
         self._reresolved(plan, position, event)
 
     def _resources(
@@ -330,6 +337,9 @@ class InventoryFold:
         plan.node_resources[event.node] = node_resources_row(event)
         if state.node_capacity[event.node] != before:
             self._ownership(plan, (event.node,), position, event.observed_at)
+            plan.adoption.extend(
+                self.told.changed(state, (event.node,), position, event.observed_at)
+            )
 
     # -- conflicts -----------------------------------------------------------------------------
 

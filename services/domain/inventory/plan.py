@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from services.domain.governance.inputs_adoption import NodeAdoptionFacts
 from services.domain.inventory.identity import Identity, IdentityStatus
 from services.domain.inventory.rows import ConflictKey, ConflictRow, ObjectKey, Row
 from services.domain.log import LogPosition
@@ -56,6 +57,9 @@ class InventoryPlan:
     identified: list[IdentityResolved] = field(default_factory=list)
     """Aliases a DRA object resolved to a physical device after they were reported, in log
     order."""
+    adoption: list[tuple[LogPosition, NodeAdoptionFacts]] = field(default_factory=list)
+    """Nodes whose adoption-gate facts a record changed, after that record, in log order (the
+    worker forwards them to the governor: issue 16)."""
 
     @property
     def writes(self) -> int:

@@ -51,6 +51,8 @@ ALERT_NAMES: Final[dict[str, str]] = {
     "escalation": "NodeEscalation",
     "automation-paused": "AutomationPaused",
     "quarantine-age": "QuarantineNeedsOperator",
+    "adoption-hold": "AdoptionHold",  # a DRA adoption pool's gate says hold (issue 16)
+    "adoption-rollback": "AdoptionRollback",  # ... says roll back
 }
 """Alert names of the incident types the governor opens (the incident key's first segment)."""
 

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from services.adapters.projection.reads_adoption import AdoptionReads
 from services.adapters.projection.reads_inventory import InventoryReads
 from services.domain.adoption.facts import ConflictFact, read_facts
-from services.domain.adoption.gate import Thresholds, evaluate
+from services.domain.adoption.gate import Thresholds, Verdict, evaluate
 from services.domain.governance.adoption import fold
 from services.domain.governance.inputs import CommandAction
 from services.processes.api.auth import Operator
@@ -23,7 +23,12 @@ from services.processes.api.command_submit import (
     writes_router,
 )
 from services.processes.api.command_wait import Wait
-from services.processes.api.schemas_adoption import AdoptionIn, AdoptionOut, PoolOut
+from services.processes.api.schemas_adoption import (
+    AdoptionIn,
+    AdoptionOut,
+    PoolOut,
+    RecordedVerdictOut,
+)
 from services.processes.api.schemas_governance import CommandOut
 from services.runtime.config import AdoptionSettings
 
@@ -82,7 +87,15 @@ async def adoption_status(request: Request) -> AdoptionOut:
     gates = evaluate(
         pools, read_facts(snapshot, conflicts), thresholds(request.app.state.settings), now
     )
-    return AdoptionOut(event_time=now, pools=[PoolOut.of(pools[g.pool], g) for g in gates])
+    recorded = {
+        pool: RecordedVerdictOut(verdict=Verdict(v), at=at, decision_id=decision)
+        for pool, (v, at, decision) in (await reads.verdicts()).items()
+        if v in {m.value for m in Verdict}
+    }
+    return AdoptionOut(
+        event_time=now,
+        pools=[PoolOut.of(pools[g.pool], g, recorded.get(g.pool)) for g in gates],
+    )
 
 
 router = APIRouter()

@@ -99,6 +99,12 @@ class ReasonOut(ApiModel):
         return cls(code=r.code, verdict=r.verdict, detail=r.detail, figures=dict(r.figures))
 
 
+class RecordedVerdictOut(ApiModel):
+    verdict: Verdict = Field(description="The verdict the governor last recorded for the pool.")
+    at: datetime = Field(description="Event time of that AdoptionVerdictChanged decision (UTC).")
+    decision_id: str = Field(description="The decision's id (`<seq>.<index>`).")
+
+
 class PoolOut(ApiModel):
     pool: str
     phase: Phase
@@ -109,9 +115,16 @@ class PoolOut(ApiModel):
     verdict: Verdict = Field(description="The gate: expand, hold or rollback.")
     reasons: list[ReasonOut] = Field(description="Every signal read, with its verdict and figures.")
     history: list[DeclaredOut] = Field(description="The pool's declarations, oldest first.")
+    recorded: RecordedVerdictOut | None = Field(
+        None,
+        description="The governor's own evaluation on event time (its last "
+        "AdoptionVerdictChanged decision; null: none yet). `verdict` is evaluated on read.",
+    )
 
     @classmethod
-    def of(cls, state: PoolState, gate: PoolGate) -> PoolOut:
+    def of(
+        cls, state: PoolState, gate: PoolGate, recorded: RecordedVerdictOut | None = None
+    ) -> PoolOut:
         decl = state.current.declaration
         return cls(
             pool=state.pool,
@@ -127,6 +140,7 @@ class PoolOut(ApiModel):
             verdict=gate.verdict,
             reasons=[ReasonOut.of(r) for r in gate.reasons],
             history=[DeclaredOut.of(d) for d in state.history],
+            recorded=recorded,
         )
 
 

@@ -1,0 +1,87 @@
+"""The facts the adoption gate reads (:mod:`.adoption_gate`), as plain records: a ResourceSlice's
+driver, pool and node, the active ownership conflicts, slice/Node-capacity divergences, the
+governor's devices and ResourceClaims' allocations. Read from the projection by
+:func:`services.domain.adoption.facts.read_facts` (the API's view) and carried to the governor by
+:class:`~services.domain.governance.inputs_adoption.NodeAdoptionFacts` records.
+
+Sources: ResourceSlices (``spec.driver``, ``spec.pool.name``, ``spec.nodeName``), the inventory's
+conflicts (``plugin-and-dra``), the reconcile check (slices against Node capacity), the governor's
+device rows (quarantines) and ResourceClaims (``status.allocation``, ``status.reservedFor``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final
+
+QUARANTINED_STATES: Final = frozenset({"Quarantined", "Recovering"})
+"""Governance states (``GovState`` values) that hold an active quarantine."""
+
+OWNERSHIP_CONFLICTS: Final = frozenset({"plugin-and-dra"})
+"""Conflict kinds that say two paths own the same hardware (``ConflictKind.PLUGIN_AND_DRA``)."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SliceFact:
+    """A ResourceSlice's driver, pool and node (node-local slices only)."""
+
+    driver: str
+    pool: str
+    node: str
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ConflictFact:
+    """An active inventory conflict: ``kind`` (``plugin-and-dra``...), node, subject."""
+
+    kind: str
+    node: str
+    subject: str
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class DivergenceFact:
+    """A node and extended resource where slices and Node capacity both offer devices and
+    disagree (devices advertised by slices, and the Node's capacity)."""
+
+    node: str
+    resource_name: str
+    slice_devices: int
+    node_capacity: int
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class DeviceFact:
+    """A device the governor knows on ``node`` (``resource_id`` its key) and whether it is
+    quarantined."""
+
+    node: str
+    resource_id: str
+    quarantined: bool
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ClaimFact:
+    """A ResourceClaim ``namespace/name`` with its allocation: ``node`` (of the allocation),
+    ``devices`` ``(driver, pool)`` of its results, ``allocated_at`` (UTC, when the inventory saw the
+    allocation; ``None``: not allocated) and ``reserved`` (``status.reservedFor`` not empty)."""
+
+    namespace: str
+    name: str
+    node: str | None
+    devices: tuple[tuple[str, str], ...]
+    allocated_at: datetime | None
+    reserved: bool
+
+
+@dataclass(frozen=True, slots=True)
+class InventoryFacts:
+    """Everything the gate reads about the fleet. Each field is a set: the order facts arrive in
+    never changes the gate's answer."""
+
+    slices: frozenset[SliceFact] = field(default_factory=frozenset)
+    conflicts: frozenset[ConflictFact] = field(default_factory=frozenset)
+    divergences: frozenset[DivergenceFact] = field(default_factory=frozenset)
+    devices: frozenset[DeviceFact] = field(default_factory=frozenset)
+    claims: frozenset[ClaimFact] = field(default_factory=frozenset)

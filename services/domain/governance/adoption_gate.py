@@ -1,0 +1,283 @@
+"""The adoption gate (issue 16, item 2): per pool, ``expand``, ``hold`` or ``rollback``, with every
+signal it read, its verdict and its figures.
+
+A pure function of (the pools' declarations, the inventory's facts, the thresholds, the governor's
+event time): the same inputs give the same answer whatever order the facts come in and whatever
+the wall clock says. Each signal is one rule (``rule_*``) giving one :class:`Reason`; the pool's
+verdict is the worst of them. A pool on the plugin path (``plugin``, ``rolled-back``) has
+nothing to roll back: a rollback finding holds it (the reason keeps its own verdict).
+
+Signals read: ownership conflicts (``plugin-and-dra``) on the pool's nodes, slice/Node-capacity
+divergence, quarantined devices, leaked claims (allocated, no consumer reserved, for longer than
+a threshold). Not read yet (the inventory does not hold their facts): allocation failures and
+Pending reasons, claim-to-Ready latency against the plugin path, tenant-boundary findings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Final
+
+from services.domain.governance.adoption import Phase, PoolState
+from services.domain.governance.adoption_facts import OWNERSHIP_CONFLICTS, ClaimFact, InventoryFacts
+
+
+class Verdict(StrEnum):
+    EXPAND = "expand"
+    HOLD = "hold"
+    ROLLBACK = "rollback"
+
+
+_RANK: Final = {Verdict.EXPAND: 0, Verdict.HOLD: 1, Verdict.ROLLBACK: 2}
+_PLUGIN_PATH: Final = frozenset({Phase.PLUGIN, Phase.ROLLED_BACK})
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """The gate's knobs (settings ``DEVICESTATE_ADOPTION_*``). A count threshold of 0 turns its
+    verdict off."""
+
+    conflicts_rollback: int = 1
+    """Ownership conflicts on the pool's nodes at which the gate rolls back."""
+    divergence_hold: int = 1
+    """Node/resource pairs whose slices and Node capacity disagree at which the gate holds."""
+    divergence_rollback: int = 0
+    """... and at which it rolls back (0: divergence never rolls back by itself)."""
+    quarantined_hold: int = 1
+    """Quarantined devices on the pool's nodes at which the gate holds."""
+    quarantined_rollback_fraction: float = 0.25
+    """Fraction (0..1] of the pool's governed devices quarantined at which it rolls back."""
+    leaked_claim_seconds: float = 900.0
+    """How long (seconds of event time) an allocated claim with no consumer may stay so."""
+    leaked_hold: int = 1
+    """Leaked claims at which the gate holds."""
+    leaked_rollback: int = 0
+    """... and at which it rolls back (0: never)."""
+
+
+Figures = Mapping[str, int | float | str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """One signal's finding: ``code`` (stable, documented in ``docs/dra-adoption.md``), its
+    ``verdict``, a sentence, and the figures it was decided on."""
+
+    code: str
+    verdict: Verdict
+    detail: str
+    figures: Figures = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolGate:
+    """The gate's answer for one pool: its phase, nodes (sorted), verdict and reasons."""
+
+    pool: str
+    phase: Phase
+    nodes: tuple[str, ...]
+    verdict: Verdict
+    reasons: tuple[Reason, ...]
+
+
+def _count_verdict(count: int, hold: int, rollback: int) -> Verdict:
+    if rollback and count >= rollback:
+        return Verdict.ROLLBACK
+    if hold and count >= hold:
+        return Verdict.HOLD
+    return Verdict.EXPAND
+
+
+def pool_nodes(state: PoolState, facts: InventoryFacts) -> frozenset[str]:
+    """The nodes a pool holds: those named, or those its driver's (and pool's) slices name."""
+    sel = state.current.declaration.selector
+    if sel.nodes:
+        return frozenset(sel.nodes)
+    return frozenset(
+        s.node
+        for s in facts.slices
+        if s.driver == sel.driver and (sel.pool is None or s.pool == sel.pool)
+    )
+
+
+def pool_claims(state: PoolState, facts: InventoryFacts, nodes: frozenset[str]) -> list[ClaimFact]:
+    """The allocated claims of a pool: allocated on its nodes, and (for a driver selector) of a
+    device of its driver (and pool)."""
+    sel = state.current.declaration.selector
+    out = []
+    for c in facts.claims:
+        if c.allocated_at is None or c.node not in nodes:
+            continue
+        if sel.driver is not None and not any(
+            d == sel.driver and (sel.pool is None or p == sel.pool) for d, p in c.devices
+        ):
+            continue
+        out.append(c)
+    return sorted(out)
+
+
+Rule = Callable[[PoolState, InventoryFacts, frozenset[str], Thresholds, datetime | None], Reason]
+
+
+def rule_ownership(
+    state: PoolState,
+    facts: InventoryFacts,
+    nodes: frozenset[str],
+    t: Thresholds,
+    now: datetime | None,
+) -> Reason:
+    """Ownership conflicts on the pool's nodes: the plugin and DRA must never own the same
+    hardware."""
+    found = sorted(c for c in facts.conflicts if c.node in nodes and c.kind in OWNERSHIP_CONFLICTS)
+    verdict = _count_verdict(len(found), 0, t.conflicts_rollback)
+    subjects = ", ".join(f"{c.node}/{c.subject}" for c in found[:5])
+    return Reason(
+        "ownership-conflict",
+        verdict,
+        f"{len(found)} ownership conflicts on the pool's nodes"
+        + (f": {subjects}" if found else ""),
+        {"conflicts": len(found), "rollbackAt": t.conflicts_rollback},
+    )
+
+
+def rule_divergence(
+    state: PoolState,
+    facts: InventoryFacts,
+    nodes: frozenset[str],
+    t: Thresholds,
+    now: datetime | None,
+) -> Reason:
+    """ResourceSlices against Node capacity: a canary does not expand on what nodes do not
+    really expose."""
+    found = sorted(d for d in facts.divergences if d.node in nodes)
+    verdict = _count_verdict(len(found), t.divergence_hold, t.divergence_rollback)
+    where = ", ".join(
+        f"{d.node}/{d.resource_name} slices {d.slice_devices} vs capacity {d.node_capacity}"
+        for d in found[:5]
+    )
+    return Reason(
+        "slice-capacity-divergence",
+        verdict,
+        f"{len(found)} node resources where slices and Node capacity disagree"
+        + (f": {where}" if found else ""),
+        {
+            "divergent": len(found),
+            "sliceDevices": sum(d.slice_devices for d in found),
+            "nodeCapacity": sum(d.node_capacity for d in found),
+            "holdAt": t.divergence_hold,
+            "rollbackAt": t.divergence_rollback,
+        },
+    )
+
+
+def rule_quarantined(
+    state: PoolState,
+    facts: InventoryFacts,
+    nodes: frozenset[str],
+    t: Thresholds,
+    now: datetime | None,
+) -> Reason:
+    """Devices quarantined on the pool's nodes, as a count and a fraction of its governed
+    devices."""
+    devices = [d for d in facts.devices if d.node in nodes]
+    quarantined = sum(1 for d in devices if d.quarantined)
+    fraction = quarantined / len(devices) if devices else 0.0
+    if (
+        quarantined
+        and t.quarantined_rollback_fraction
+        and fraction >= t.quarantined_rollback_fraction
+    ):
+        verdict = Verdict.ROLLBACK
+    else:
+        verdict = _count_verdict(quarantined, t.quarantined_hold, 0)
+    return Reason(
+        "devices-quarantined",
+        verdict,
+        f"{quarantined} of {len(devices)} governed devices on the pool's nodes quarantined",
+        {
+            "quarantined": quarantined,
+            "devices": len(devices),
+            "fraction": round(fraction, 4),
+            "holdAt": t.quarantined_hold,
+            "rollbackFraction": t.quarantined_rollback_fraction,
+        },
+    )
+
+
+def rule_leaked_claims(
+    state: PoolState,
+    facts: InventoryFacts,
+    nodes: frozenset[str],
+    t: Thresholds,
+    now: datetime | None,
+) -> Reason:
+    """Claims allocated with no consumer reserved for longer than ``leaked_claim_seconds`` of
+    event time: they hold devices (and quota) nobody uses."""
+    if now is None:
+        return Reason(
+            "no-event-time",
+            Verdict.HOLD,
+            "the governor has no event time yet: leaked claims cannot be timed",
+            {"leakedClaimSeconds": t.leaked_claim_seconds},
+        )
+    leaked = [
+        c
+        for c in pool_claims(state, facts, nodes)
+        if not c.reserved
+        and c.allocated_at is not None
+        and (now - c.allocated_at).total_seconds() > t.leaked_claim_seconds
+    ]
+    verdict = _count_verdict(len(leaked), t.leaked_hold, t.leaked_rollback)
+    oldest = min((c.allocated_at for c in leaked if c.allocated_at is not None), default=None)
+    names = ", ".join(f"{c.namespace}/{c.name}" for c in leaked[:5])
+    return Reason(
+        "leaked-claims",
+        verdict,
+        f"{len(leaked)} claims allocated with no consumer for over {t.leaked_claim_seconds:g} s"
+        + (f": {names}" if leaked else ""),
+        {
+            "leaked": len(leaked),
+            "oldestSeconds": None if oldest is None else round((now - oldest).total_seconds(), 3),
+            "leakedClaimSeconds": t.leaked_claim_seconds,
+            "holdAt": t.leaked_hold,
+            "rollbackAt": t.leaked_rollback,
+        },
+    )
+
+
+RULES: Final[tuple[Rule, ...]] = (
+    rule_ownership,
+    rule_divergence,
+    rule_quarantined,
+    rule_leaked_claims,
+)
+
+
+def evaluate_pool(
+    state: PoolState, facts: InventoryFacts, thresholds: Thresholds, now: datetime | None
+) -> PoolGate:
+    """The gate of one pool at event time ``now`` (UTC; ``None`` before the governor has one)."""
+    nodes = pool_nodes(state, facts)
+    if not nodes:
+        reasons: tuple[Reason, ...] = (
+            Reason("pool-empty", Verdict.HOLD, "the pool's selector matches no node", {"nodes": 0}),
+        )
+    else:
+        reasons = tuple(rule(state, facts, nodes, thresholds, now) for rule in RULES)
+    verdict = max((r.verdict for r in reasons), key=_RANK.__getitem__)
+    if verdict is Verdict.ROLLBACK and state.phase in _PLUGIN_PATH:
+        verdict = Verdict.HOLD  # already on the plugin path: nothing to roll back
+    return PoolGate(state.pool, state.phase, tuple(sorted(nodes)), verdict, reasons)
+
+
+def evaluate(
+    pools: Mapping[str, PoolState],
+    facts: InventoryFacts,
+    thresholds: Thresholds,
+    now: datetime | None,
+) -> list[PoolGate]:
+    """The gate of every pool, sorted by pool name."""
+    return [evaluate_pool(pools[name], facts, thresholds, now) for name in sorted(pools)]

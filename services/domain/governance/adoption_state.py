@@ -1,0 +1,88 @@
+"""What the governor keeps for the adoption gate (issue 16): each pool's current declaration, the
+active ownership conflicts, each node's inventory facts (:class:`~.inputs_adoption.NodeAdoptionFacts`)
+and the verdict last recorded per pool, with its JSON snapshot form (part of the fleet's
+snapshot, so a restored governor continues exactly like one that never stopped).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from services.domain.codec import parse_time
+from services.domain.events import format_time
+from services.domain.governance.adoption import (
+    Declared,
+    PoolState,
+    declaration_from_dict,
+    declaration_to_dict,
+)
+from services.domain.governance.adoption_facts import ConflictFact
+from services.domain.governance.inputs_adoption import (
+    NodeAdoptionFacts,
+    adoption_facts_from_dict,
+    adoption_facts_to_dict,
+)
+
+
+@dataclass(slots=True)
+class AdoptionGov:
+    """The gate's inputs and last verdicts. ``verdicts`` maps a pool to the verdict the last
+    ``AdoptionVerdictChanged`` recorded; ``next_due`` is the earliest event time (UTC) at which a
+    claim of a pool turns leaked (the gate is evaluated again then); ``timed`` says the last
+    evaluation had an event time."""
+
+    pools: dict[str, Declared] = field(default_factory=dict)
+    conflicts: set[ConflictFact] = field(default_factory=set)
+    node_facts: dict[str, NodeAdoptionFacts] = field(default_factory=dict)
+    verdicts: dict[str, str] = field(default_factory=dict)
+    next_due: datetime | None = None
+    timed: bool = False
+
+    def empty(self) -> bool:
+        return not (self.pools or self.conflicts or self.node_facts or self.verdicts)
+
+    def pool_states(self) -> dict[str, PoolState]:
+        """The pools as the gate reads them (the current declaration; the history is the
+        decisions' and ``GET /v1/adoption``'s)."""
+        return {name: PoolState(current=d, history=(d,)) for name, d in sorted(self.pools.items())}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pools": [
+                {
+                    "seq": d.seq,
+                    "at": format_time(d.at),
+                    "actor": d.actor,
+                    "reason": d.reason,
+                    "declaration": declaration_to_dict(d.declaration),
+                }
+                for _, d in sorted(self.pools.items())
+            ],
+            "conflicts": [[c.kind, c.node, c.subject] for c in sorted(self.conflicts)],
+            "nodeFacts": [adoption_facts_to_dict(f) for _, f in sorted(self.node_facts.items())],
+            "verdicts": dict(sorted(self.verdicts.items())),
+            "nextDue": None if self.next_due is None else format_time(self.next_due),
+            "timed": self.timed,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any] | None) -> AdoptionGov:
+        if not obj:
+            return cls()
+        pools = {}
+        for p in obj.get("pools") or ():
+            declaration = declaration_from_dict(p["declaration"])
+            pools[declaration.pool] = Declared(
+                int(p["seq"]), parse_time(p["at"]), p["actor"], p["reason"], declaration
+            )
+        facts = (adoption_facts_from_dict(f) for f in obj.get("nodeFacts") or ())
+        return cls(
+            pools=pools,
+            conflicts={ConflictFact(k, n, s) for k, n, s in obj.get("conflicts") or ()},
+            node_facts={f.node: f for f in facts},
+            verdicts=dict(obj.get("verdicts") or {}),
+            next_due=None if obj.get("nextDue") is None else parse_time(obj["nextDue"]),
+            timed=bool(obj.get("timed")),
+        )

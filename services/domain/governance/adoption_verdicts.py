@@ -1,0 +1,234 @@
+"""The adoption gate in the governor (issue 16): each pool's verdict recomputed on event time when
+one of its inputs changes, and an ``AdoptionVerdictChanged`` decision when it changes.
+
+Inputs, all from the governance log: the pools' accepted declarations (the step's
+``AdoptionPhaseDeclared`` decisions), the ownership conflicts (``InventoryConflict`` records of
+kind ``plugin-and-dra``), each node's inventory facts (:class:`.inputs_adoption.NodeAdoptionFacts`),
+the governor's own devices (quarantined or not) and its watermark (a claim turns leaked when event
+time passes its allocation plus ``leaked_claim_seconds``). The gate itself is
+:func:`.adoption_gate.evaluate`; this module only feeds it and records its changes, so a replay of
+the log gives the same verdicts and the same decisions.
+
+Alerts: a pool whose verdict is ``hold`` has the incident ``adoption-hold/<pool>`` firing
+(alertname ``AdoptionHold``, warning), ``rollback`` the incident ``adoption-rollback/<pool>``
+(``AdoptionRollback``, critical); ``expand`` resolves the one that fired. A change between hold
+and rollback is two decisions: the new incident firing, then the old one resolved.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from services.domain.governance.adoption import Declared, declaration_from_dict
+from services.domain.governance.adoption_facts import (
+    OWNERSHIP_CONFLICTS,
+    QUARANTINED_STATES,
+    ClaimFact,
+    ConflictFact,
+    DeviceFact,
+    DivergenceFact,
+    InventoryFacts,
+    SliceFact,
+)
+from services.domain.governance.adoption_gate import (
+    PoolGate,
+    Verdict,
+    evaluate,
+    pool_claims,
+    pool_nodes,
+)
+from services.domain.governance.adoption_state import AdoptionGov
+from services.domain.governance.context import Ctx
+from services.domain.governance.decisions import AlertAction, DecisionKind, Severity
+from services.domain.governance.inputs import GovernanceInput, InventoryConflict
+from services.domain.governance.inputs_adoption import NodeAdoptionFacts
+
+_DEVICE_KINDS: Final = frozenset(
+    {
+        DecisionKind.STATE_CHANGED,
+        DecisionKind.QUARANTINED,
+        DecisionKind.QUARANTINE_RELEASED,
+        DecisionKind.IDENTITY_MERGED,
+    }
+)
+"""Decisions after which a pool's quarantined count may differ."""
+
+_ALERTS: Final = {
+    Verdict.HOLD: ("adoption-hold", Severity.WARNING),
+    Verdict.ROLLBACK: ("adoption-rollback", Severity.CRITICAL),
+}
+
+
+def incident_of(pool: str, verdict: Verdict) -> str | None:
+    """The alert incident of a pool's verdict (``None`` for ``expand``)."""
+    alert = _ALERTS.get(verdict)
+    return None if alert is None else f"{alert[0]}/{pool}"
+
+
+def take(ad: AdoptionGov, ctx: Ctx, record: GovernanceInput) -> bool:
+    """Fold what ``record`` (and the decisions it caused) change in the gate's inputs; ``True``
+    when one changed."""
+    changed = False
+    for d in ctx.decisions:
+        if d.kind is DecisionKind.ADOPTION_DECLARED:
+            declaration = declaration_from_dict(d.details["adoption"])
+            ad.pools[declaration.pool] = Declared(
+                d.seq,
+                d.at,
+                str(d.details.get("actor", "")),
+                str(d.details.get("reason", "")),
+                declaration,
+            )
+            changed = True
+        elif d.kind in _DEVICE_KINDS and d.node is not None and _may_hold(ad, d.node):
+            changed = True
+    if isinstance(record, InventoryConflict) and record.kind in OWNERSHIP_CONFLICTS:
+        fact = ConflictFact(record.kind, record.node, record.subject)
+        if record.active:
+            ad.conflicts.add(fact)
+        else:
+            ad.conflicts.discard(fact)
+        changed = True
+    elif isinstance(record, NodeAdoptionFacts):
+        held = ad.node_facts.get(record.node)
+        if held is None or held.observed_at <= record.observed_at:
+            # Empty facts are forgotten: a node without slices or claims needs no memory.
+            if record.slices or record.claims or record.divergences:
+                ad.node_facts[record.node] = record
+            else:
+                ad.node_facts.pop(record.node, None)
+            changed = held != ad.node_facts.get(record.node)
+    return changed
+
+
+def _may_hold(ad: AdoptionGov, node: str) -> bool:
+    """Whether some pool may hold ``node`` (its slices are known, or a pool names it): a device
+    change elsewhere changes no verdict, and is not worth an evaluation on the hot path."""
+    return node in ad.node_facts or any(
+        node in d.declaration.selector.nodes for d in ad.pools.values()
+    )
+
+
+def facts_of(ctx: Ctx, ad: AdoptionGov) -> InventoryFacts:
+    """The gate's facts: the nodes' inventory facts, the conflicts, and the governor's devices on
+    the nodes that any pool may hold."""
+    slices: set[tuple[str, str, str]] = set()
+    claims: set[ClaimFact] = set()
+    divergences: set[DivergenceFact] = set()
+    for f in ad.node_facts.values():
+        slices.update((d, p, f.node) for d, p in f.slices)
+        claims.update(f.claims)
+        divergences.update(f.divergences)
+    nodes = {n for _, _, n in slices}
+    for declared in ad.pools.values():
+        nodes.update(declared.declaration.selector.nodes)
+    devices = frozenset(
+        DeviceFact(d.node, d.resource_id, d.state.value in QUARANTINED_STATES)
+        for node in sorted(nodes)
+        for d in ctx.state.devices_on(node)
+    )
+    return InventoryFacts(
+        slices=frozenset(SliceFact(d, p, n) for d, p, n in slices),
+        conflicts=frozenset(ad.conflicts),
+        divergences=frozenset(divergences),
+        devices=devices,
+        claims=frozenset(claims),
+    )
+
+
+def next_leak_due(ad: AdoptionGov, ctx: Ctx, facts: InventoryFacts) -> datetime | None:
+    """The latest event time at which the earliest of the pools' allocated, unreserved claims not
+    yet leaked is still not leaked (the gate counts a claim leaked *after* its allocation plus
+    ``leaked_claim_seconds``): once event time passes it, the gate is evaluated again."""
+    now, seconds = ctx.now, ctx.policy.adoption.leaked_claim_seconds
+    due: list[datetime] = []
+    for state in ad.pool_states().values():
+        for c in pool_claims(state, facts, pool_nodes(state, facts)):
+            if c.reserved or c.allocated_at is None:
+                continue
+            at = c.allocated_at + timedelta(seconds=seconds)
+            if now is None or at >= now:
+                due.append(at)
+    return min(due, default=None)
+
+
+def _details(gate: PoolGate, previous: str | None, ad: AdoptionGov) -> dict[str, Any]:
+    declaration = ad.pools[gate.pool].declaration
+    return {
+        "pool": gate.pool,
+        "phase": gate.phase.value,
+        "verdict": gate.verdict.value,
+        "previous": previous,
+        "deviceClass": declaration.device_class,
+        "nodes": len(gate.nodes),
+        "reasons": [
+            {
+                "code": r.code,
+                "verdict": r.verdict.value,
+                "detail": r.detail,
+                "figures": dict(r.figures),
+            }
+            for r in gate.reasons
+        ],
+    }
+
+
+def record_change(ctx: Ctx, ad: AdoptionGov, gate: PoolGate, at: datetime) -> None:
+    """The decisions of a pool whose verdict changed (or was never recorded)."""
+    previous = ad.verdicts.get(gate.pool)
+    ad.verdicts[gate.pool] = gate.verdict.value
+    details = _details(gate, previous, ad)
+    worst = [
+        r.code
+        for r in gate.reasons
+        if r.verdict is gate.verdict and r.verdict is not Verdict.EXPAND
+    ]
+    summary = (
+        f"pool {gate.pool} ({gate.phase.value}): {previous or 'none'} -> {gate.verdict.value}"
+        + (f" ({', '.join(worst)})" if worst else "")
+    )
+    old = None if previous is None else incident_of(gate.pool, Verdict(previous))
+    new = incident_of(gate.pool, gate.verdict)
+    if new is not None:
+        ctx.emit(
+            DecisionKind.ADOPTION_VERDICT_CHANGED,
+            at,
+            incident=new,
+            alert=AlertAction.FIRING,
+            severity=_ALERTS[gate.verdict][1],
+            summary=summary,
+            **details,
+        )
+    if old is not None:
+        ctx.emit(
+            DecisionKind.ADOPTION_VERDICT_CHANGED,
+            at,
+            incident=old,
+            alert=AlertAction.RESOLVED,
+            severity=Severity.INFO,
+            summary=summary if new is None else f"pool {gate.pool}: {previous} superseded",
+            **details,
+        )
+    if new is None and old is None:
+        ctx.emit(DecisionKind.ADOPTION_VERDICT_CHANGED, at, summary=summary, **details)
+
+
+def after_step(ctx: Ctx, record: GovernanceInput, at: datetime) -> None:
+    """Re-evaluate the gate when ``record`` changed one of its inputs, event time passed a claim's
+    leak deadline, or the governor got its first event time; record every pool whose verdict
+    changed. ``at`` (UTC): the decisions' time when the governor has no watermark yet."""
+    ad = ctx.state.fleet.adoption
+    changed = take(ad, ctx, record)
+    if not ad.pools:
+        return
+    now = ctx.now
+    due = ad.next_due is not None and now is not None and now > ad.next_due
+    if not (changed or due or (now is not None and not ad.timed)):
+        return
+    facts = facts_of(ctx, ad)
+    ad.timed = now is not None
+    ad.next_due = next_leak_due(ad, ctx, facts)
+    for gate in evaluate(ad.pool_states(), facts, ctx.policy.adoption, now):
+        if ad.verdicts.get(gate.pool) != gate.verdict.value:
+            record_change(ctx, ad, gate, now or at)

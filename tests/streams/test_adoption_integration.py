@@ -1,0 +1,95 @@
+"""The adoption gate in the governor end to end against the real broker and PostgreSQL (issue
+16): the worker (``python -m streams.cli``) folds the shared examples' ResourceSlice,
+ResourceClaim and DeviceClass, forwards each node's gate facts (``NodeAdoptionFacts``) to the
+governance topic, and the governor records the pool's verdict as ``AdoptionVerdictChanged``
+decisions: ``expand`` for the clean canary, ``hold`` (AdoptionHold firing) once the Node's
+capacity disagrees with its slices, ``expand`` (resolved) when they agree again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from services.domain.governance.adoption import AdoptionDeclaration, Phase, PoolSelector
+from services.domain.governance.inputs import CommandAction, OperatorCommand, Role
+from services.domain.governance.inputs_adoption import NodeAdoptionFacts
+from services.domain.node_events import NodeResourcesChanged, encode_node_event
+from services.runtime.config import Settings
+from tests.projection.inventory_examples import NODE, inventory_events, resource_slice
+from tests.streams.test_governor_integration import Pipeline, Record, at, governance
+from tests.streams.test_inventory_integration import governance_records, inventory, of_type, ticks
+
+pytestmark = pytest.mark.integration
+DRIVER = "gpu.example.com"
+
+
+def capacity(gpus: int, seconds: float) -> Record:
+    event = NodeResourcesChanged(
+        node=NODE,
+        capacity=(("example.com/gpu", gpus),),
+        allocatable=(("example.com/gpu", gpus),),
+        status_version=None,
+        observed_at=at(seconds),
+    )
+    return (NODE.encode(), encode_node_event(event), None)
+
+
+def declare(seconds: float) -> Record:
+    return governance(
+        OperatorCommand(
+            command_id="adopt-1",
+            action=CommandAction.ADOPTION_SET,
+            actor="olga",
+            role=Role.OPERATOR,
+            requested_at=at(seconds),
+            reason="canary of DRA on gpu-node-a",
+            adoption=AdoptionDeclaration("east", PoolSelector(driver=DRIVER), Phase.CANARY, DRIVER),
+        )
+    )
+
+
+async def verdicts(pipe: Pipeline) -> list[tuple[Any, Any, Any]]:
+    return [
+        (d["incident"], d["alert"], d["details"]["verdict"])
+        for d in await pipe.decisions()
+        if d["type"] == "AdoptionVerdictChanged"
+    ]
+
+
+async def test_the_governor_holds_a_canary_on_divergence_from_forwarded_facts(
+    stream_settings: Settings, engine: AsyncEngine, kafka_bootstrap: str, worker_process: Any
+) -> None:
+    devices = len(resource_slice().devices)
+    async with Pipeline(stream_settings, engine, kafka_bootstrap) as pipe:
+        pipe.worker = worker_process(stream_settings)
+        await pipe.wave([*map(inventory, inventory_events(0)), *ticks(1)])
+        # One record, after the slice: the example claim has a consumer reserved (it cannot
+        # leak), so it changes nothing the gate reads.
+        [facts] = of_type(await governance_records(pipe), NodeAdoptionFacts)
+        assert (facts.node, facts.slices, facts.claims) == (NODE, ((DRIVER, NODE),), ())
+        await pipe.append([declare(2)])
+        assert await verdicts(pipe) == [(None, None, "expand")]
+
+        # The Node's capacity now offers the class's extended resource too (a device plugin):
+        # plugin-and-dra on the node (rollback), and its count disagrees with the slice (hold).
+        await pipe.wave([capacity(devices + 2, 10), *ticks(11)])
+        assert (await verdicts(pipe))[-1] == ("adoption-rollback/east", "firing", "rollback")
+        [rolled] = [d for d in await pipe.decisions() if d["incident"] == "adoption-rollback/east"]
+        reasons = {r["code"]: r for r in rolled["details"]["reasons"]}
+        assert reasons["ownership-conflict"]["verdict"] == "rollback"
+        # The conflict is forwarded before the node's new facts (the same record raised both):
+        # the divergence follows in the facts, and the verdict stays rollback (no new decision).
+        [divergence] = of_type(await governance_records(pipe), NodeAdoptionFacts)[-1].divergences
+        assert (divergence.slice_devices, divergence.node_capacity) == (devices, devices + 2)
+        assert [v[2] for v in await verdicts(pipe)] == ["expand", "rollback"]
+
+        # The plugin is gone from the node: nothing is offered twice, nothing diverges.
+        # The conflict clears first (the divergence still held: hold), then the facts (expand).
+        await pipe.wave([capacity(0, 20), *ticks(21)])
+        assert (await verdicts(pipe))[2:] == [
+            ("adoption-hold/east", "firing", "hold"),
+            ("adoption-rollback/east", "resolved", "hold"),
+            ("adoption-hold/east", "resolved", "expand"),
+        ]
