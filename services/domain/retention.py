@@ -12,7 +12,7 @@ The log keeps everything; the tables keep what the directory, the inventory and 
 - ``device_identities``: the row of a claim alias (a CDI-form DRA resourceID,
   one per ResourceClaim) is dropped once its last observation is older than a week before its
   partition's watermark and its ``devices`` row holds no allocation; a cleared conflict in
-  ``inventory_conflicts`` a week after the newest conflict (both in
+  ``inventory_conflicts`` a week before the log's newest event time (both in
   :mod:`services.domain.inventory.expiry`).
 """
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from services.domain.event_time import effective_times
@@ -158,23 +158,29 @@ def upsert(table: dict[int, ConflictRow], key: int, active: bool, hours: int) ->
 
 @settings(max_examples=200, deadline=None)
 @given(updates=conflict_updates, cuts=st.sets(st.integers(0, 25)))
+@example(
+    updates=[(0, True, 0), (1, True, 169), (0, False, 0), (1, False, 0), (1, True, 0)], cuts={2}
+)
 def test_cleared_conflicts_pruned_after_every_batch_end_as_pruned_once(
     updates: list[tuple[int, bool, int]], cuts: set[int]
 ) -> None:
+    newest: datetime | None = None  # the log's newest event time so far (a watermark)
+
     def prune(table: dict[int, ConflictRow]) -> dict[int, ConflictRow]:
-        return {int(r.subject): r for r in conflicts_kept(table.values())}
+        return {int(r.subject): r for r in conflicts_kept(table.values(), newest)}
 
     per_batch: dict[int, ConflictRow] = {}
     once: dict[int, ConflictRow] = {}
     for i, update in enumerate(updates):
+        at = T0 + timedelta(hours=update[2])
+        newest = at if newest is None else max(newest, at)
         upsert(per_batch, *update)
         upsert(once, *update)
         if i in cuts:
             per_batch = prune(per_batch)
     assert prune(per_batch) == prune(once)
     kept = prune(once)
-    if kept:
-        newest = max(r.last_seen for r in kept.values())
+    if newest is not None:
         assert all(r.active or r.last_seen >= newest - CONFLICT_RETENTION for r in kept.values())
 
 

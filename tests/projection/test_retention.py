@@ -179,7 +179,7 @@ async def test_the_rows_do_not_depend_on_the_batch_split_nor_on_the_path(
         assert CDI_GPU_2 not in ids
 
 
-async def test_cleared_conflicts_a_week_older_than_the_newest_are_deleted(
+async def test_cleared_conflicts_a_week_before_the_newest_event_time_are_deleted(
     store: ProjectionStore, engine: AsyncEngine
 ) -> None:
     log = [

@@ -142,7 +142,8 @@ async def write_plan(conn: AsyncConnection, sql: InventoryStatements, plan: Inve
     await forget_identities(conn, sql.retention, plan.forgotten)
     if plan.conflicts:
         await conn.execute(sql.upsert_conflicts, _rows(c.to_row() for c in plan.conflicts.values()))
-        await prune_conflicts(conn, sql.retention)
+    # Every batch, not only one that wrote conflicts: the horizon moves with the log's event time.
+    await prune_conflicts(conn, sql.retention)
 
 
 async def load_fold(

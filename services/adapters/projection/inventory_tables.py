@@ -14,7 +14,8 @@ directory (``device_history``/``devices``) and ``partition_progress``, from ``In
   alias (CDI form) ``last_observed_at``/``partition``, by which it is forgotten a week after its
   last observation once unallocated (:mod:`services.domain.inventory.expiry`);
 - ``inventory_conflicts``: data-quality findings (:class:`services.domain.inventory.state.Conflict`),
-  ``active`` false once cleared; a cleared row is deleted a week after the newest conflict.
+  ``active`` false once cleared; a cleared row is deleted a week before the log's newest
+  event time.
 """
 
 from __future__ import annotations

@@ -41,11 +41,12 @@ class RetentionStatements:
             "CAST(:ids AS text[])) AS f(node, resource_id) "
             "WHERE d.node = f.node AND d.resource_id = f.resource_id"
         )
-        # services.domain.inventory.expiry.conflicts_kept: relative to the newest conflict, so
-        # the rows kept do not depend on how the log was split into batches.
+        # services.domain.inventory.expiry.conflicts_kept: relative to the log's newest event
+        # time, which never decreases, so the rows kept do not depend on how the log was split
+        # into batches (run after the batch's progress is written).
         self.prune_conflicts = text(
             f"DELETE FROM {s}.inventory_conflicts WHERE NOT active AND last_seen < "
-            f"(SELECT max(last_seen) FROM {s}.inventory_conflicts) - "
+            f"(SELECT max(last_event_at) FROM {s}.partition_progress) - "
             "make_interval(secs => :retention_seconds)"
         )
         self.allocated = text(
@@ -89,7 +90,8 @@ async def forget_identities(
 
 
 async def prune_conflicts(conn: AsyncConnection, sql: RetentionStatements) -> None:
-    """Delete the cleared conflicts older than the window before the newest conflict."""
+    """Delete the cleared conflicts older than the window before the log's newest event time
+    (the highest ``partition_progress.last_event_at``: write the batch's progress first)."""
     await conn.execute(
         sql.prune_conflicts, {"retention_seconds": CONFLICT_RETENTION.total_seconds()}
     )

@@ -24,10 +24,15 @@ an alias lapses and the end of that batch, re-resolves it (its row is deleted an
 batch's end) and may raise a conflict that is then cleared, as conflicts may differ between
 interleavings (``docs/inventory.md``).
 
-Cleared conflicts are dropped :data:`CONFLICT_RETENTION` after the newest conflict's
-``last_seen`` (:func:`conflicts_kept`): the newest never goes, so the rows left after any
-sequence of batches are the same; the fold holds only active conflicts, so a dropped row changes
-no later write.
+Cleared conflicts are dropped :data:`CONFLICT_RETENTION` before the log's newest event time
+(:func:`conflicts_kept`; the highest ``partition_progress.last_event_at``), at the end of every
+batch. That time never decreases, so a row dropped at the end of one batch would be dropped at the
+end of any later one, and the rows left after any sequence of batches are the same. (Measured
+from the newest conflict's ``last_seen`` instead, a conflict raised again with an earlier time
+than the cleared row it replaces lowered the horizon, and a row dropped in one split of the log
+was kept in another: found by the property test.) The fold holds only active conflicts, so a
+dropped row changes no later write, and a conflict raised again after its row went starts a new
+row as it would over the cleared one.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ after its last observation. A week: longer than any outage a watcher is expected
 from, so an alias is only forgotten once its claim is long gone."""
 
 CONFLICT_RETENTION: Final = timedelta(days=7)
-"""How long (event time, before the newest conflict's ``last_seen``) a cleared conflict is kept:
+"""How long (event time, before the log's newest event time) a cleared conflict is kept:
 the same week as the Pod tombstones (:data:`services.domain.tombstones.TOMBSTONE_RETENTION`)."""
 
 
@@ -59,14 +64,15 @@ def claim_alias(resource_id: str, source: DeviceSource) -> bool:
     return source is DeviceSource.DRA and split_device_id(resource_id) is None
 
 
-def conflicts_kept(rows: Iterable[ConflictRow]) -> list[ConflictRow]:
-    """``rows`` without the cleared ones older than :data:`CONFLICT_RETENTION` before the newest
-    ``last_seen`` (the newest row and every active one are kept), in the order given. The
-    projection's statement is the same (``services.adapters.projection.retention_sql``)."""
+def conflicts_kept(rows: Iterable[ConflictRow], newest: datetime | None) -> list[ConflictRow]:
+    """``rows`` without the cleared ones whose ``last_seen`` is more than
+    :data:`CONFLICT_RETENTION` before ``newest`` (the log's newest event time, UTC; ``None``: no
+    event yet, all kept), in the order given. Active rows are always kept. The projection's
+    statement is the same (``services.adapters.projection.retention_sql``)."""
     rows = list(rows)
-    if not rows:
-        return []
-    cut = max(r.last_seen for r in rows) - CONFLICT_RETENTION
+    if newest is None:
+        return rows
+    cut = newest - CONFLICT_RETENTION
     return [r for r in rows if r.active or r.last_seen >= cut]
 
 
