@@ -107,6 +107,16 @@ async def test_pools_are_declared_on_the_log_and_gated_on_the_inventory(
     assert reasons["devices-quarantined"]["figures"]["quarantined"] == 1
     assert reasons["devices-quarantined"]["figures"]["devices"] == 5
     assert reasons["leaked-claims"]["verdict"] == "expand"  # the claim has consumers reserved
+    # What GET gives is a declaration POST takes back (the new user of stop 20 could not).
+    again = {
+        "pool": "east",
+        "phase": east["phase"],
+        "selector": east["selector"],
+        "deviceClass": east["deviceClass"],
+        "reason": "re-declared as read",
+    }
+    response = await gov_api.post("/v1/adoption", json=again, headers=bearer("operator"))
+    assert response.status_code in (200, 202), response.text
     assert (plain["pool"], plain["phase"], plain["nodes"], plain["verdict"]) == (
         "plain",
         Phase.PLUGIN.value,
@@ -128,7 +138,13 @@ async def test_pools_are_declared_on_the_log_and_gated_on_the_inventory(
 async def test_a_bad_declaration_is_a_422_and_a_viewer_may_not_declare(
     gov_api: httpx.AsyncClient,
 ) -> None:
-    for selector in ({"driver": DRIVER, "nodes": [NODE_A]}, {"slicePool": "x"}, {"nodes": []}):
+    for selector in (
+        {"driver": DRIVER, "nodes": [NODE_A]},
+        {"slicePool": "x"},
+        {"nodes": []},
+        {"driver": None, "slicePool": None, "nodes": []},
+        {"nodes": [NODE_A], "slicePool": "x"},
+    ):
         both = {**EAST, "selector": selector}
         response = await gov_api.post("/v1/adoption", json=both, headers=bearer("operator"))
         assert response.status_code == 422, response.text

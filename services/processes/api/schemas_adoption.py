@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from services.domain.adoption.gate import PoolGate, Reason, Verdict
 from services.domain.governance.adoption import (
@@ -32,19 +32,30 @@ SlicePoolField = Annotated[
 """A ResourceSlice pool name: DNS subdomains separated by slashes (``spec.pool.name``)."""
 
 
-class DriverSelectorIn(RequestModel):
-    """The nodes where a DRA driver's ResourceSlices (of one pool, with ``slicePool``) publish."""
+class SelectorIn(RequestModel):
+    """The pool's nodes: where a DRA driver's ResourceSlices (of one pool, with ``slicePool``)
+    publish, or nodes named explicitly. The shape ``GET /v1/adoption`` gives (``driver``,
+    ``slicePool``, ``nodes``, with nulls and an empty list for what is not set) is accepted back."""
 
-    driver: NameField = Field(description="DRA driver name (ResourceSlice `spec.driver`).")
-    slice_pool: SlicePoolField | None = Field(None, description="ResourceSlice `spec.pool.name`.")
-
-
-class NodesSelectorIn(RequestModel):
-    """Nodes named explicitly."""
-
-    nodes: list[NameField] = Field(
-        description="Node names of the pool.", min_length=1, max_length=MAX_NODES
+    driver: NameField | None = Field(
+        None, description="DRA driver name (ResourceSlice `spec.driver`)."
     )
+    slice_pool: SlicePoolField | None = Field(
+        None, description="ResourceSlice `spec.pool.name` (with `driver` only)."
+    )
+    nodes: list[NameField] = Field(
+        default_factory=list, description="Node names of the pool.", max_length=MAX_NODES
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> SelectorIn:
+        if self.driver is None and not self.nodes:
+            raise ValueError("selector: give `driver` (and optionally `slicePool`) or `nodes`")
+        if self.driver is not None and self.nodes:
+            raise ValueError("selector: `driver` or `nodes`, not both")
+        if self.slice_pool is not None and self.driver is None:
+            raise ValueError("selector: `slicePool` needs `driver`")
+        return self
 
 
 class AdoptionIn(ReasonIn):
@@ -55,15 +66,13 @@ class AdoptionIn(ReasonIn):
         pattern=POOL_NAME.pattern,
     )
     phase: Phase = Field(description="plugin, canary, dra or rolled-back.")
-    selector: DriverSelectorIn | NodesSelectorIn = Field(
-        description="`{driver, slicePool?}` or `{nodes}`."
-    )
+    selector: SelectorIn = Field(description="`{driver, slicePool?}` or `{nodes}`.")
     device_class: NameField | None = Field(None, description="The DeviceClass the pool moves to.")
 
     def declaration(self) -> AdoptionDeclaration:
         """The domain's declaration (the schema already holds it to the domain's rules)."""
         sel = self.selector
-        if isinstance(sel, DriverSelectorIn):
+        if sel.driver is not None:
             selector = PoolSelector(driver=sel.driver, pool=sel.slice_pool)
         else:
             selector = PoolSelector(nodes=tuple(sel.nodes))
