@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from services.domain.adoption.gate import PoolGate, Reason, Verdict
 from services.domain.governance.adoption import (
@@ -36,6 +36,26 @@ class SelectorIn(RequestModel):
     """The pool's nodes: where a DRA driver's ResourceSlices (of one pool, with ``slicePool``)
     publish, or nodes named explicitly. The shape ``GET /v1/adoption`` gives (``driver``,
     ``slicePool``, ``nodes``, with nulls and an empty list for what is not set) is accepted back."""
+
+    # The rules of ``_one_kind`` as the schema states them (two exclusive shapes).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {
+                    "required": ["driver"],
+                    "properties": {"driver": {"type": "string"}, "nodes": {"maxItems": 0}},
+                },
+                {
+                    "required": ["nodes"],
+                    "properties": {
+                        "nodes": {"minItems": 1},
+                        "driver": {"type": "null"},
+                        "slicePool": {"type": "null"},
+                    },
+                },
+            ]
+        }
+    )
 
     driver: NameField | None = Field(
         None, description="DRA driver name (ResourceSlice `spec.driver`)."
