@@ -16,6 +16,8 @@ Rules (the design is in ``docs/governance.md``):
   paused automation defers them until an operator acts.
 - A quarantined device reporting Healthy goes probe -> canary -> stability before release; any
   failure extends the quarantine. Flapping devices stay quarantined.
+- Devices of one node faulting together are one node incident (:mod:`.node_faults`); a watch
+  silent past ``watch_stale_seconds`` is stale (:mod:`.watch_freshness`), devices unchanged.
 """
 
 from __future__ import annotations
@@ -25,7 +27,17 @@ from typing import Final
 
 from services.domain.directory import version_rank
 from services.domain.events import Health
-from services.domain.governance import clock, commands, context, identities, leases, nodes, rules
+from services.domain.governance import (
+    clock,
+    commands,
+    context,
+    identities,
+    leases,
+    node_faults,
+    nodes,
+    rules,
+    watch_freshness,
+)
 from services.domain.governance.decisions import AlertAction, Decision, DecisionKind, Severity
 from services.domain.governance.device_state import DeviceGov
 from services.domain.governance.inputs import (
@@ -89,8 +101,11 @@ def step(
         on_conflict(ctx, record)
     elif isinstance(record, RecoveryReport):
         leases.on_report(ctx, record)
-    # A WatcherTick only moves the clock (``at``); a PartitionWatermark is the merge's, not ours.
+    # A WatcherTick only moves the clock (``at``) and reports the watch (``watch_freshness``); a
+    # PartitionWatermark is the merge's, not ours.
     clock.fire_due(ctx)
+    watch_freshness.on_record(ctx, record)
+    node_faults.settle(ctx)
     return ctx.decisions
 
 
@@ -170,6 +185,9 @@ def on_transition(ctx: context.Ctx, t: HealthTransition) -> None:
     if not was_bad and rules.effective(state, device)[0] is not Health.HEALTHY:
         nodes.signal(ctx, t.observed_at, device.node, device.resource_id)
     ctx.touch(device)
+    if t.health is Health.UNHEALTHY and previous is not Health.UNHEALTHY:
+        # Before the device's own decisions: its alert is marked with the incident at once.
+        node_faults.on_fault(ctx, device, t.observed_at)
     rules.evaluate(ctx, device, t.observed_at)
     nodes.check_escalation(ctx, device.node, t.observed_at)
 

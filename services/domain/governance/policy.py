@@ -40,6 +40,10 @@ class GovernancePolicy:
     recovery_holddown_seconds: float = 900.0
     recovery_lease_seconds: float = 300.0
     quarantine_operator_age_seconds: float = 259200.0
+    watch_stale_seconds: float = 75.0
+    node_incident_window_seconds: float = 1.0
+    node_incident_share: float = 0.5
+    node_incident_min_devices: int = 2
 
     @classmethod
     def from_settings(cls, settings: Any) -> GovernancePolicy:
