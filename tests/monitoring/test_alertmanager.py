@@ -224,9 +224,9 @@ async def test_alertmanager_holds_back_the_device_alerts_of_a_node_incident(
         assert incident.startswith("node-fault/gpu-node-d/")
         assert node["labels"]["nodeIncident"] == incident
         assert node["status"]["state"] == "active"
-        quarantines = {a["labels"]["node"]: [] for a in by_name["DeviceQuarantined"]}
+        quarantines: dict[str, list[dict[str, Any]]] = {}
         for alert in by_name["DeviceQuarantined"]:
-            quarantines[alert["labels"]["node"]].append(alert)
+            quarantines.setdefault(alert["labels"]["node"], []).append(alert)
         assert len(quarantines["gpu-node-d"]) == 8
         for alert in quarantines["gpu-node-d"]:  # each device alert held back by the incident
             assert alert["labels"]["nodeIncident"] == incident

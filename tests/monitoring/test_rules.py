@@ -24,6 +24,8 @@ ALERTS_WANTED = {
     "DevicestateWatcherSilent",
     "DevicestateQuarantineNeedsOperator",  # issue 15 item 4
     "DevicestateDedupTableAhead",  # issue 11: the early-drop check fired
+    "DevicestateWatchStale",  # issue 15 item 3
+    "DevicestateNodeIncidentOpen",  # issue 15 item 5
 }
 """Issue 14 item 3: quarantined, Unknown beyond its window, breaker, lag/staleness, dead letters,
 recovery failing, watcher silent."""
