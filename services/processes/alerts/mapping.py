@@ -38,7 +38,7 @@ import orjson
 
 from services.domain.codec import parse_time
 from services.domain.events import format_time
-from services.domain.governance.decisions import AlertAction, Decision, DecisionKind, Severity
+from services.domain.governance.decisions import AlertAction, Decision, Severity
 from services.processes.alerts import node_incidents
 
 Alert: TypeAlias = dict[str, Any]
@@ -194,16 +194,12 @@ class ActiveAlerts:
         alert = alert_from_decision(decision, device_url(self._base_url, decision))
         if alert is None:
             return []
-        held_by = self._nodes.of(alert["labels"])
-        if decision.kind in node_incidents.OPENING | {DecisionKind.NODE_FAULT_CLOSED}:
-            held_by = decision.incident
+        own = decision.kind in node_incidents.KINDS  # the node incident's own alert
+        held_by = decision.incident if own else self._nodes.of(alert["labels"])
         if held_by is not None:
             alert["labels"][node_incidents.LABEL] = held_by
-        incident = alert["labels"]["incident"]
-        if joined:
-            held = self._hold_back(set(joined), alert["startsAt"])
-            return [*self._apply(decision, alert, incident), *held]
-        return self._apply(decision, alert, incident)
+        out = self._apply(decision, alert, alert["labels"]["incident"])
+        return [*out, *self._hold_back(set(joined), alert["startsAt"])] if joined else out
 
     def _hold_back(self, devices: set[tuple[str, str]], at: str) -> list[Alert]:
         """Post the firing alerts of ``devices`` again with their node incident's label."""

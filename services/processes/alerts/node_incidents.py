@@ -22,6 +22,8 @@ LABEL: Final = "nodeIncident"
 """The label naming the node incident an alert belongs to."""
 
 OPENING: Final = frozenset({DecisionKind.NODE_FAULT_OPENED, DecisionKind.NODE_FAULT_UPDATED})
+KINDS: Final = OPENING | {DecisionKind.NODE_FAULT_CLOSED}
+"""The decisions of a node incident itself (its alert carries its own key as ``nodeIncident``)."""
 
 
 class NodeIncidents:
