@@ -151,7 +151,9 @@ def watch_text(watch: dict[str, Any] | None) -> str:
     seen = cell(watch["lastSeenAt"])
     if watch["stale"]:
         return f"STALE: no event or bookmark since {seen} ({cell(watch['incident'])})"
-    return "fresh" + ("" if watch["lastSeenAt"] is None else f" (last delivery {seen})")
+    if watch["lastSeenAt"] is None:
+        return "not known yet (no watcher tick folded)"
+    return f"fresh (last delivery {seen})"
 
 
 def node_incident_rows(incidents: list[dict[str, Any]]) -> list[tuple[str, str]]:
