@@ -203,3 +203,15 @@ def test_through_the_merge_two_of_eight_is_no_incident() -> None:
     decisions, _ = govern(node_logs(2), random.randrange(2**32))
     assert not [d for d in decisions if b"NodeFaultIncident" in d]
     assert sum(b'"DeviceQuarantined"' in d for d in decisions) == 2
+
+
+def test_a_late_repeat_of_a_device_keeps_its_latest_fault() -> None:
+    # Found by the event-order property: a device's second fault arriving with an older time.
+    run = GovernanceRun(policy=POLICY)
+    healthy_node(run)
+    run.feed(transition(N1, GPUS[0], U, 100, 100))
+    run.feed(transition(N1, GPUS[0], H, 101, 100.5))
+    run.feed(transition(N1, GPUS[0], U, 102, 50))  # late: older than the window before 100
+    assert run.state.fleet.recent_faults[N1] == [(at(100), GPUS[0])]
+    run.feed(watermark(200))
+    assert run.state.fleet.recent_faults == {}

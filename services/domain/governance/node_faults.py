@@ -46,13 +46,13 @@ def on_fault(ctx: context.Ctx, device: DeviceGov, at: datetime) -> None:
             _emit(ctx, DecisionKind.NODE_FAULT_UPDATED, open_fault, at, AlertAction.FIRING)
         return
     window = timedelta(seconds=ctx.policy.node_incident_window_seconds)
-    newest = max([at, *(t for t, _ in fleet.recent_faults.get(name, ()))])
-    # Kept sorted by (time, resourceID), one entry per device, none older than the window.
-    recent = sorted(
-        {r: t for t, r in [*fleet.recent_faults.get(name, ()), (at, rid)]}.items(),
-        key=lambda item: (item[1], item[0]),
-    )
-    faults = [(t, r) for r, t in recent if t >= newest - window]
+    # One entry per device (its latest fault), sorted by (time, resourceID), none older than the
+    # window before the newest: a late record cannot make the order of arrival matter.
+    latest: dict[str, datetime] = {}
+    for t, r in [*fleet.recent_faults.get(name, ()), (at, rid)]:
+        latest[r] = max(t, latest.get(r, t))
+    newest = max(latest.values())
+    faults = sorted((t, r) for r, t in latest.items() if t >= newest - window)
     devices = ctx.state.device_count(name)
     policy = ctx.policy
     if len(faults) < policy.node_incident_min_devices or len(faults) < (
