@@ -112,6 +112,8 @@ class GovernorGauges:
             metrics.adoption_pools.labels(verdict).set(by_verdict.get(verdict, 0))
         metrics.breaker_open.set(1 if fleet.breaker_open else 0)
         metrics.automation_paused.set(1 if fleet.automation_paused else 0)
+        metrics.watch_stale.set(1 if fleet.watch_stale_incident is not None else 0)
+        metrics.node_incidents_open.set(len(fleet.node_faults))
         if fleet.watermark is not None:
             metrics.watermark.set(fleet.watermark.timestamp())
 

@@ -176,6 +176,17 @@ class WorkerMetrics:
             "1 while an operator has paused automation.",
             registry=r,
         )
+        self.watch_stale = Gauge(
+            "devicestate_governor_watch_stale",
+            "1 while the governor holds the watch stale (decision WatchStale: no watch event, "
+            "bookmark or LIST for DEVICESTATE_WATCH_STALE_SECONDS of event time).",
+            registry=r,
+        )
+        self.node_incidents_open = Gauge(
+            "devicestate_governor_node_incidents_open",
+            "Open node incidents of devices that faulted together (NodeFaultIncidentOpened).",
+            registry=r,
+        )
         self.watermark = Gauge(
             "devicestate_governor_watermark_seconds",
             "The governor's event-time watermark (unix seconds): observations are complete up to "

@@ -4,7 +4,7 @@ outcome, the governor's status and a device's timeline, read from the API."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import orjson
 import typer
@@ -105,7 +105,8 @@ def governance(
     api_url: ApiUrl = None,
     token: Token = None,
 ) -> None:
-    """Fleet governance status: staleness, breaker, automation, quarantines.
+    """Fleet governance status: staleness, breaker, automation, watch, node incidents,
+    quarantines.
 
     Observations are stale when the governor's event-time watermark lags the wall clock by more
     than two watcher ticks (+5 s).
@@ -130,6 +131,8 @@ def governance(
         ("watermark", watermark),
         ("breaker", breaker),
         ("automation", automation),
+        ("watch", watch_text(status.get("watch"))),
+        *node_incident_rows(status.get("nodeIncidents") or []),
         ("quarantines", f"{status['activeQuarantines']} active or recovering"),
         ("deferred", str(status["deferred"])),
         ("nodes", f"{status['nodesHeartbeatLost']} with a lost heartbeat"),
@@ -139,6 +142,32 @@ def governance(
         ["NAME", "VALUE"], [[f"[bold]{n}[/]", escape(v)] for n, v in rows], headers=False
     )
     print_table(table, console)
+
+
+def watch_text(watch: dict[str, Any] | None) -> str:
+    """The watch line of ``devicestate governance`` (issue 15): stale or fresh, on event time."""
+    if watch is None:
+        return "-"
+    seen = cell(watch["lastSeenAt"])
+    if watch["stale"]:
+        return f"STALE: no event or bookmark since {seen} ({cell(watch['incident'])})"
+    if watch["lastSeenAt"] is None:
+        return "not known yet (no watcher tick folded)"
+    return f"fresh (last delivery {seen})"
+
+
+def node_incident_rows(incidents: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """One row per open node incident: its node, devices and key."""
+    if not incidents:
+        return [("node incidents", "none")]
+    return [
+        (
+            "node incident",
+            f"{i['node']}: {len(i['devices'])} devices since {cell(i['openedAt'])} "
+            f"({', '.join(i['devices'])}; {i['incident']})",
+        )
+        for i in incidents
+    ]
 
 
 def timeline(

@@ -28,6 +28,7 @@ import orjson
 from services.domain.codec import (
     EventDecodeError,
     json_fault,
+    optional_time_field,
     str_field,
     time_field,
     version_field,
@@ -78,10 +79,17 @@ class NodeResourcesChanged:
 
 @dataclass(frozen=True, slots=True)
 class WatcherTick:
-    """The watcher's clock read ``observed_at`` (UTC); sent to partition ``partition``."""
+    """The watcher's clock read ``observed_at`` (UTC); sent to partition ``partition``.
+
+    ``watch_seen_at`` (UTC, issue 15): the watcher's clock when its quietest watch last delivered
+    anything (an event, a BOOKMARK, a LIST), or when the watcher started; the governor marks the
+    watch stale on event time from it (:mod:`services.domain.governance.watch_freshness`).
+    ``None``: a tick of an older watcher, which is evidence of nothing but its own time.
+    """
 
     partition: int
     observed_at: datetime
+    watch_seen_at: datetime | None = None
     type: str = field(default="WatcherTick", init=False)
 
     @property
@@ -121,6 +129,8 @@ def node_event_to_dict(event: NodeEvent) -> dict[str, Any]:
         )
     else:
         base.update(partition=event.partition)
+        if event.watch_seen_at is not None:  # absent otherwise: older ticks keep their bytes
+            base.update(watchSeenAt=format_time(event.watch_seen_at))
     return base
 
 
@@ -164,7 +174,8 @@ def node_event_from_dict(obj: dict[str, Any]) -> NodeEvent:
         partition = obj.get("partition")
         if type(partition) is not int or partition < 0:
             raise EventDecodeError("field 'partition' must be an integer >= 0")
-        return WatcherTick(partition=partition, observed_at=observed_at)
+        seen = optional_time_field(obj, "watchSeenAt")
+        return WatcherTick(partition=partition, observed_at=observed_at, watch_seen_at=seen)
     raise EventDecodeError(f"unknown event type {kind!r}")
 
 

@@ -351,6 +351,32 @@ class PolicySettings(SettingsGroup):
         "without recovery progress (no recovery stage passed) needs an operator: decision and "
         "alert QuarantineNeedsOperator.",
     )
+    # --- Governance: a silent watch and node-wide faults (issue 15) -------------------------
+    watch_stale_seconds: float = Field(
+        75.0,
+        gt=0,
+        description="Seconds of event time without any watch event, BOOKMARK or LIST reported by "
+        "the watcher (its ticks carry when its quietest watch last delivered one) before the "
+        "governor marks the watch stale (decision WatchStale, alert). A little over the API "
+        "server's bookmark interval (~60 s measured on the test kube-apiserver), so a live watch "
+        "never crosses it. Devices never turn Unknown from it.",
+    )
+    node_incident_window_seconds: float = Field(
+        1.0,
+        ge=0,
+        description="Device faults (Unhealthy) on one node within this many seconds of event "
+        "time count as simultaneous: one node incident (NodeFaultIncidentOpened) listing them.",
+    )
+    node_incident_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="Share of the node's governed devices that must fault within the window to "
+        "open a node incident.",
+    )
+    node_incident_min_devices: int = Field(
+        2, ge=2, description="Fewest simultaneous device faults that open a node incident."
+    )
 
 
 class RetentionSettings(SettingsGroup):

@@ -242,6 +242,13 @@ async def test_nodes_and_fleet_counts(api: httpx.AsyncClient) -> None:
         "nodes": 2,
         "byHealth": {"Healthy": 4, "Unhealthy": 1, "Unknown": 1},
         "bySource": {"device-plugin": 5, "dra": 1},
+        "governance": {  # no governor ran here (tests/api/test_fleet_governance.py)
+            "governorSeen": False,
+            "breaker": {"open": False, "openedAt": None, "incident": None},
+            "automation": {"paused": False, "pausedBy": None, "reason": None},
+            "watch": {"stale": False, "lastSeenAt": None, "incident": None},
+            "nodeIncidents": [],
+        },
     }
 
 

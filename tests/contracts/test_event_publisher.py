@@ -105,6 +105,14 @@ class PublisherContract:
             (p, f"~tick/{p}", WatcherTick(partition=p, observed_at=T0)) for p in range(PARTITIONS)
         ]
 
+    async def test_a_tick_carries_when_the_watch_last_delivered(self, harness: Harness) -> None:
+        seen = T0 - timedelta(seconds=30)
+        assert await harness.publisher.publish_tick(T0, seen) == PARTITIONS
+        got = await harness.delivered(PARTITIONS)
+        assert {d.record for d in got} == {
+            WatcherTick(p, T0, watch_seen_at=seen) for p in range(PARTITIONS)
+        }
+
     async def test_a_dead_letter_keeps_the_original_bytes_and_says_why(
         self, harness: Harness
     ) -> None:

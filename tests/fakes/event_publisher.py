@@ -32,9 +32,11 @@ class FakePublisher:
             self._published.clear()
             await self._published.wait()
 
-    async def publish_tick(self, observed_at: datetime) -> int:
+    async def publish_tick(
+        self, observed_at: datetime, watch_seen_at: datetime | None = None
+    ) -> int:
         for partition in range(self.partition_count):
-            await self.publish(WatcherTick(partition=partition, observed_at=observed_at))
+            await self.publish(WatcherTick(partition, observed_at, watch_seen_at=watch_seen_at))
         return self.partition_count
 
     async def dead_letter(self, original: bytes, reason: str, stage: str, source: str) -> None:

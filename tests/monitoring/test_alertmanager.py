@@ -1,12 +1,15 @@
 """A real Alertmanager, configured with deploy/alertmanager/alertmanager.yml, receives what
 ``devicestate alerts`` sends (API v2) from decisions on the real Kafka broker: the test reads the
 alerts back (labels node, resourceID, namespace, reason), sees a resolved alert end, a device
-alert inhibited by its node's heartbeat alert, and the grouping by alert name and node."""
+alert inhibited by its node's heartbeat alert, and the grouping by alert name and node; and, for
+a node-wide fault decided by the real governor, the eight device alerts held back by the one node
+incident (label nodeIncident) in one group."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,7 @@ import pytest
 
 from devtools.testenv import monitoring_servers
 from devtools.testenv.monitoring_servers import Server
+from services.domain.events import Health
 from services.domain.governance.decisions import (
     AlertAction,
     Decision,
@@ -168,5 +172,79 @@ async def test_alertmanager_gets_the_alerts_inhibits_and_groups_them(
         )
         assert set(remaining) == {Q_C, HEARTBEAT_C}
         assert running.value("devicestate_alerts_sent_total", status="resolved", path="stream") == 1
+    finally:
+        await running.stop()
+
+
+def node_wide_fault() -> list[Decision]:
+    """What the real governor decides when all eight GPUs of gpu-node-d fault within 0.7 s (and
+    one GPU of gpu-node-e alone), at wall-clock times (Alertmanager ends alerts on its clock).
+    The node escalation is off, so what holds the device alerts back is the node incident alone
+    (the escalation's own inhibition is the older rule)."""
+    from tests.governance.harness import GovernanceRun
+    from tests.governance.strategies import T0 as RUN_T0
+    from tests.governance.strategies import transition, watermark
+    from tests.governance.test_node_incidents import GPUS, POLICY
+
+    shift = T0 - RUN_T0
+    run = GovernanceRun(policy=replace(POLICY, node_escalation_min_devices=9))
+    for i, gpu in enumerate(GPUS):
+        run.feed(transition("gpu-node-d", gpu, Health.HEALTHY, i + 1, 0))
+        run.feed(transition("gpu-node-e", gpu, Health.HEALTHY, i + 1, 0))
+    run.feed(watermark(10))
+    for i, gpu in enumerate(GPUS):
+        run.feed(transition("gpu-node-d", gpu, Health.UNHEALTHY, 100 + i, 10 + i * 0.1))
+    run.feed(transition("gpu-node-e", GPUS[0], Health.UNHEALTHY, 200, 11))
+    return [replace(d, at=d.at + shift) for d in run.decisions if d.alert is not None]
+
+
+async def test_alertmanager_holds_back_the_device_alerts_of_a_node_incident(
+    kafka_bootstrap: str,
+    decisions_topic: str,
+    alertmanager_server: Callable[[Path], Server],
+) -> None:
+    am = alertmanager_server(CONFIG)
+    settings = Settings(decisions_topic=decisions_topic, alert_webhook_url=am.url)
+    options = AlertOptions(
+        group_id=f"{decisions_topic}.alerts", metrics_port=0, resend_interval_seconds=3600
+    )
+    decisions = node_wide_fault()
+    await publish(kafka_bootstrap, decisions_topic, [(None, encode_decision(d)) for d in decisions])
+    running = Running(settings, options)
+    try:
+        # 8 quarantines on node d, 1 on node e, the node incident
+        found = await eventually(
+            lambda: len(got := monitoring_servers.alerts(am)) == 10 and got, "ten alerts"
+        )
+        by_name: dict[str, list[dict[str, Any]]] = {}
+        for alert in found:
+            by_name.setdefault(alert["labels"]["alertname"], []).append(alert)
+        (node,) = by_name["NodeFaultIncident"]
+        incident = node["labels"]["incident"]
+        assert incident.startswith("node-fault/gpu-node-d/")
+        assert node["labels"]["nodeIncident"] == incident
+        assert node["status"]["state"] == "active"
+        quarantines: dict[str, list[dict[str, Any]]] = {}
+        for alert in by_name["DeviceQuarantined"]:
+            quarantines.setdefault(alert["labels"]["node"], []).append(alert)
+        assert len(quarantines["gpu-node-d"]) == 8
+        for alert in quarantines["gpu-node-d"]:  # each device alert held back by the incident
+            assert alert["labels"]["nodeIncident"] == incident
+            assert alert["status"]["state"] == "suppressed"
+            assert alert["status"]["inhibitedBy"] == [node["fingerprint"]]
+        assert "NodeEscalation" not in by_name
+        (alone,) = quarantines["gpu-node-e"]  # another node's device: its own page
+        assert "nodeIncident" not in alone["labels"]
+        assert alone["status"]["state"] == "active"
+        # one page for gpu-node-d: what is not inhibited is the incident and node e's device
+        not_inhibited = monitoring_servers.alerts(am, inhibited=False)
+        assert sorted(a["labels"]["alertname"] for a in not_inhibited) == [
+            "DeviceQuarantined",
+            "NodeFaultIncident",
+        ]
+        groups = monitoring_servers.get_json(f"{am.url}/api/v2/alerts/groups")
+        (group,) = [g for g in groups if g["labels"].get("nodeIncident") == incident]
+        assert group["receiver"]["name"] == "oncall"
+        assert len(group["alerts"]) == 9  # the incident and its eight devices: one group
     finally:
         await running.stop()

@@ -26,6 +26,8 @@ ALERTS_WANTED = {
     "DevicestateDedupTableAhead",  # issue 11: the early-drop check fired
     "DevicestateAdoptionHold",  # issue 16: a DRA adoption pool's recorded verdict
     "DevicestateAdoptionRollback",
+    "DevicestateWatchStale",  # issue 15 item 3
+    "DevicestateNodeIncidentOpen",  # issue 15 item 5
 }
 """Issue 14 item 3: quarantined, Unknown beyond its window, breaker, lag/staleness, dead letters,
 recovery failing, watcher silent."""

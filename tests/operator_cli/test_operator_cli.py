@@ -374,3 +374,20 @@ async def test_timeline_and_governance(
     assert "1: 1 Quarantined" in status.stdout
     as_json = run(cli, "governance", "-o", "json", "--api-url", api_url)
     assert orjson.loads(as_json.stdout)["stale"] is True
+
+
+async def test_governance_shows_a_stale_watch_and_the_node_incidents(
+    cli: typer.Typer, api_url: str, governor: Governor
+) -> None:
+    """Issue 15: the watch line and one line per open node incident, from the real governor's
+    fleet snapshot (tests/api/test_fleet_governance.py builds it through machine.step)."""
+    from tests.api.test_fleet_governance import governed
+
+    state = governed()
+    await governor.fleet(state.fleet.watermark, snapshot=state.fleet.to_json())
+    status = run(cli, "governance", "--api-url", api_url)
+    assert status.exit_code == 0, status.output
+    out = " ".join(status.stdout.split())  # the table may wrap long values
+    assert "STALE: no event or bookmark since 2026-11-29T12:00:00Z" in out
+    assert "gpu-node-a: 4 devices since 2026-11-29T12:00:10.300000Z" in out
+    assert "node-fault/gpu-node-a/2026-11-29T12:00:10Z" in out

@@ -222,3 +222,48 @@ async def test_ticker_sends_the_first_tick_at_once(publisher: FakePublisher) -> 
     stop.set()
     await asyncio.wait_for(task, 5)  # stops without waiting for the hour
     assert len(publisher.of_type("WatcherTick")) == 3
+
+
+async def test_ticks_carry_when_the_quietest_watch_last_delivered(
+    publisher: FakePublisher,
+) -> None:
+    now = [WALL]
+    session = WatchSession(
+        publisher, WatcherMetrics(), WatchSummary(source="test"), clock=HarnessClock(lambda: now[0])
+    )
+
+    def later(seconds: float) -> datetime:
+        now[0] = WALL + timedelta(seconds=seconds)
+        return now[0]
+
+    await session.tick(WALL)  # the start: every expected watch counts from here
+    await session.handle(Bookmark("9"), "kube:pods/watch@8")
+    await session.handle(Bookmark("3"), "kube:leases/watch@2", stream="Lease")
+    await session.tick(later(30))
+    later(50)
+    await session.handle(Bookmark("10"), "kube:pods/watch@9")  # the Lease watch goes quiet
+    await session.tick(later(90))
+    session.not_served("leases")  # not a DRA kind: the plural passes through unchanged
+    await session.handle(Bookmark("4"), "kube:leases/watch@3", stream="Lease")
+    await session.tick(later(120))
+    ticks = publisher.of_type("WatcherTick")[::3]  # one per tick (three partitions)
+    assert [(t.observed_at, t.watch_seen_at) for t in ticks] == [
+        (WALL, WALL),
+        (later(30), WALL),  # both delivered at the start's clock (WALL)
+        (later(90), WALL),  # the Lease watch last delivered at the start
+        (later(120), later(50)),  # the Pod watch's bookmark at 50 is now the quietest
+    ]
+
+
+async def test_a_dra_watch_not_served_leaves_the_count(publisher: FakePublisher) -> None:
+    session = session_for(publisher)
+    await session.handle(
+        ObjectsListed("ResourceSlice", [], "1"),
+        "kube:resourceslices/list@1",
+        stream="ResourceSlice",
+    )
+    session.not_served("resourceslices")
+    await session.tick(WALL + timedelta(seconds=500))
+    assert {t.watch_seen_at for t in publisher.of_type("WatcherTick")} == {
+        WALL + timedelta(seconds=500)  # only the Pod watch, counted from this first tick
+    }

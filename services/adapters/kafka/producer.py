@@ -201,12 +201,15 @@ class EventPublisher:
         assert found is not None
         return sorted(found)
 
-    async def publish_tick(self, observed_at: datetime) -> int:
-        """Queue one ``WatcherTick(partition, observed_at)`` on every partition of
+    async def publish_tick(
+        self, observed_at: datetime, watch_seen_at: datetime | None = None
+    ) -> int:
+        """Queue one ``WatcherTick(partition, observed_at, watch_seen_at)`` on every partition of
         ``settings.topic``; returns how many (the partition count)."""
         partitions = await self.partitions()
         for partition in partitions:
-            await self.publish(WatcherTick(partition=partition, observed_at=observed_at))
+            tick = WatcherTick(partition, observed_at, watch_seen_at=watch_seen_at)
+            await self.publish(tick)
         return len(partitions)
 
     async def dead_letter(self, original: bytes, reason: str, stage: str, source: str) -> None:

@@ -16,6 +16,8 @@ Rules (the design is in ``docs/governance.md``):
   paused automation defers them until an operator acts.
 - A quarantined device reporting Healthy goes probe -> canary -> stability before release; any
   failure extends the quarantine. Flapping devices stay quarantined.
+- Devices of one node faulting together are one node incident (:mod:`.node_faults`); a watch
+  silent past ``watch_stale_seconds`` is stale (:mod:`.watch_freshness`), devices unchanged.
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ from services.domain.governance import (
     context,
     identities,
     leases,
+    node_faults,
     nodes,
     rules,
+    watch_freshness,
 )
 from services.domain.governance.decisions import AlertAction, Decision, DecisionKind, Severity
 from services.domain.governance.device_state import DeviceGov
@@ -99,8 +103,11 @@ def step(
         on_conflict(ctx, record)
     elif isinstance(record, RecoveryReport):
         leases.on_report(ctx, record)
-    # A WatcherTick only moves the clock (``at``); a PartitionWatermark is the merge's, not ours.
+    # A WatcherTick only moves the clock (``at``) and reports the watch (``watch_freshness``); a
+    # PartitionWatermark is the merge's, not ours.
     clock.fire_due(ctx)
+    watch_freshness.on_record(ctx, record)
+    node_faults.settle(ctx)
     adoption_verdicts.after_step(ctx, record, record_time(record, ctx))
     return ctx.decisions
 
@@ -193,6 +200,9 @@ def on_transition(ctx: context.Ctx, t: HealthTransition) -> None:
     if not was_bad and rules.effective(state, device)[0] is not Health.HEALTHY:
         nodes.signal(ctx, t.observed_at, device.node, device.resource_id)
     ctx.touch(device)
+    if t.health is Health.UNHEALTHY and previous is not Health.UNHEALTHY:
+        # Before the device's own decisions: its alert is marked with the incident at once.
+        node_faults.on_fault(ctx, device, t.observed_at)
     rules.evaluate(ctx, device, t.observed_at)
     nodes.check_escalation(ctx, device.node, t.observed_at)
 

@@ -44,6 +44,10 @@ class GovernancePolicy:
     quarantine_operator_age_seconds: float = 259200.0
     adoption: Thresholds = field(default_factory=Thresholds)
     """The adoption gate's thresholds (``AdoptionSettings``: ``DEVICESTATE_ADOPTION_*``)."""
+    watch_stale_seconds: float = 75.0
+    node_incident_window_seconds: float = 1.0
+    node_incident_share: float = 0.5
+    node_incident_min_devices: int = 2
 
     @classmethod
     def from_settings(cls, settings: Any) -> GovernancePolicy:

@@ -101,6 +101,35 @@ class TokenBucket:
 
 
 @dataclass(slots=True)
+class NodeFault:
+    """An open node incident (issue 15 item 5): devices of ``node`` faulted together.
+    ``incident`` is ``node-fault/<node>/<first fault time>``; ``members`` the resourceIDs in it
+    (sorted), ``opened_at`` the event time (UTC) it opened."""
+
+    node: str
+    incident: str
+    opened_at: datetime
+    members: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "incident": self.incident,
+            "openedAt": format_time(self.opened_at),
+            "members": list(self.members),
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> NodeFault:
+        return cls(
+            node=obj["node"],
+            incident=obj["incident"],
+            opened_at=parse_time(obj["openedAt"]),
+            members=list(obj.get("members") or ()),
+        )
+
+
+@dataclass(slots=True)
 class FleetGov:
     """Fleet-wide state: event-time watermarks, limits, breaker, automation switch."""
 
@@ -129,6 +158,14 @@ class FleetGov:
     """The event-time merge of the forwarded records (:mod:`.event_order`), pending ones included."""
     adoption: AdoptionGov = field(default_factory=AdoptionGov)
     """The adoption gate's inputs and last verdicts (:mod:`.adoption_verdicts`, issue 16)."""
+    watch_seen_at: datetime | None = None
+    """Latest event time the watch was known to deliver at (:mod:`.watch_freshness`)."""
+    watch_stale_incident: str | None = None
+    """The open ``watch-stale/...`` incident, while the watch is stale."""
+    node_faults: dict[str, NodeFault] = field(default_factory=dict)
+    """Open node incidents of simultaneous device faults, by node (:mod:`.node_faults`)."""
+    recent_faults: dict[str, list[tuple[datetime, str]]] = field(default_factory=dict)
+    """Per node, its device faults within the node-incident window: ``(time, resourceID)``."""
 
     def recount_signals(self) -> None:
         """Rebuild the derived counters from ``signals`` (after a restore or a reset)."""
@@ -159,7 +196,24 @@ class FleetGov:
             "commandsSeen": list(self.commands_seen),
             "clockAhead": list(self.clock_ahead),
             "order": self.order.to_json(keyed_to_dict),
+            **self._issue15_json(),
         }
+
+    def _issue15_json(self) -> dict[str, Any]:
+        # Keys only when set: snapshots of governors without them stay byte-identical.
+        obj: dict[str, Any] = {}
+        if self.watch_seen_at is not None:
+            obj["watchSeenAt"] = format_time(self.watch_seen_at)
+        if self.watch_stale_incident is not None:
+            obj["watchStaleIncident"] = self.watch_stale_incident
+        if self.node_faults:
+            obj["nodeFaults"] = {n: f.to_json() for n, f in sorted(self.node_faults.items())}
+        if self.recent_faults:
+            obj["recentFaults"] = {
+                n: [[format_time(t), r] for t, r in faults]
+                for n, faults in sorted(self.recent_faults.items())
+            }
+        return obj
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> FleetGov:
@@ -184,6 +238,15 @@ class FleetGov:
             clock_ahead=[int(p) for p in obj.get("clockAhead") or ()],
             order=EventOrder.from_json(obj.get("order"), keyed_from_dict),
             adoption=AdoptionGov.from_json(obj.get("adoption")),
+            watch_seen_at=optional_time(obj.get("watchSeenAt")),
+            watch_stale_incident=obj.get("watchStaleIncident"),
+            node_faults={
+                n: NodeFault.from_json(f) for n, f in (obj.get("nodeFaults") or {}).items()
+            },
+            recent_faults={
+                n: [(parse_time(t), r) for t, r in faults]
+                for n, faults in (obj.get("recentFaults") or {}).items()
+            },
         )
         fleet.recount_signals()
         return fleet

@@ -14,7 +14,9 @@ firing and the resolved alert of one incident must carry exactly the same labels
   ``namespace/name``; sorted, comma-separated) when the decision lists any;
 - ``reason``: the decision's reason code (``details.reason``, e.g. ``pod-status-unhealthy``) when
   it has one;
-- ``severity``: the decision's severity (``warning`` when it has none).
+- ``severity``: the decision's severity (``warning`` when it has none);
+- ``nodeIncident``: the open node incident a device's alert is held back by, and on that node
+  incident's own alert (:mod:`.node_incidents`).
 
 Alertmanager's routes and inhibitions (``deploy/alertmanager/alertmanager.yml``) group and match
 on these names.
@@ -28,6 +30,7 @@ and so the sender can re-post what is still firing (Alertmanager resolves an ale
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, TypeAlias
 
@@ -36,6 +39,7 @@ import orjson
 from services.domain.codec import parse_time
 from services.domain.events import format_time
 from services.domain.governance.decisions import AlertAction, Decision, Severity
+from services.processes.alerts import node_incidents
 
 Alert: TypeAlias = dict[str, Any]
 """One element of the JSON list POSTed to ``/api/v2/alerts``: ``labels``, ``annotations``,
@@ -53,6 +57,8 @@ ALERT_NAMES: Final[dict[str, str]] = {
     "quarantine-age": "QuarantineNeedsOperator",
     "adoption-hold": "AdoptionHold",  # a DRA adoption pool's gate says hold (issue 16)
     "adoption-rollback": "AdoptionRollback",  # ... says roll back
+    "node-fault": "NodeFaultIncident",
+    "watch-stale": "WatchStale",
 }
 """Alert names of the incident types the governor opens (the incident key's first segment)."""
 
@@ -175,6 +181,7 @@ class ActiveAlerts:
     def __init__(self, generator_base_url: str | None = None) -> None:
         self._firing: dict[str, Alert] = {}
         self._base_url = generator_base_url
+        self._nodes = node_incidents.NodeIncidents()
 
     def __len__(self) -> int:
         return len(self._firing)
@@ -185,10 +192,34 @@ class ActiveAlerts:
     def apply(self, decision: Decision) -> list[Alert]:
         """Fold one decision; return the alerts to post for it (none, one, or a resolution of an
         outdated label set followed by the new firing alert)."""
+        joined = self._nodes.apply(decision)
         alert = alert_from_decision(decision, device_url(self._base_url, decision))
         if alert is None:
             return []
-        incident = alert["labels"]["incident"]
+        own = decision.kind in node_incidents.KINDS  # the node incident's own alert
+        held_by = decision.incident if own else self._nodes.of(alert["labels"])
+        if held_by is not None:
+            alert["labels"][node_incidents.LABEL] = held_by
+        out = self._apply(decision, alert, alert["labels"]["incident"])
+        return [*out, *self._hold_back(set(joined), alert["startsAt"])] if joined else out
+
+    def _hold_back(self, devices: set[tuple[str, str]], at: str) -> list[Alert]:
+        """Post the firing alerts of ``devices`` again with their node incident's label."""
+        out: list[Alert] = []
+        for incident, alert in list(self._firing.items()):
+            labels = alert["labels"]
+            key = (labels.get("node", ""), labels.get("resourceID", ""))
+            held_by = self._nodes.of(labels)
+            if key not in devices or held_by is None or labels.get(node_incidents.LABEL):
+                continue
+            out.append(_resolved(alert, at))
+            marked = _copy(alert)
+            marked["labels"][node_incidents.LABEL] = held_by
+            self._firing[incident] = marked
+            out.append(marked)
+        return out
+
+    def _apply(self, decision: Decision, alert: Alert, incident: str) -> list[Alert]:
         previous = self._firing.get(incident)
         if decision.alert is AlertAction.FIRING:
             out: list[Alert] = []
@@ -211,15 +242,27 @@ class ActiveAlerts:
         """Copies of the alerts firing now (to post again), oldest incident first."""
         return [_copy(alert) for alert in self._firing.values()]
 
-    def snapshot(self) -> dict[str, Alert]:
+    def snapshot(self) -> AlertsSnapshot:
         """The state, to :meth:`restore` if a post fails and the decisions are read again."""
-        return {incident: _copy(alert) for incident, alert in self._firing.items()}
+        firing = {incident: _copy(alert) for incident, alert in self._firing.items()}
+        return AlertsSnapshot(firing, self._nodes.snapshot())
 
-    def restore(self, snapshot: dict[str, Alert]) -> None:
-        self._firing = {incident: _copy(alert) for incident, alert in snapshot.items()}
+    def restore(self, snapshot: AlertsSnapshot) -> None:
+        self._firing = {incident: _copy(alert) for incident, alert in snapshot.firing.items()}
+        self._nodes.restore(snapshot.node_incidents)
 
     def clear(self) -> None:
         self._firing.clear()
+        self._nodes.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class AlertsSnapshot:
+    """What :meth:`ActiveAlerts.snapshot` saves: the firing alerts by incident and the open node
+    incidents' devices."""
+
+    firing: dict[str, Alert]
+    node_incidents: dict[tuple[str, str], str]
 
 
 def _copy(alert: Alert) -> Alert:

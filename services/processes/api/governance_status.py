@@ -16,7 +16,14 @@ from typing import Any, Final
 from services.adapters.projection.reads_governance import FleetStatus
 from services.domain.codec import parse_time
 from services.domain.events import format_time
-from services.processes.api.schemas_governance import AutomationOut, BreakerOut, GovernanceOut
+from services.processes.api.schemas_governance import (
+    AutomationOut,
+    BreakerOut,
+    FleetGovernanceOut,
+    GovernanceOut,
+    NodeIncidentOut,
+    WatchOut,
+)
 from services.runtime.config import TickSettings
 
 STALE_SLACK_SECONDS: Final = 5.0
@@ -77,9 +84,11 @@ def governance_status(fleet: FleetStatus, now: datetime, settings: TickSettings)
         message += "; circuit breaker OPEN"
     if fleet.automation_paused:
         message += "; automation PAUSED"
-
-    def opt_time(value: Any) -> datetime | None:
-        return None if not isinstance(value, str) else parse_time(value)
+    levels = fleet_governance(fleet)
+    if levels.watch.stale:
+        message += f"; watch STALE (no event or bookmark since {_text(levels.watch.last_seen_at)})"
+    if levels.node_incidents:
+        message += f"; {len(levels.node_incidents)} node incident(s) open"
 
     # The event-time merge keeps per-partition watermarks of its own (issue 10); older states
     # (and governors driven by WatermarkAdvanced records) keep them in the fleet itself.
@@ -96,6 +105,35 @@ def governance_status(fleet: FleetStatus, now: datetime, settings: TickSettings)
         stale_since=fleet.watermark if stale else None,
         stale_threshold_seconds=threshold,
         message=message,
+        breaker=levels.breaker,
+        automation=levels.automation,
+        active_quarantines=fleet.active_quarantines,
+        deferred=len(snap.get("deferred") or ()),
+        nodes_heartbeat_lost=fleet.nodes_heartbeat_lost,
+        devices=sum(fleet.by_state.values()),
+        devices_by_state=fleet.by_state,
+        watch=levels.watch,
+        node_incidents=levels.node_incidents,
+    )
+
+
+def opt_time(value: Any) -> datetime | None:
+    return None if not isinstance(value, str) else parse_time(value)
+
+
+def _text(value: datetime | None) -> str:
+    return "?" if value is None else format_time(value)
+
+
+def fleet_governance(fleet: FleetStatus) -> FleetGovernanceOut:
+    """The fleet-level governance state of ``GET /v1/fleet`` (and ``GET /v1/governance``): the
+    breaker, the automation switch, the watch's freshness and the open node incidents, as the
+    governor's fleet snapshot holds them (:class:`~services.domain.governance.state.FleetGov`)."""
+    snap = fleet.snapshot
+    incident = snap.get("watchStaleIncident")
+    faults = snap.get("nodeFaults") or {}
+    return FleetGovernanceOut(
+        governor_seen=fleet.seen,
         breaker=BreakerOut(
             open=fleet.breaker_open,
             opened_at=opt_time(snap.get("breakerOpenedAt")) if fleet.breaker_open else None,
@@ -106,9 +144,18 @@ def governance_status(fleet: FleetStatus, now: datetime, settings: TickSettings)
             paused_by=snap.get("pausedBy") if fleet.automation_paused else None,
             reason=snap.get("pauseReason") if fleet.automation_paused else None,
         ),
-        active_quarantines=fleet.active_quarantines,
-        deferred=len(snap.get("deferred") or ()),
-        nodes_heartbeat_lost=fleet.nodes_heartbeat_lost,
-        devices=sum(fleet.by_state.values()),
-        devices_by_state=fleet.by_state,
+        watch=WatchOut(
+            stale=incident is not None,
+            last_seen_at=opt_time(snap.get("watchSeenAt")),
+            incident=incident,
+        ),
+        node_incidents=[
+            NodeIncidentOut(
+                node=name,
+                incident=fault["incident"],
+                opened_at=parse_time(fault["openedAt"]),
+                devices=list(fault.get("members") or ()),
+            )
+            for name, fault in sorted(faults.items())
+        ],
     )

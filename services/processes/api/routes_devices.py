@@ -23,6 +23,7 @@ from services.domain.events import DeviceSource, Health
 from services.domain.governance.device_state import GovState
 from services.domain.limits import DNS1123_SUBDOMAIN_PATTERN, NODE_NAME_MAX_LENGTH
 from services.processes.api.auth import read_access
+from services.processes.api.governance_status import fleet_governance
 from services.processes.api.routing import ServiceRoute
 from services.processes.api.schemas import (
     DeviceOut,
@@ -35,6 +36,7 @@ from services.processes.api.schemas import (
     NodesOut,
     NodeSummaryOut,
 )
+from services.processes.api.schemas_governance import FleetStatusOut
 from services.processes.api.warm_devices import WarmDevices, device_body
 
 MAX_PAGE = 1000
@@ -247,7 +249,11 @@ async def get_history(
     )
 
 
-@router.get("/fleet", response_model=FleetOut)
-async def fleet(store: Store) -> FleetOut:
-    """Device counts over all nodes, by health and by source."""
-    return FleetOut.of(await store.fleet_counts())
+@router.get("/fleet", response_model=FleetStatusOut)
+async def fleet(store: Store, reads: Reads) -> FleetStatusOut:
+    """Device counts over all nodes, by health and by source, and the fleet-level governance
+    state: circuit breaker, automation pause, the watch's freshness (stale on event time) and the
+    open node incidents (devices of a node that faulted together)."""
+    counts = FleetOut.of(await store.fleet_counts())
+    governance = fleet_governance(await reads.fleet_status())
+    return FleetStatusOut(**dict(counts), governance=governance)

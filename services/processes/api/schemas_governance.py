@@ -30,7 +30,7 @@ from services.processes.api.hardening import (
     nested_text_problem,
     text_problem,
 )
-from services.processes.api.schemas import ApiModel
+from services.processes.api.schemas import ApiModel, FleetOut
 
 MAX_REASON = 1024
 """Longest reason, in characters."""
@@ -295,6 +295,43 @@ class AutomationOut(ApiModel):
     reason: str | None
 
 
+class WatchOut(ApiModel):
+    """Whether the governor holds the Kubernetes watch stale (issue 15): on event time, from the
+    watcher's ticks (``watchSeenAt``: when its quietest watch last delivered an event, BOOKMARK or
+    LIST). A stale watch turns no device Unknown."""
+
+    stale: bool = Field(description="True from WatchStale until WatchFresh.")
+    last_seen_at: datetime | None = Field(
+        description="Event time (UTC) of the watch's last delivery the governor knows."
+    )
+    incident: str | None = Field(description="The open `watch-stale/...` incident, if stale.")
+
+
+class NodeIncidentOut(ApiModel):
+    """An open node incident: devices of one node that faulted together (issue 15)."""
+
+    node: str
+    incident: str = Field(description="`node-fault/<node>/<first fault time>`.")
+    opened_at: datetime = Field(description="Event time (UTC) it opened.")
+    devices: list[str] = Field(description="resourceIDs in it, sorted.")
+
+
+class FleetGovernanceOut(ApiModel):
+    """The fleet-level governance state: breaker, pause, watch freshness, open node incidents."""
+
+    governor_seen: bool = Field(description="False until the governor wrote its fleet state.")
+    breaker: BreakerOut
+    automation: AutomationOut
+    watch: WatchOut
+    node_incidents: list[NodeIncidentOut] = Field(description="Open ones, by node.")
+
+
+class FleetStatusOut(FleetOut):
+    """``GET /v1/fleet``: device counts, and the fleet-level governance state (issue 15)."""
+
+    governance: FleetGovernanceOut
+
+
 class GovernanceOut(ApiModel):
     """Fleet governance status."""
 
@@ -331,3 +368,7 @@ class GovernanceOut(ApiModel):
     nodes_heartbeat_lost: int
     devices: int = Field(description="Devices the governor knows.")
     devices_by_state: dict[str, int]
+    watch: WatchOut | None = Field(None, description="The watch's freshness (issue 15).")
+    node_incidents: list[NodeIncidentOut] = Field(
+        default_factory=list, description="Open node incidents (issue 15), by node."
+    )

@@ -25,8 +25,10 @@ from services.domain.watch.lifecycle_tracker import LifecycleTracker
 from services.domain.watch.node_tracker import NodeTracker
 from services.domain.watch.pod_tracker import WatchKind
 from services.domain.workloads.events import PodWorkloadObserved
+from services.processes.watcher.deliveries import WatchDeliveries
 from services.processes.watcher.file_source import HarnessClock
 from services.processes.watcher.metrics import WatcherMetrics
+from services.processes.watcher.node_source import PLURALS
 from services.processes.watcher.processor import (
     STAGE_WATCH_LINE,
     InventoryActions,
@@ -66,7 +68,9 @@ class Publisher(Protocol):
 
     async def publish(self, record: TopicRecord) -> None: ...
 
-    async def publish_tick(self, observed_at: datetime) -> int: ...
+    async def publish_tick(
+        self, observed_at: datetime, watch_seen_at: datetime | None = None
+    ) -> int: ...
 
     async def dead_letter(self, original: bytes, reason: str, stage: str, source: str) -> None: ...
 
@@ -101,6 +105,7 @@ class WatchSession:
         self.lifecycle = lifecycle if lifecycle is not None else LifecycleTracker()
         self.workloads: WorkloadResolver | None = None
         """Set by live mode (issue 13): the Pods holding devices are filed there."""
+        self.deliveries = WatchDeliveries((POD_STREAM,))
 
     def _file_workload(self, kind: WatchKind, pod: dict[str, Any]) -> None:
         """Hand the Pod to the workload resolver (never waits): it holds devices when the pod
@@ -130,8 +135,10 @@ class WatchSession:
             self.summary.object_versions[stream] = version
 
     async def tick(self, observed_at: datetime) -> None:
-        """Send a ``WatcherTick`` at ``observed_at`` to every partition."""
-        sent = await self.publisher.publish_tick(observed_at)
+        """Send a ``WatcherTick`` at ``observed_at`` to every partition, with when the quietest
+        watch last delivered (:mod:`.deliveries`)."""
+        seen = self.deliveries.seen_at(observed_at)
+        sent = await self.publisher.publish_tick(observed_at, seen)
         self.summary.ticks_sent += sent
         self.metrics.ticks_sent.inc(sent)
 
@@ -237,6 +244,8 @@ class WatchSession:
 
     def not_served(self, resource: str) -> None:
         """A DRA loop ended because the API server does not serve ``resource``."""
+        # ``resource`` is the plural (``resourceslices``); the stream is named by its kind.
+        self.deliveries.ended(next((k for k, v in PLURALS.items() if v == resource), resource))
         if resource not in self.summary.not_served:
             self.summary.not_served.append(resource)
         self.metrics.dra_not_served.labels(resource).set(1)
@@ -247,6 +256,11 @@ class WatchSession:
         DRA live watches): only the Pod stream's resourceVersions are the summary's resume point.
         Raises only what the publisher raises."""
         self.summary.items += 1
+        if isinstance(item, ClockSet):
+            # A recording's clock lines stand for a live watch (its BOOKMARKs are not recorded).
+            self.deliveries.delivered(stream, item.now)
+        elif not isinstance(item, Directive):  # what the watch itself delivered
+            self.deliveries.delivered(stream, self.clock.now())
         if isinstance(item, ObjectChange) and item.object_kind in INVENTORY_KINDS:
             inventory = self.inventory.object_event(
                 item.kind, item.object_kind, item.obj, item.raw, source, self.clock.now()
