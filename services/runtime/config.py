@@ -340,6 +340,15 @@ class PolicySettings(SettingsGroup):
         "without recovery progress (no recovery stage passed) needs an operator: decision and "
         "alert QuarantineNeedsOperator.",
     )
+    driver_taint_keys: tuple[str, ...] = Field(
+        ("gpu.nvidia.com/gpu-lost", "gpu.nvidia.com/xid"),
+        description="ResourceSlice device taint keys that count as a device fault (issue 15): a "
+        "DRA device tainted with one of them, effect NoSchedule or NoExecute, is quarantined "
+        "with reason driver-taint:<key>=<value>; removing the taint starts the staged recovery. "
+        "The default is the NVIDIA DRA driver's fatal-XID and lost-GPU keys (its non-fatal XIDs "
+        "use effect None and never count). A JSON list, e.g. "
+        "'[\"gpu.nvidia.com/xid\"]'.",
+    )
 
 
 class RetentionSettings(SettingsGroup):

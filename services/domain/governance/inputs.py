@@ -28,6 +28,7 @@ from services.domain.events import (
     Health,
 )
 from services.domain.governance.adoption import AdoptionDeclaration
+from services.domain.governance.taint_inputs import DeviceTaintsObserved
 from services.domain.node_events import (
     NodeHeartbeat,
     NodeResourcesChanged,
@@ -265,4 +266,5 @@ GovernanceInput: TypeAlias = (
     | PartitionWatermark
     | WatcherTick
     | DeviceIdentified
+    | DeviceTaintsObserved
 )

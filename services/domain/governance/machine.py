@@ -25,7 +25,16 @@ from typing import Final
 
 from services.domain.directory import version_rank
 from services.domain.events import Health
-from services.domain.governance import clock, commands, context, identities, leases, nodes, rules
+from services.domain.governance import (
+    clock,
+    commands,
+    context,
+    driver_taints,
+    identities,
+    leases,
+    nodes,
+    rules,
+)
 from services.domain.governance.decisions import AlertAction, Decision, DecisionKind, Severity
 from services.domain.governance.device_state import DeviceGov
 from services.domain.governance.inputs import (
@@ -41,6 +50,7 @@ from services.domain.governance.inputs import (
 )
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
+from services.domain.governance.taint_inputs import DeviceTaintsObserved
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 
 CEILING_CONFLICT: Final = "device-ceiling"
@@ -89,6 +99,8 @@ def step(
         on_conflict(ctx, record)
     elif isinstance(record, RecoveryReport):
         leases.on_report(ctx, record)
+    elif isinstance(record, DeviceTaintsObserved):
+        driver_taints.on_taints(ctx, record)
     # A WatcherTick only moves the clock (``at``); a PartitionWatermark is the merge's, not ours.
     clock.fire_due(ctx)
     return ctx.decisions

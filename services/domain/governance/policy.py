@@ -40,12 +40,15 @@ class GovernancePolicy:
     recovery_holddown_seconds: float = 900.0
     recovery_lease_seconds: float = 300.0
     quarantine_operator_age_seconds: float = 259200.0
+    driver_taint_keys: tuple[str, ...] = ("gpu.nvidia.com/gpu-lost", "gpu.nvidia.com/xid")
 
     @classmethod
     def from_settings(cls, settings: Any) -> GovernancePolicy:
         """Copy the same-named fields of ``settings`` (a
         :class:`services.runtime.config.PolicySettings`, or any settings class holding it)."""
-        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
+        values = {f.name: getattr(settings, f.name) for f in fields(cls)}
+        values["driver_taint_keys"] = tuple(sorted(values["driver_taint_keys"]))
+        return cls(**values)
 
     def tolerance_for(self, episodes: int) -> float:
         """Tolerance window (seconds) of a device's ``episodes``-th recent Unknown episode (1-based):
