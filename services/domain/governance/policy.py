@@ -47,7 +47,9 @@ class GovernancePolicy:
         """Copy the same-named fields of ``settings`` (a
         :class:`services.runtime.config.PolicySettings`, or any settings class holding it)."""
         values = {f.name: getattr(settings, f.name) for f in fields(cls)}
-        values["driver_taint_keys"] = tuple(sorted(values["driver_taint_keys"]))
+        # The setting is comma-separated text (one environment variable); the policy a tuple.
+        keys = values["driver_taint_keys"]
+        values["driver_taint_keys"] = tuple(sorted({k for k in keys.split(",") if k}))
         return cls(**values)
 
     def tolerance_for(self, episodes: int) -> float:
