@@ -6,7 +6,8 @@ batch order, with the record's :class:`~services.domain.governance.inputs.MergeK
 device the slice lists and every taint on them, so the governor sees a taint appear and go away.
 The watcher publishes a slice only when its compact form changed (a taint set that changed is a
 new record), so this adds one governance record per slice change. Pool-scoped slices (no node),
-ResourceClaims and DeviceClasses forward nothing.
+ResourceClaims and DeviceClasses forward nothing. The taints of DeviceTaintRules of others are in
+the slice's devices already (the watcher adds them, ``DeviceTaint.rule``) and go along.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def slice_taints(event: InventoryObserved) -> DeviceTaintsObserved | None:
         slice=obj.name,
         devices=tuple(sorted(d.name for d in obj.devices)),
         taints=tuple(
-            SliceTaint(d.name, t.key, t.value, t.effect, t.time_added)
+            SliceTaint(d.name, t.key, t.value, t.effect, t.time_added, t.rule)
             for d in sorted(obj.devices, key=lambda d: d.name)
             for t in d.taints
         ),

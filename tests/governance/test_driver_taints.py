@@ -9,8 +9,11 @@ fault signal.
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import orjson
 from hypothesis import given
@@ -24,13 +27,19 @@ from services.domain.governance.inputs import GovernanceInput, HealthTransition,
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.domain.governance.taint_inputs import DeviceTaintsObserved, SliceTaint
+from services.domain.inventory.events import InventoryKind
 from services.domain.node_events import WatcherTick
+from services.domain.watch.inventory_tracker import InventoryTracker
+from services.domain.watch.pod_tracker import WatchKind
+from services.processes.enforcement.desired import DesiredRule, Effect, rule_manifest
+from streams.forward_taints import slice_taints
 from tests.governance.harness import GovernanceRun
 from tests.governance.strategies import at, lease, report, transition, watermark
 from tests.governance.test_event_order import SETTINGS, Log, govern
 from tests.governance.test_machine import N1, POLICY, H, U, kinds, one
 
 K = DecisionKind
+EXAMPLES = Path(__file__).parents[2].parent / "shared" / "examples"
 DRIVER, POOL = "gpu.nvidia.com", "node-1"
 D0, D1 = "gpu-0", "gpu-1"
 ID0, ID1 = f"{DRIVER}/{POOL}/{D0}", f"{DRIVER}/{POOL}/{D1}"
@@ -265,3 +274,79 @@ def test_the_property_sees_taints_quarantine() -> None:
     ]
     decisions, _ = govern(logs, random.Random(1).randrange(2**32))
     assert any(b'"driver-taint:gpu.nvidia.com/xid=79"' in d for d in decisions)
+
+
+# --- DeviceTaintRules: the watcher's tracker -> the forwarder's record -> machine.step ------------
+
+
+def rules_run(*items: tuple[str, dict[str, Any]], keys: tuple[str, ...] | None = None) -> Any:
+    """Feed watch objects (``("slice" | "rule", object)``) through the watcher's inventory tracker
+    and the forwarder's conversion into the governor, as the pipeline does; the run."""
+    policy = POLICY if keys is None else replace(POLICY, driver_taint_keys=keys)
+    run = GovernanceRun(policy=policy)
+    tracker = InventoryTracker()
+    for n, (what, obj) in enumerate(items):
+        if what == "slice":
+            outcome = tracker.event(WatchKind.ADDED, InventoryKind.RESOURCE_SLICE, obj, at(n))
+        else:
+            outcome = tracker.rule_event(WatchKind.ADDED, obj, at(n))
+        for event in outcome.events:
+            record = slice_taints(event)
+            assert record is not None
+            run.feed(record)
+    return run
+
+
+SLICE_A = "gpu.example.com/gpu-node-a/gpu-2"
+
+
+def test_an_administrators_rule_quarantines_the_device_it_selects() -> None:
+    run = rules_run(("slice", example_slice()), ("rule", admin_rule()))
+    [q] = [d for d in run.decisions if d.kind is K.QUARANTINED]
+    assert (q.node, q.resource_id) == ("gpu-node-a", SLICE_A)
+    assert q.details["reason"] == "driver-taint:gpu.nvidia.com/xid=79"
+    assert q.details["taintRule"] == "sre-xid-gpu-2" and q.details["taintEffect"] == "NoExecute"
+
+
+def test_an_enforce_owned_rule_is_never_read_back_as_a_fault() -> None:
+    # even with its own key in the set: the rule is left out by its labels, not by its key
+    run = rules_run(
+        ("slice", example_slice()), ("rule", enforce_rule()), keys=("devicestate.io/quarantined",)
+    )
+    assert run.decisions == [] and run.state.devices == {}
+
+
+def example_slice() -> dict[str, Any]:
+    obj: dict[str, Any] = json.loads((EXAMPLES / "dra-resourceslice-gpu-node-a.json").read_text())
+    return obj
+
+
+def admin_rule() -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1beta2",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "sre-xid-gpu-2", "resourceVersion": "3"},
+        "spec": {
+            "deviceSelector": {
+                "driver": "gpu.example.com",
+                "pool": "gpu-node-a",
+                "device": "gpu-2",
+            },
+            "taint": {"key": XID, "value": "79", "effect": "NoExecute"},
+        },
+    }
+
+
+def enforce_rule() -> dict[str, Any]:
+    desired = DesiredRule(
+        name="devicestate-quarantine-abc",
+        quarantine_id=f"gpu-node-a/{SLICE_A}@7",
+        node="gpu-node-a",
+        driver="gpu.example.com",
+        pool="gpu-node-a",
+        device="gpu-2",
+        kind="system",
+        reason="pod-status-unhealthy",
+        effect=Effect.NO_SCHEDULE,
+    )
+    return rule_manifest(desired)

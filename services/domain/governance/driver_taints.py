@@ -11,7 +11,9 @@ Rules, applied per :class:`~.taint_inputs.DeviceTaintsObserved` (one ResourceSli
 - a taint *counts* when its key is in ``policy.driver_taint_keys`` and its effect is
   ``NoSchedule`` or ``NoExecute`` (``None`` is informational: the driver's non-fatal XIDs; an
   unknown effect is ``None``, as KEP-5055 asks consumers to read it); of several counting taints
-  on a device the first by (``NoExecute`` first, key, value) is held;
+  on a device the first by (``NoExecute`` first, the slice's own before a DeviceTaintRule's,
+  key, value) is held. A DeviceTaintRule of others (never ``devicestate enforce``'s own: the
+  watcher leaves those out) reaches the governor as a taint of the devices it selects;
 - a device gaining a counting taint reads Unhealthy with the reason ``driver-taint:<key>=<value>``
   (:func:`.rules.effective`): the usual rules quarantine it at once (blast-radius limits apply),
   and the quarantine decision carries the taint's effect and time (``timeAdded``, else the
@@ -50,8 +52,10 @@ def counting(
     ]
     if not chosen:
         return None
-    t = min(chosen, key=lambda t: (t.effect != "NoExecute", t.key, t.value or ""))
-    return DriverTaint(t.key, t.value, t.effect, t.time_added or at, slice_name)
+    t = min(
+        chosen, key=lambda t: (t.effect != "NoExecute", t.rule is not None, t.key, t.value or "")
+    )
+    return DriverTaint(t.key, t.value, t.effect, t.time_added or at, slice_name, t.rule)
 
 
 def on_taints(ctx: context.Ctx, r: DeviceTaintsObserved) -> None:

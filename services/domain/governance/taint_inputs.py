@@ -33,13 +33,16 @@ RECORD_TYPE = "DeviceTaintsObserved"
 @dataclass(frozen=True, slots=True)
 class SliceTaint:
     """One taint of one device of the slice (``device``: the device's name in the slice);
-    ``time_added`` is the taint's ``timeAdded`` (UTC), ``None`` when the API had none."""
+    ``time_added`` is the taint's ``timeAdded`` (UTC), ``None`` when the API had none; ``rule``
+    the DeviceTaintRule (of others: never devicestate's own) that put it there, ``None`` for the
+    slice's own taint."""
 
     device: str
     key: str
     value: str | None
     effect: str
     time_added: datetime | None = None
+    rule: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,7 @@ def taints_to_dict(record: DeviceTaintsObserved) -> dict[str, Any]:
                 "value": t.value,
                 "effect": t.effect,
                 "timeAdded": None if t.time_added is None else format_time(t.time_added),
+                **({} if t.rule is None else {"rule": t.rule}),
             }
             for t in record.taints
         ],
@@ -109,6 +113,7 @@ def taints_from_dict(obj: dict[str, Any]) -> DeviceTaintsObserved:
                 value=optional_str_field(t, "value"),
                 effect=str_field(t, "effect", empty=True),
                 time_added=optional_time_field(t, "timeAdded"),
+                rule=optional_str_field(t, "rule"),
             )
             for t in raw
         ),

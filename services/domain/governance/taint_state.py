@@ -22,13 +22,15 @@ REASON_PREFIX: Final = "driver-taint:"
 class DriverTaint:
     """A ResourceSlice device taint that counts as a fault: ``key``, ``value`` (``None``: no
     value), ``effect`` (``NoSchedule`` or ``NoExecute``), ``since`` (UTC: ``timeAdded``, else the
-    event time it was first seen) and ``slice``, the ResourceSlice that publishes it."""
+    event time it was first seen), ``slice``, the ResourceSlice that publishes it, and ``rule``,
+    the DeviceTaintRule of others that put it on the device (``None``: the driver's own taint)."""
 
     key: str
     value: str | None
     effect: str
     since: datetime
     slice: str
+    rule: str | None = None
 
     @property
     def reason(self) -> str:
@@ -36,21 +38,25 @@ class DriverTaint:
         return f"{REASON_PREFIX}{self.key}={self.value or ''}"
 
     def same_fault(self, other: DriverTaint | None) -> bool:
-        """Same key, value and effect (a new ``timeAdded`` or slice name is the same fault)."""
-        return other is not None and (self.key, self.value, self.effect) == (
+        """Same key, value, effect and rule (a new ``timeAdded`` or slice name is the same)."""
+        return other is not None and (self.key, self.value, self.effect, self.rule) == (
             other.key,
             other.value,
             other.effect,
+            other.rule,
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        obj: dict[str, Any] = {
             "key": self.key,
             "value": self.value,
             "effect": self.effect,
             "since": format_time(self.since),
             "slice": self.slice,
         }
+        if self.rule is not None:
+            obj["rule"] = self.rule
+        return obj
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> DriverTaint:
@@ -60,6 +66,7 @@ class DriverTaint:
             effect=obj["effect"],
             since=parse_time(obj["since"]),
             slice=obj["slice"],
+            rule=obj.get("rule"),
         )
 
 
@@ -74,4 +81,5 @@ def quarantine_details(taint: DriverTaint | None, reason: str) -> dict[str, Any]
         "taintEffect": taint.effect,
         "taintAddedAt": format_time(taint.since),
         "taintSlice": taint.slice,
+        "taintRule": taint.rule,
     }

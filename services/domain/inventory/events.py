@@ -83,6 +83,8 @@ def _taint_to_json(t: DeviceTaint) -> dict[str, Any]:
     out: dict[str, Any] = {"key": t.key, "value": t.value, "effect": t.effect}
     if t.time_added is not None:  # absent otherwise: records of before issue 15 stay identical
         out["timeAdded"] = format_time(t.time_added)
+    if t.rule is not None:
+        out["rule"] = t.rule
     return out
 
 
@@ -154,7 +156,13 @@ def object_from_json(kind: InventoryKind, o: dict[str, Any]) -> InventoryObject:
                     d["name"],
                     d.get("uuid"),
                     tuple(
-                        DeviceTaint(t["key"], t.get("value"), t["effect"], _pt(t.get("timeAdded")))
+                        DeviceTaint(
+                            t["key"],
+                            t.get("value"),
+                            t["effect"],
+                            _pt(t.get("timeAdded")),
+                            t.get("rule"),
+                        )
                         for t in d.get("taints") or ()
                     ),
                 )

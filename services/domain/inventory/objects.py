@@ -34,12 +34,15 @@ class InventoryParseError(ValueError):
 class DeviceTaint:
     """A device taint in a ResourceSlice (KEP-5055, ``resource.k8s.io/v1`` DeviceTaint): key,
     value, effect (``None`` | ``NoSchedule`` | ``NoExecute``; consumers treat unknown effects as
-    ``None``) and ``time_added`` (``timeAdded``, UTC; ``None`` when the object has none)."""
+    ``None``) and ``time_added`` (``timeAdded``, UTC; ``None`` when the object has none).
+    ``rule``: the DeviceTaintRule that taints the device (:mod:`.taint_rules`; the watcher adds
+    such taints to the slice it publishes), ``None`` for a taint of the slice itself."""
 
     key: str
     value: str | None
     effect: str
     time_added: datetime | None = None
+    rule: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
