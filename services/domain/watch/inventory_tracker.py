@@ -88,10 +88,12 @@ class InventoryOutcome:
 @dataclass(slots=True)
 class InventoryRelist:
     """What a complete LIST gives: one outcome per listed object, in order, and the deletions of
-    the tracked objects it no longer has (sorted by name)."""
+    the tracked objects it no longer has (sorted by name); for a LIST of DeviceTaintRules,
+    ``republished``: the slices the rules changed."""
 
     outcomes: list[InventoryOutcome]
     deleted: list[InventoryObserved]
+    republished: list[InventoryObserved] = field(default_factory=list)
 
 
 def compact(obj: InventoryObject) -> InventoryObject:
@@ -306,9 +308,9 @@ class InventoryTracker:
         self, objs: Iterable[Mapping[str, Any]], observed_at: datetime
     ) -> InventoryRelist:
         """A complete LIST of DeviceTaintRules: one outcome per rule (no events), then the slices
-        the rules changed, published in ``deleted``'s place (nothing is deleted)."""
+        the rules changed (``republished``)."""
         rules, changed = self.rules.listed(objs)
         outcomes = [
             InventoryOutcome(reject_reason=r.reject_reason, ignored=r.ignored) for r in rules
         ]
-        return InventoryRelist(outcomes, self._republish(observed_at) if changed else [])
+        return InventoryRelist(outcomes, [], self._republish(observed_at) if changed else [])

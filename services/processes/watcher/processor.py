@@ -341,6 +341,7 @@ class InventoryProcessor:
             original = orjson.dumps(obj) if outcome.reject_reason is not None else b""
             actions.add(outcome, original, source)
         actions.events.extend(relist.deleted)
+        actions.events.extend(relist.republished)  # slices a LIST of DeviceTaintRules changed
         return actions
 
     def tracked(self) -> dict[str, int]:
