@@ -9,6 +9,10 @@ status still reads Healthy. The DRA driver then taints ``gpu-2`` in the slice wi
 (``gpu.nvidia.com/xid=79``, NoSchedule, with ``timeAdded``): the only fault signal. The governor
 quarantines ``gpu.example.com/gpu-node-a/gpu-2`` with reason ``driver-taint:...``. When the taint
 goes away, the staged recovery starts (probe) and the device stays quarantined: no release.
+
+DeviceTaintRules in the same stream: one exactly as ``devicestate enforce`` writes it, on ``gpu-3``
+with the XID key, is never read back (``gpu-3`` is never quarantined); an administrator's rule on
+``gpu-4`` with the lost-GPU key quarantines ``gpu-4``, the decision naming the rule.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from devtools.demo.catchup import wait_caught_up
 from services.processes.api.app import create_app
+from services.processes.enforcement.desired import DesiredRule, Effect, rule_manifest
 from services.processes.watcher.run import run_watch
 from services.runtime.config import Settings
 from tests.replay.test_replay import drop, run_replay
@@ -35,7 +40,41 @@ pytestmark = pytest.mark.integration
 EXAMPLES = Path(__file__).parents[2].parent / "shared" / "examples"
 NODE = "gpu-node-a"
 GPU_2 = "gpu.example.com/gpu-node-a/gpu-2"
+GPU_4 = "gpu.example.com/gpu-node-a/gpu-4"
 REASON = "driver-taint:gpu.nvidia.com/xid=79"
+
+
+def own_rule() -> dict[str, Any]:
+    """The rule ``devicestate enforce`` writes for a quarantine of gpu-3, tainting with the XID
+    key: read back, it would quarantine gpu-3."""
+    manifest = rule_manifest(
+        DesiredRule(
+            name="devicestate-quarantine-e2e",
+            quarantine_id="gpu-node-a/gpu.example.com/gpu-node-a/gpu-3@1",
+            node=NODE,
+            driver="gpu.example.com",
+            pool=NODE,
+            device="gpu-3",
+            kind="manual",
+            reason="maintenance",
+            effect=Effect.NO_SCHEDULE,
+        )
+    )
+    manifest["metadata"]["resourceVersion"] = "700"
+    manifest["spec"]["taint"]["key"] = "gpu.nvidia.com/xid"
+    return manifest
+
+
+def admin_rule() -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1beta2",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "sre-gpu-4-lost", "resourceVersion": "701"},
+        "spec": {
+            "deviceSelector": {"driver": "gpu.example.com", "pool": NODE, "device": "gpu-4"},
+            "taint": {"key": "gpu.nvidia.com/gpu-lost", "effect": "NoExecute"},
+        },
+    }
 
 
 def example(name: str) -> dict[str, Any]:
@@ -86,6 +125,9 @@ def stream() -> list[dict[str, Any]]:
         {"type": "MODIFIED", "object": resource_slice(88130, tainted=True)},
         at(20),
         {"type": "MODIFIED", "object": resource_slice(88140, tainted=False)},
+        at(25),
+        {"type": "ADDED", "object": own_rule()},
+        {"type": "ADDED", "object": admin_rule()},
         at(30),
         at(40),
     ]
@@ -126,10 +168,20 @@ async def test_a_driver_taint_quarantines_and_its_removal_starts_recovery_withou
         page = await _poll(
             client,
             f"/v1/quarantines?node={NODE}",
-            lambda b: any(q["status"] == "recovering" for q in b["items"]),
+            lambda b: (
+                {q["resourceID"] for q in b["items"]} == {GPU_2, GPU_4}
+                and any(q["status"] == "recovering" for q in b["items"])
+            ),
         )
-        [quarantine] = page["items"]  # one quarantine, of gpu-2, and only through its taint
-        assert quarantine["resourceID"] == GPU_2, quarantine
+        # gpu-2 by its driver taint, gpu-4 by the administrator's rule; gpu-3 (the rule of
+        # devicestate's own) never
+        by_device = {q["resourceID"]: q for q in page["items"]}
+        assert len(page["items"]) == 2, page
+        lost = by_device[GPU_4]
+        assert (
+            lost["reason"] == "driver-taint:gpu.nvidia.com/gpu-lost=" and lost["status"] == "active"
+        )
+        quarantine = by_device[GPU_2]
         assert quarantine["reason"] == REASON
         assert quarantine["confirmedFault"] is True
         assert quarantine["recoveryStage"] == "probe"  # recovery started, nothing released
@@ -151,10 +203,20 @@ async def test_a_driver_taint_quarantines_and_its_removal_starts_recovery_withou
             for d in quarantined
         ), quarantined
 
-    schema = f"{settings.database_schema}_g"
+        rule_timeline = await _poll(
+            client,
+            f"/v1/nodes/{NODE}/timeline/{GPU_4}",
+            lambda b: any(i["kind"] == "decision" for i in b["items"]),
+        )
+        assert "sre-gpu-4-lost" in orjson.dumps(rule_timeline["items"]).decode()
+
+    schemas = (f"{settings.database_schema}_r", f"{settings.database_schema}_g")
     try:
-        governance = await run_replay(settings, "--governance", "--schema", schema, "--verify")
+        directory = await run_replay(settings, "--schema", schemas[0], "--verify")
+        assert directory.returncode == 0, directory.stdout + directory.stderr
+        assert "is identical to" in directory.stdout, directory.stdout
+        governance = await run_replay(settings, "--governance", "--schema", schemas[1], "--verify")
         assert governance.returncode == 0, governance.stdout + governance.stderr
         assert "is identical to" in governance.stdout, governance.stdout
     finally:
-        await drop(engine, schema)
+        await drop(engine, *schemas)
