@@ -25,18 +25,10 @@ from typing import Final
 
 from services.domain.directory import version_rank
 from services.domain.events import Health
-from services.domain.governance import (
-    clock,
-    commands,
-    context,
-    driver_taints,
-    identities,
-    leases,
-    nodes,
-    rules,
-)
+from services.domain.governance import clock, commands, context, identities, leases, nodes, rules
 from services.domain.governance.decisions import AlertAction, Decision, DecisionKind, Severity
 from services.domain.governance.device_state import DeviceGov
+from services.domain.governance.driver_taints import on_taints
 from services.domain.governance.inputs import (
     DeviceIdentified,
     GovernanceInput,
@@ -100,7 +92,7 @@ def step(
     elif isinstance(record, RecoveryReport):
         leases.on_report(ctx, record)
     elif isinstance(record, DeviceTaintsObserved):
-        driver_taints.on_taints(ctx, record)
+        on_taints(ctx, record)  # issue 15: ResourceSlice device taints
     # A WatcherTick only moves the clock (``at``); a PartitionWatermark is the merge's, not ours.
     clock.fire_due(ctx)
     return ctx.decisions
