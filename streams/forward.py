@@ -9,8 +9,9 @@ awaits it inside the batch's transaction, just before the commit. It sends, in t
   observation (``device_id`` only when resolved or as reported: for an ambiguous or unresolved
   one the governor keys the device on its reported resourceID);
 - every ``NodeHeartbeat``, ``NodeResourcesChanged`` and ``WatcherTick`` unchanged (a tick is a clock
-  record of the governor's event-time merge; DRA ``InventoryObserved`` records are not forwarded:
-  they only move the watermark);
+  record of the governor's event-time merge; DRA ``InventoryObserved`` records are not forwarded
+  as such: they move the watermark, and a node-local ResourceSlice's device taints go as one
+  ``DeviceTaintsObserved``, :mod:`streams.forward_taints`);
 - one :class:`InventoryConflict` per inventory conflict the batch raised (``active``) or cleared
   (the governor turns it into a ``DataQualityFlagged`` alert), after the record that caused it;
 - one :class:`DeviceIdentified` per device the inventory identified after its transitions named
@@ -73,6 +74,7 @@ from services.domain.node_events import (
     NodeResourcesChanged,
     WatcherTick,
 )
+from streams.forward_taints import slice_taints
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +216,12 @@ def governance_records(batch: BatchView, commit: PendingCommit, partitions: int)
             if position in batch.clamped:
                 event = replace(event, observed_at=batch.times[position])
             ordered.append((batch.order[position], position, event))
+        elif isinstance(event, InventoryObserved) and commit.fresh(position):
+            taints = slice_taints(event)  # issue 15: a slice's device taints, for the governor
+            if taints is not None:
+                if position in batch.clamped:
+                    taints = replace(taints, observed_at=batch.times[position])
+                ordered.append((batch.order[position], position, taints))
     if inventory is not None:
         ordered.extend(
             (batch.order[change.position], change.position, inventory_conflict(change))

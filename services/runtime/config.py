@@ -18,10 +18,17 @@ field with its default, bounds and description beside the others of its group.
 
 from __future__ import annotations
 
+import re
 from typing import Final, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_LABEL_KEY: Final = re.compile(
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
+"""A Kubernetes label name (optional DNS-subdomain prefix and ``/``): what a device taint key is."""
 
 
 class SettingsGroup(BaseSettings):
@@ -377,6 +384,23 @@ class PolicySettings(SettingsGroup):
     node_incident_min_devices: int = Field(
         2, ge=2, description="Fewest simultaneous device faults that open a node incident."
     )
+    driver_taint_keys: str = Field(
+        "gpu.nvidia.com/gpu-lost,gpu.nvidia.com/xid",
+        description="ResourceSlice device taint keys that count as a device fault (issue 15), "
+        "comma-separated: a DRA device tainted with one of them, effect NoSchedule or NoExecute, "
+        "is quarantined with reason driver-taint:<key>=<value>; removing the taint starts the "
+        "staged recovery. The default is the NVIDIA DRA driver's fatal-XID and lost-GPU keys "
+        "(its non-fatal XIDs use effect None and never count). Empty: no taint counts.",
+    )
+
+    @field_validator("driver_taint_keys")
+    @classmethod
+    def _taint_keys(cls, value: str) -> str:
+        keys = [k.strip() for k in value.split(",") if k.strip()]
+        bad = [k for k in keys if not _LABEL_KEY.fullmatch(k)]
+        if bad:
+            raise ValueError(f"not a taint key (a label name, e.g. gpu.nvidia.com/xid): {bad}")
+        return ",".join(sorted(set(keys)))
 
 
 class RetentionSettings(SettingsGroup):

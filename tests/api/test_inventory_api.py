@@ -123,7 +123,13 @@ async def test_every_device_is_listed_idle_ones_included(api: httpx.AsyncClient)
 
     quarantined = by_id[GPU[5]]
     assert quarantined["taints"] == [
-        {"key": "gpu.example.com/xid", "value": "79", "effect": "NoSchedule"}
+        {
+            "key": "gpu.example.com/xid",
+            "value": "79",
+            "effect": "NoSchedule",
+            "timeAdded": "2026-11-29T10:42:09Z",  # as the example slice has it
+            "rule": None,  # the slice's own taint, not a DeviceTaintRule's
+        }
     ]
     assert (quarantined["state"], quarantined["quarantineID"]) == ("Quarantined", GPU5_QID)
     assert quarantined["health"] == "Unhealthy"

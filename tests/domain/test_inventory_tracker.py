@@ -109,7 +109,9 @@ def test_first_sighting_publishes_each_kind_under_its_key() -> None:
         "ResourceClaim": 1,
         "DeviceClass": 1,
     }
-    assert {"ResourceSlice", "ResourceClaim", "DeviceClass"} == INVENTORY_KINDS
+    # DeviceTaintRules are read too, folded into the slices (issue 15: tests/domain/
+    # test_taint_rule_tracker.py)
+    assert {"ResourceSlice", "ResourceClaim", "DeviceClass", "DeviceTaintRule"} == INVENTORY_KINDS
 
 
 def test_pool_scoped_slice_and_unallocated_claim_keys() -> None:

@@ -329,7 +329,7 @@ WATCHER_MAY = [
     *[(v, "leases", "coordination.k8s.io", "kube-node-lease") for v in ("get", "list", "watch")],
     *[
         (v, r, "resource.k8s.io", "")
-        for r in ("resourceslices", "resourceclaims", "deviceclasses")
+        for r in ("resourceslices", "resourceclaims", "deviceclasses", "devicetaintrules")
         for v in ("get", "list", "watch")
     ],
     # The owners of Pods, read one by one for the controller chains (issue 13).
@@ -356,8 +356,8 @@ WATCHER_MAY_NOT = [
     ("list", "leases", "coordination.k8s.io", ""),
     ("list", "leases", "coordination.k8s.io", "default"),
     ("update", "leases", "coordination.k8s.io", "kube-node-lease"),
-    ("create", "devicetaintrules", "resource.k8s.io", ""),
-    ("list", "devicetaintrules", "resource.k8s.io", ""),
+    ("create", "devicetaintrules", "resource.k8s.io", ""),  # reads others' rules (issue 15)
+    ("delete", "devicetaintrules", "resource.k8s.io", ""),
     ("create", "resourceclaims", "resource.k8s.io", NS),
     ("update", "resourceslices", "resource.k8s.io", ""),
     ("create", "jobs", "batch", NS),

@@ -142,3 +142,20 @@ def device_class_api(
         settings,
         page_size=page_size,
     )
+
+
+DEVICE_TAINT_RULE: Final = "DeviceTaintRule"
+
+
+def device_taint_rule_api(
+    api_client: ApiClient, settings: WatchSettings, *, page_size: int = LIST_PAGE_SIZE
+) -> KubernetesObjectApi:
+    """All DeviceTaintRules (``ResourceV1beta2Api.list_device_taint_rule``, cluster-scoped;
+    ``resource.k8s.io/v1beta2``, served in 1.36 only with the ``DRADeviceTaintRules`` gate and
+    that API version enabled: the watcher treats it as optional)."""
+    return KubernetesObjectApi(
+        DEVICE_TAINT_RULE,
+        k8s_client.ResourceV1beta2Api(api_client).list_device_taint_rule,
+        settings,
+        page_size=page_size,
+    )

@@ -16,6 +16,7 @@ from typing import Any
 from services.domain.codec import parse_time
 from services.domain.events import DeviceSource, Health, format_time
 from services.domain.governance.inputs import RecoveryStage
+from services.domain.governance.taint_state import DriverTaint
 
 DeviceKey = tuple[str, str]
 """``(node, resourceID)``."""
@@ -236,6 +237,8 @@ class DeviceGov:
     reported_id: str | None = None
     uuid: str | None = None
     merged_ids: tuple[str, ...] = ()
+    driver_taint: DriverTaint | None = None
+    """The ResourceSlice taint that counts as a fault on this device (issue 15), if any."""
 
     @property
     def key(self) -> DeviceKey:
@@ -245,6 +248,8 @@ class DeviceGov:
         obj = self._json()
         if self.merged_ids:  # absent otherwise: older snapshots stay identical
             obj["mergedIDs"] = list(self.merged_ids)
+        if self.driver_taint is not None:  # absent otherwise: older snapshots stay identical
+            obj["driverTaint"] = self.driver_taint.to_json()
         return obj
 
     def _json(self) -> dict[str, Any]:
@@ -314,4 +319,7 @@ class DeviceGov:
             if obj.get("clearedVersion") is None
             else int(obj["clearedVersion"]),
             merged_ids=tuple(obj.get("mergedIDs") or ()),
+            driver_taint=None
+            if obj.get("driverTaint") is None
+            else DriverTaint.from_json(obj["driverTaint"]),
         )

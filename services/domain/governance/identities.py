@@ -125,6 +125,7 @@ def _absorb(ctx: context.Ctx, survivor: DeviceGov, loser: DeviceGov, at: datetim
     )
     survivor.merged_ids = tuple(sorted({*survivor.merged_ids, *loser.merged_ids}))
     survivor.uuid = survivor.uuid or loser.uuid
+    survivor.driver_taint = survivor.driver_taint or loser.driver_taint
     transitions.resolve_device_alert(ctx, loser, at, None)
     q = loser.quarantine
     if q is not None and q.status is not QuarantineStatus.RELEASED:

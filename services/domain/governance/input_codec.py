@@ -49,6 +49,14 @@ from services.domain.governance.inputs_adoption import (
     adoption_facts_from_dict,
     adoption_facts_to_dict,
 )
+from services.domain.governance.taint_inputs import (
+    RECORD_TYPE as TAINTS_TYPE,
+)
+from services.domain.governance.taint_inputs import (
+    DeviceTaintsObserved,
+    taints_from_dict,
+    taints_to_dict,
+)
 from services.domain.node_events import (
     NodeHeartbeat,
     NodeResourcesChanged,
@@ -68,6 +76,8 @@ def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
         return node_event_to_dict(record)
     if isinstance(record, NodeAdoptionFacts):
         return adoption_facts_to_dict(record)
+    if isinstance(record, DeviceTaintsObserved):
+        return taints_to_dict(record)
     base: dict[str, Any] = {"schema": SCHEMA_VERSION, "type": record.type}
     if isinstance(record, HealthTransition):
         base.update(
@@ -327,6 +337,8 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
             reported_at=time_field(obj, "reportedAt"),
             detail=str_field(obj, "detail", empty=True) if obj.get("detail") is not None else "",
         )
+    if kind == TAINTS_TYPE:
+        return taints_from_dict(obj)
     raise EventDecodeError(f"unknown governance record type {kind!r}")
 
 

@@ -29,6 +29,7 @@ from services.domain.events import (
 )
 from services.domain.governance.adoption import AdoptionDeclaration
 from services.domain.governance.inputs_adoption import NodeAdoptionFacts
+from services.domain.governance.taint_inputs import DeviceTaintsObserved
 from services.domain.node_events import (
     NodeHeartbeat,
     NodeResourcesChanged,
@@ -267,4 +268,5 @@ GovernanceInput: TypeAlias = (
     | WatcherTick
     | DeviceIdentified
     | NodeAdoptionFacts
+    | DeviceTaintsObserved
 )

@@ -41,6 +41,7 @@ from services.domain.governance import (
 )
 from services.domain.governance.decisions import AlertAction, Decision, DecisionKind, Severity
 from services.domain.governance.device_state import DeviceGov
+from services.domain.governance.driver_taints import on_taints
 from services.domain.governance.inputs import (
     DeviceIdentified,
     GovernanceInput,
@@ -54,6 +55,7 @@ from services.domain.governance.inputs import (
 )
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
+from services.domain.governance.taint_inputs import DeviceTaintsObserved
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -103,6 +105,8 @@ def step(
         on_conflict(ctx, record)
     elif isinstance(record, RecoveryReport):
         leases.on_report(ctx, record)
+    elif isinstance(record, DeviceTaintsObserved):
+        on_taints(ctx, record)  # issue 15: ResourceSlice device taints
     # A WatcherTick only moves the clock (``at``) and reports the watch (``watch_freshness``); a
     # PartitionWatermark is the merge's, not ours.
     clock.fire_due(ctx)

@@ -48,13 +48,17 @@ class GovernancePolicy:
     node_incident_window_seconds: float = 1.0
     node_incident_share: float = 0.5
     node_incident_min_devices: int = 2
+    driver_taint_keys: tuple[str, ...] = ("gpu.nvidia.com/gpu-lost", "gpu.nvidia.com/xid")
 
     @classmethod
     def from_settings(cls, settings: Any) -> GovernancePolicy:
         """Copy the same-named fields of ``settings`` (a
         :class:`services.runtime.config.PolicySettings`, or any settings class holding it)."""
-        copied = {f.name: getattr(settings, f.name) for f in fields(cls) if f.name != "adoption"}
-        return cls(**copied, adoption=thresholds_from_settings(settings))
+        values = {f.name: getattr(settings, f.name) for f in fields(cls) if f.name != "adoption"}
+        # The setting is comma-separated text (one environment variable); the policy a tuple.
+        keys = values["driver_taint_keys"]
+        values["driver_taint_keys"] = tuple(sorted({k for k in keys.split(",") if k}))
+        return cls(**values, adoption=thresholds_from_settings(settings))
 
     def tolerance_for(self, episodes: int) -> float:
         """Tolerance window (seconds) of a device's ``episodes``-th recent Unknown episode (1-based):

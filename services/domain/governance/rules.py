@@ -28,6 +28,8 @@ def effective(state: GovernorState, device: DeviceGov) -> tuple[Health, str | No
     """Effective health and its reason: Pod status plus node facts (heartbeat, plugin loss)."""
     if device.observed_health is Health.UNHEALTHY:
         return Health.UNHEALTHY, context.REASON_UNHEALTHY
+    if device.driver_taint is not None:  # issue 15: the driver's taint is a fault of its own
+        return Health.UNHEALTHY, device.driver_taint.reason
     node = state.nodes.get(device.node)
     if node is not None and node.heartbeat_lost_since is not None:
         return Health.UNKNOWN, context.REASON_HEARTBEAT

@@ -24,6 +24,7 @@ from services.domain.governance.inputs import (
     RecoveryStage,
 )
 from services.domain.governance.state import TimerKind
+from services.domain.governance.taint_state import quarantine_details
 
 
 def set_state(
@@ -181,7 +182,8 @@ def quarantine(
         created_at=at,
         resource_claim=device.resource_claim,
         expires_at=expires_at,
-        confirmed_fault=device.observed_health is Health.UNHEALTHY,
+        confirmed_fault=device.observed_health is Health.UNHEALTHY
+        or device.driver_taint is not None,
         fencing_token=device.fencing_token,
     )
     if device.alert_incident is not None:
@@ -209,6 +211,7 @@ def quarantine(
         source=device.source.value,
         pods=device.pods,
         statusVersion=None if device.status_version is None else str(device.status_version),
+        **quarantine_details(device.driver_taint, reason),
     )
     set_state(ctx, device, GovState.QUARANTINED, at, reason)
     quarantine_age.start(ctx, device, at)

@@ -79,6 +79,15 @@ def _v(value: int | None) -> str | None:
     return None if value is None else str(value)
 
 
+def _taint_to_json(t: DeviceTaint) -> dict[str, Any]:
+    out: dict[str, Any] = {"key": t.key, "value": t.value, "effect": t.effect}
+    if t.time_added is not None:  # absent otherwise: records of before issue 15 stay identical
+        out["timeAdded"] = format_time(t.time_added)
+    if t.rule is not None:
+        out["rule"] = t.rule
+    return out
+
+
 def object_to_json(obj: InventoryObject) -> dict[str, Any]:
     if isinstance(obj, ResourceSliceInfo):
         return {
@@ -92,9 +101,7 @@ def object_to_json(obj: InventoryObject) -> dict[str, Any]:
                 {
                     "name": d.name,
                     "uuid": d.uuid,
-                    "taints": [
-                        {"key": t.key, "value": t.value, "effect": t.effect} for t in d.taints
-                    ],
+                    "taints": [_taint_to_json(t) for t in d.taints],
                 }
                 for d in obj.devices
             ],
@@ -149,7 +156,13 @@ def object_from_json(kind: InventoryKind, o: dict[str, Any]) -> InventoryObject:
                     d["name"],
                     d.get("uuid"),
                     tuple(
-                        DeviceTaint(t["key"], t.get("value"), t["effect"])
+                        DeviceTaint(
+                            t["key"],
+                            t.get("value"),
+                            t["effect"],
+                            _pt(t.get("timeAdded")),
+                            t.get("rule"),
+                        )
                         for t in d.get("taints") or ()
                     ),
                 )

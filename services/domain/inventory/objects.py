@@ -32,11 +32,17 @@ class InventoryParseError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class DeviceTaint:
-    """A device taint in a ResourceSlice (KEP-5055): key, value, effect."""
+    """A device taint in a ResourceSlice (KEP-5055, ``resource.k8s.io/v1`` DeviceTaint): key,
+    value, effect (``None`` | ``NoSchedule`` | ``NoExecute``; consumers treat unknown effects as
+    ``None``) and ``time_added`` (``timeAdded``, UTC; ``None`` when the object has none).
+    ``rule``: the DeviceTaintRule that taints the device (:mod:`.taint_rules`; the watcher adds
+    such taints to the slice it publishes), ``None`` for a taint of the slice itself."""
 
     key: str
     value: str | None
     effect: str
+    time_added: datetime | None = None
+    rule: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +192,7 @@ def parse_resource_slice(obj: Any) -> ResourceSliceInfo:
                 key=str(_dict(t, "taint").get("key", "")),
                 value=None if t.get("value") is None else str(t.get("value")),
                 effect=str(t.get("effect", "")),
+                time_added=_time(t.get("timeAdded"), f"spec.devices[{index}].taints.timeAdded"),
             )
             for t in _opt_list(device.get("taints"), f"spec.devices[{index}].taints")
         )

@@ -23,6 +23,11 @@ API serves them (ResourceSlice, ResourceClaim, DeviceClass of resource.k8s.io/v1
 
 Objects are told apart by name (ResourceSlice, DeviceClass: cluster-scoped) or by namespace and
 name (ResourceClaim).
+
+DeviceTaintRules written by others (:mod:`.taint_rule_tracker`; never devicestate's own) are not
+published as objects: their taints are added to the taints of the devices they select in every
+ResourceSlice published (``DeviceTaint.rule`` set), and a rule change publishes again each tracked
+slice whose devices' taints it altered (issue 15 item 1).
 """
 
 from __future__ import annotations
@@ -44,15 +49,18 @@ from services.domain.inventory.events import (
 )
 from services.domain.inventory.objects import (
     InventoryParseError,
+    ResourceSliceInfo,
     parse_device_class,
     parse_resource_claim,
     parse_resource_slice,
 )
 from services.domain.node_events import TICK_KEY_PREFIX
 from services.domain.watch.pod_tracker import WatchKind
+from services.domain.watch.taint_rule_tracker import TAINT_RULE_KIND, TaintRuleTracker
 
-INVENTORY_KINDS: Final = frozenset(kind.value for kind in InventoryKind)
-"""The DRA object kinds the tracker reads (``ResourceSlice``, ``ResourceClaim``, ``DeviceClass``)."""
+INVENTORY_KINDS: Final = frozenset(kind.value for kind in InventoryKind) | {TAINT_RULE_KIND}
+"""The DRA object kinds the tracker reads (``ResourceSlice``, ``ResourceClaim``, ``DeviceClass``,
+and ``DeviceTaintRule``, which it folds into the slices)."""
 
 _PARSERS: Final[dict[InventoryKind, Callable[[Any], InventoryObject]]] = {
     InventoryKind.RESOURCE_SLICE: parse_resource_slice,
@@ -80,10 +88,12 @@ class InventoryOutcome:
 @dataclass(slots=True)
 class InventoryRelist:
     """What a complete LIST gives: one outcome per listed object, in order, and the deletions of
-    the tracked objects it no longer has (sorted by name)."""
+    the tracked objects it no longer has (sorted by name); for a LIST of DeviceTaintRules,
+    ``republished``: the slices the rules changed."""
 
     outcomes: list[InventoryOutcome]
     deleted: list[InventoryObserved]
+    republished: list[InventoryObserved] = field(default_factory=list)
 
 
 def compact(obj: InventoryObject) -> InventoryObject:
@@ -147,6 +157,7 @@ class InventoryTracker:
         self._versions: dict[ObjectId, int] = {}
         self._reported: dict[ObjectId, str] = {}
         self._tracked: Counter[InventoryKind] = Counter()
+        self.rules = TaintRuleTracker()
 
     def tracked(self, kind: InventoryKind) -> int:
         """How many objects of ``kind`` are tracked (published and not deleted)."""
@@ -215,6 +226,8 @@ class InventoryTracker:
             self._reject(outcome, oid, f"{object_kind.value} {name or '<no name>'}: {exc}")
             return outcome
         assert oid is not None  # read_object needs the name (and a claim's namespace)
+        if isinstance(record, ResourceSliceInfo):
+            record = self._with_rules(record)
         self._reported.pop(oid, None)
         previous = self._forms.get(oid)
         self._forms[oid] = record
@@ -252,3 +265,52 @@ class InventoryTracker:
             if last is not None:
                 deleted.append(InventoryObserved(record_key(last), last, True, observed_at))
         return InventoryRelist(outcomes, deleted)
+
+    # --- DeviceTaintRules of others (issue 15 item 1) -------------------------------------------
+
+    def _with_rules(self, record: ResourceSliceInfo) -> ResourceSliceInfo:
+        """``record`` with its devices' taints: the slice's own, then the tracked rules'."""
+        if not len(self.rules) and not any(t.rule for d in record.devices for t in d.taints):
+            return record
+        devices = tuple(
+            dataclasses.replace(
+                d,
+                taints=tuple(t for t in d.taints if t.rule is None)
+                + self.rules.taints_for(record.driver, record.pool, d.name),
+            )
+            for d in record.devices
+        )
+        return dataclasses.replace(record, devices=devices)
+
+    def _republish(self, observed_at: datetime) -> list[InventoryObserved]:
+        """Publish again the tracked slices whose taints the rules changed (by name)."""
+        events = []
+        for oid in sorted(o for o in self._forms if o[0] is InventoryKind.RESOURCE_SLICE):
+            form = self._forms[oid]
+            assert isinstance(form, ResourceSliceInfo)
+            new = self._with_rules(form)
+            if new != form:
+                self._forms[oid] = new
+                events.append(InventoryObserved(record_key(new), new, False, observed_at))
+        return events
+
+    def rule_event(
+        self, kind: WatchKind, obj: Mapping[str, Any], observed_at: datetime
+    ) -> InventoryOutcome:
+        """One ADDED/MODIFIED/DELETED of a DeviceTaintRule: the slices it changed are published."""
+        rule = self.rules.event(kind, obj)
+        outcome = InventoryOutcome(reject_reason=rule.reject_reason, ignored=rule.ignored)
+        if rule.changed:
+            outcome.events = self._republish(observed_at)
+        return outcome
+
+    def rules_listed(
+        self, objs: Iterable[Mapping[str, Any]], observed_at: datetime
+    ) -> InventoryRelist:
+        """A complete LIST of DeviceTaintRules: one outcome per rule (no events), then the slices
+        the rules changed (``republished``)."""
+        rules, changed = self.rules.listed(objs)
+        outcomes = [
+            InventoryOutcome(reject_reason=r.reject_reason, ignored=r.ignored) for r in rules
+        ]
+        return InventoryRelist(outcomes, [], self._republish(observed_at) if changed else [])

@@ -19,6 +19,14 @@ class TaintOut(ApiModel):
     key: str
     value: str | None
     effect: str
+    time_added: datetime | None = Field(
+        None, description="The taint's `timeAdded` (UTC), null when the object has none."
+    )
+    rule: str | None = Field(
+        None,
+        description="The DeviceTaintRule (of others: never devicestate's own) that taints the "
+        "device; null for a taint the ResourceSlice publishes itself.",
+    )
 
 
 class AllocatedToOut(ApiModel):
@@ -84,7 +92,16 @@ class InventoryDeviceOut(ApiModel):
             uuid=d.uuid,
             device_class=d.device_class,
             resource_name=d.resource_name,
-            taints=[TaintOut(key=t.key, value=t.value, effect=t.effect) for t in d.taints],
+            taints=[
+                TaintOut(
+                    key=t.key,
+                    value=t.value,
+                    effect=t.effect,
+                    time_added=t.time_added,
+                    rule=t.rule,
+                )
+                for t in d.taints
+            ],
             allocated_to=AllocatedToOut(claims=list(d.claims), pods=list(d.pods)),
             health=d.health,
             health_observed_at=d.health_observed_at,

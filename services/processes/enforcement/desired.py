@@ -42,13 +42,19 @@ from services.domain.events import DeviceSource
 from services.domain.governance.held import QuarantineRow
 from services.domain.inventory.identity import split_device_id
 
+# The labels that make a rule devicestate's own: one definition, which the watcher reads too (it
+# never takes an own rule for a fault, issue 15).
+from services.domain.inventory.taint_rules import (
+    COMPONENT,
+    COMPONENT_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    QUARANTINE_LABEL,
+    is_devicestate_rule,
+)
+
 API_VERSION: Final = "resource.k8s.io/v1beta2"
 KIND: Final = "DeviceTaintRule"
-MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
-MANAGED_BY: Final = "devicestate"
-COMPONENT_LABEL: Final = "app.kubernetes.io/component"
-COMPONENT: Final = "quarantine-enforcement"
-QUARANTINE_LABEL: Final = "devicestate.io/quarantine-id"
 QUARANTINE_ANNOTATION: Final = "devicestate.io/quarantine-id"
 DEVICE_ANNOTATION: Final = "devicestate.io/device"
 NODE_ANNOTATION: Final = "devicestate.io/node"
@@ -273,12 +279,7 @@ def rule_manifest(rule: DesiredRule) -> dict[str, Any]:
 def is_own(obj: Mapping[str, Any]) -> bool:
     """Whether ``obj`` carries the labels of a rule this reconciler made (the list's selector
     already asks for them; checked again so that nothing else is ever changed)."""
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    return (
-        labels.get(MANAGED_BY_LABEL) == MANAGED_BY
-        and labels.get(COMPONENT_LABEL) == COMPONENT
-        and bool(labels.get(QUARANTINE_LABEL))
-    )
+    return is_devicestate_rule(obj)
 
 
 def _taint_core(taint: Mapping[str, Any] | None) -> tuple[Any, Any, Any]:

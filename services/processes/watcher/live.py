@@ -3,8 +3,8 @@ SIGINT, or until one of them fails; then all of them stop.
 
 The loops (which resources to watch): Pods; node Leases unless ``watch_leases`` is off; Nodes
 unless ``watch_nodes`` is off; DeviceClasses, ResourceSlices and ResourceClaims unless
-``watch_dra`` is off -- each of those is *optional*: it ends by itself, with a warning, on a
-cluster that does not serve resource.k8s.io/v1. The ticker sends a ``WatcherTick`` to every
+``watch_dra`` is off, and DeviceTaintRules (resource.k8s.io/v1beta2) -- each of those is
+*optional*: it ends by itself, with a warning, on a cluster that does not serve it. The ticker sends a ``WatcherTick`` to every
 partition every ``tick_interval_seconds`` of wall clock. Every item goes to one
 :class:`~services.processes.watcher.session.WatchSession`.
 """
@@ -26,6 +26,7 @@ from services.adapters.kube.watch_apis import (
     KubernetesObjectApi,
     KubernetesPodApi,
     device_class_api,
+    device_taint_rule_api,
     lease_api,
     node_api,
     resource_claim_api,
@@ -45,8 +46,9 @@ DRA_APIS: Final[tuple[Callable[[ApiClient, WatchSettings], KubernetesObjectApi],
     device_class_api,
     resource_slice_api,
     resource_claim_api,
+    device_taint_rule_api,
 )
-"""The three DRA watches, in the order the watcher starts them."""
+"""The DRA watches, in the order the watcher starts them (DeviceTaintRules of others: issue 15)."""
 
 
 async def tick_every(session: WatchSession, interval_seconds: float, stop: asyncio.Event) -> None:

@@ -37,6 +37,7 @@ PLURALS: Final = {
     "ResourceSlice": "resourceslices",
     "ResourceClaim": "resourceclaims",
     "DeviceClass": "deviceclasses",
+    "DeviceTaintRule": "devicetaintrules",
 }
 """The API's plural resource name of each object kind (logs, metrics, dead-letter sources)."""
 

@@ -31,6 +31,7 @@ from services.domain.watch.node_objects import NodeProblem
 from services.domain.watch.node_tracker import NodeFact, NodeOutcome, NodeTracker
 from services.domain.watch.pod_snapshot import snapshots
 from services.domain.watch.pod_tracker import PodTracker, WatchKind
+from services.domain.watch.taint_rule_tracker import TAINT_RULE_KIND
 
 STAGE_WATCH_LINE: Final = "watch-line"
 """Dead-letter stage of a line that is not a readable watch event."""
@@ -314,7 +315,10 @@ class InventoryProcessor:
         """One ADDED/MODIFIED/DELETED of a DRA object (``object_kind``); ``original`` is the line
         as read (dead-lettered when the object is malformed). Raises ``ValueError`` for a kind
         that is not a DRA inventory kind."""
-        outcome = self.tracker.event(kind, InventoryKind(object_kind), obj, observed_at)
+        if object_kind == TAINT_RULE_KIND:  # folded into the slices (issue 15)
+            outcome = self.tracker.rule_event(kind, obj, observed_at)
+        else:
+            outcome = self.tracker.event(kind, InventoryKind(object_kind), obj, observed_at)
         actions = InventoryActions()
         actions.add(outcome, original, source)
         return actions
@@ -328,12 +332,16 @@ class InventoryProcessor:
     ) -> InventoryActions:
         """A complete LIST of one DRA kind: each object read as ADDED, then ``deleted=True`` for
         the tracked ones it no longer has."""
-        relist = self.tracker.listed(InventoryKind(object_kind), objs, observed_at)
+        if object_kind == TAINT_RULE_KIND:
+            relist = self.tracker.rules_listed(objs, observed_at)
+        else:
+            relist = self.tracker.listed(InventoryKind(object_kind), objs, observed_at)
         actions = InventoryActions()
         for obj, outcome in zip(objs, relist.outcomes, strict=True):
             original = orjson.dumps(obj) if outcome.reject_reason is not None else b""
             actions.add(outcome, original, source)
         actions.events.extend(relist.deleted)
+        actions.events.extend(relist.republished)  # slices a LIST of DeviceTaintRules changed
         return actions
 
     def tracked(self) -> dict[str, int]:
