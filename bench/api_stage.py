@@ -22,6 +22,7 @@ from bench import REPO_ROOT
 from bench.console import console
 from bench.cpu import CpuSampler
 from bench.load import load_gets
+from bench.options import Options
 from bench.processes import (
     Child,
     StageUnavailable,
@@ -225,3 +226,26 @@ async def _extender_load(
     )
     child.check()
     return outcome
+
+
+async def api_during_ingest(
+    run: Run, settings: Settings, devices: Any, opts: Options, delay: float
+) -> dict[str, Any]:
+    """Stage (d) on the worker's schema while the worker ingests: started ``delay`` seconds
+    after the worker (so most devices exist: a GET of one not written yet is a 404, counted in
+    ``error_kinds``); ``worker_still_ingesting`` says whether the load ended before the worker."""
+    await asyncio.sleep(delay)
+    result = await run_api_stage(
+        run,
+        settings,
+        devices,
+        rate=opts.api_rate,
+        count=opts.api_requests,
+        connections=opts.api_connections,
+        seed=opts.seed,
+        schema=run.worker_schema,
+        client_kinds=opts.api_client.split(",")[:1],
+        profile=None,
+    )
+    result["worker_still_ingesting"] = "worker" not in run.done
+    return result

@@ -32,25 +32,25 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from bench.api_stage import run_api_stage
+from bench.api_stage import api_during_ingest, run_api_stage
 from bench.console import console
 from bench.kafka_admin import create_topic, end_offsets
 from bench.kafka_io import print_baseline_summary, print_publish_summary, publish, raw_consume
-from bench.load import Workload, generate
-from bench.load_pods import SHAPES, generate_pods
+from bench.load import Workload
+from bench.load_pods import SHAPES
 from bench.machine import code_version, command_line, machine_info
+from bench.options import STAGES, Options, make_workload
 from bench.processes import StageUnavailable
 from bench.replay_stage import print_replay_summary, run_replay_stage
 from bench.report import print_table, verdicts
 from bench.stack import (
-    Run,
     StackUnreachable,
     check_stack,
     cleanup,
@@ -59,73 +59,6 @@ from bench.stack import (
     stack_settings,
 )
 from bench.worker_stage import print_worker_summary, run_worker_stage
-from services.runtime.config import Settings
-
-STAGES = ("publish", "baseline", "worker", "replay", "api")
-
-
-@dataclass
-class Options:
-    """The benchmark's flags (see ``python -m bench.pipeline --help``)."""
-
-    events: int
-    devices: int
-    nodes: int
-    dup_ratio: float
-    partitions: int
-    api_requests: int
-    api_rate: float
-    api_connections: int
-    api_client: str
-    skip: list[str]
-    keep: bool
-    json_out: Path | None
-    seed: int
-    topic: str | None
-    worker_batch_size: int | None
-    replay_batch_size: int
-    linger_ms: int
-    batch_bytes: int
-    profile_worker: Path | None
-    profile_replay: Path | None
-    profile_api: Path | None
-    api_during_ingest: float | None = None
-    extender_calls: int = 0
-    extender_rate: float = 200.0
-    shape: str = "synthetic"
-
-
-async def api_during_ingest(
-    run: Run, settings: Settings, devices: Any, opts: Options, delay: float
-) -> dict[str, Any]:
-    """Stage (d) on the worker's schema while the worker ingests: started ``delay`` seconds
-    after the worker (so most devices exist: a GET of one not written yet is a 404, counted in
-    ``error_kinds``); ``worker_still_ingesting`` says whether the load ended before the worker."""
-    await asyncio.sleep(delay)
-    result = await run_api_stage(
-        run,
-        settings,
-        devices,
-        rate=opts.api_rate,
-        count=opts.api_requests,
-        connections=opts.api_connections,
-        seed=opts.seed,
-        schema=run.worker_schema,
-        client_kinds=opts.api_client.split(",")[:1],
-        profile=None,
-    )
-    result["worker_still_ingesting"] = "worker" not in run.done
-    return result
-
-
-def make_workload(opts: Options) -> Workload:
-    """The log of ``--shape`` (:mod:`bench.load_pods`)."""
-    gpus_per_pod = SHAPES[opts.shape]
-    if not gpus_per_pod:
-        return generate(opts.events, opts.devices, opts.nodes, opts.dup_ratio, opts.seed)
-    return generate_pods(
-        opts.events, opts.devices, opts.nodes, gpus_per_pod, opts.dup_ratio, opts.seed
-    )
 
 
 async def main_async(opts: Options) -> int:
