@@ -56,6 +56,22 @@ class DecisionKind(StrEnum):
     COMMAND_ACCEPTED = "CommandAccepted"
     COMMAND_REJECTED = "CommandRejected"
     ADOPTION_DECLARED = "AdoptionPhaseDeclared"  # a DRA adoption pool's accepted phase (issue 16)
+    # Workload migration off quarantined devices (issue 13; services/domain/migration/outcomes.py)
+    MIGRATION_PLANNED = "MigrationPlanned"
+    MIGRATION_DEFERRED = "MigrationDeferred"
+    MIGRATION_LEASE_GRANTED = "MigrationLeaseGranted"
+    MIGRATION_LEASE_DENIED = "MigrationLeaseDenied"
+    MIGRATION_LEASE_EXPIRED = "MigrationLeaseExpired"
+    MIGRATION_LEASE_RELEASED = "MigrationLeaseReleased"
+    MIGRATION_CHECKPOINT_REQUESTED = "MigrationCheckpointRequested"
+    MIGRATION_CHECKPOINT_COMMITTED = "MigrationCheckpointCommitted"
+    MIGRATION_EVICTION_REQUESTED = "MigrationEvictionRequested"
+    MIGRATION_DEVICE_RELEASED = "MigrationDeviceReleased"
+    MIGRATION_COMPLETED = "MigrationCompleted"
+    MIGRATION_FAILED = "MigrationFailed"
+    MIGRATION_EVIDENCE_KEPT = "MigrationEvidenceKept"
+    MIGRATION_CANCELLED = "MigrationCancelled"
+    MIGRATION_REPORT_REJECTED = "MigrationReportRejected"
 
 
 class AlertAction(StrEnum):

@@ -44,6 +44,8 @@ from services.domain.governance.inputs import (
     Role,
     WatermarkAdvanced,
 )
+from services.domain.migration import wire as migration_wire
+from services.domain.migration.records import MigrationReport, WorkloadOnDevice
 from services.domain.node_events import (
     NodeHeartbeat,
     NodeResourcesChanged,
@@ -61,6 +63,8 @@ def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
     """The JSON object of a governance-topic record."""
     if isinstance(record, NodeHeartbeat | NodeResourcesChanged | WatcherTick):
         return node_event_to_dict(record)
+    if isinstance(record, WorkloadOnDevice | MigrationReport):
+        return migration_wire.to_dict(record)
     base: dict[str, Any] = {"schema": SCHEMA_VERSION, "type": record.type}
     if isinstance(record, HealthTransition):
         base.update(
@@ -230,6 +234,8 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
         event = node_event_from_dict(obj)
         assert isinstance(event, NodeHeartbeat | NodeResourcesChanged | WatcherTick)
         return event
+    if kind in migration_wire.TYPES:
+        return migration_wire.from_dict(obj)
     if kind == "HealthTransition":
         raw_version = obj.get("statusVersion")
         version = None if raw_version is None else parse_resource_version(raw_version)

@@ -10,7 +10,9 @@ Written by three producers:
   :class:`MergeKey`, ``WatcherTick``\\ s are forwarded as clock records, and per-partition progress is
   :class:`PartitionWatermark`, so the governor takes them in event-time order);
 - the operator API appends :class:`OperatorCommand` records (never edits the projection);
-- recovery executors append :class:`RecoveryLeaseRequested` and :class:`RecoveryReport`.
+- recovery executors append :class:`RecoveryLeaseRequested` and :class:`RecoveryReport`;
+- migration (issue 13): ``WorkloadOnDevice`` facts and the executors' ``MigrationReport``\\ s
+  (:mod:`services.domain.migration.records`).
 
 Wire form (:mod:`.input_codec`): JSON objects with ``schema`` 1 and ``type``, camelCase keys, times
 RFC 3339 UTC ``Z``.
@@ -28,6 +30,7 @@ from services.domain.events import (
     Health,
 )
 from services.domain.governance.adoption import AdoptionDeclaration
+from services.domain.migration.records import MigrationReport, WorkloadOnDevice
 from services.domain.node_events import (
     NodeHeartbeat,
     NodeResourcesChanged,
@@ -265,4 +268,6 @@ GovernanceInput: TypeAlias = (
     | PartitionWatermark
     | WatcherTick
     | DeviceIdentified
+    | WorkloadOnDevice  # issue 13: services/domain/migration/records.py
+    | MigrationReport
 )

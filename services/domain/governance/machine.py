@@ -25,7 +25,16 @@ from typing import Final
 
 from services.domain.directory import version_rank
 from services.domain.events import Health
-from services.domain.governance import clock, commands, context, identities, leases, nodes, rules
+from services.domain.governance import (
+    clock,
+    commands,
+    context,
+    identities,
+    leases,
+    migrations,
+    nodes,
+    rules,
+)
 from services.domain.governance.decisions import AlertAction, Decision, DecisionKind, Severity
 from services.domain.governance.device_state import DeviceGov
 from services.domain.governance.inputs import (
@@ -41,6 +50,7 @@ from services.domain.governance.inputs import (
 )
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
+from services.domain.migration.records import MigrationReport, WorkloadOnDevice
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 
 CEILING_CONFLICT: Final = "device-ceiling"
@@ -89,8 +99,13 @@ def step(
         on_conflict(ctx, record)
     elif isinstance(record, RecoveryReport):
         leases.on_report(ctx, record)
+    elif isinstance(record, WorkloadOnDevice):
+        migrations.on_workload(ctx, record)
+    elif isinstance(record, MigrationReport):
+        migrations.on_report(ctx, record)
     # A WatcherTick only moves the clock (``at``); a PartitionWatermark is the merge's, not ours.
     clock.fire_due(ctx)
+    migrations.after_step(ctx)
     return ctx.decisions
 
 

@@ -40,6 +40,13 @@ class GovernancePolicy:
     recovery_holddown_seconds: float = 900.0
     recovery_lease_seconds: float = 300.0
     quarantine_operator_age_seconds: float = 259200.0
+    migration_node_burst: int = 1
+    migration_node_refill_seconds: float = 600.0
+    migration_fleet_burst: int = 8
+    migration_fleet_refill_seconds: float = 60.0
+    migration_lease_seconds: float = 120.0
+    migration_takeover_seconds: float = 600.0
+    migration_checkpoint_timeout_seconds: float = 900.0
 
     @classmethod
     def from_settings(cls, settings: Any) -> GovernancePolicy:

@@ -30,6 +30,7 @@ from services.domain.governance.device_state import (
 from services.domain.governance.event_order import EventOrder
 from services.domain.governance.input_codec import keyed_from_dict, keyed_to_dict
 from services.domain.governance.node_index import NodeIndex
+from services.domain.migration.book import MigrationBook
 
 
 @dataclass(slots=True)
@@ -126,6 +127,8 @@ class FleetGov:
     """Device-health partitions whose clock-ahead alert is firing (sorted)."""
     order: EventOrder = field(default_factory=EventOrder)
     """The event-time merge of the forwarded records (:mod:`.event_order`), pending ones included."""
+    migrations: MigrationBook = field(default_factory=MigrationBook)
+    """Workload migrations off quarantined devices (issue 13, :mod:`.migrations`)."""
 
     def recount_signals(self) -> None:
         """Rebuild the derived counters from ``signals`` (after a restore or a reset)."""
@@ -133,7 +136,7 @@ class FleetGov:
         self.signal_nodes = Counter(n for _, n, _ in self.signals)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        obj = {
             "partitions": self.partitions,
             "watermarks": {str(p): format_time(t) for p, t in sorted(self.watermarks.items())},
             "watermark": optional_time_text(self.watermark),
@@ -151,6 +154,9 @@ class FleetGov:
             "clockAhead": list(self.clock_ahead),
             "order": self.order.to_json(keyed_to_dict),
         }
+        if not self.migrations.empty():  # absent otherwise: older snapshots stay identical
+            obj["migrations"] = self.migrations.to_json()
+        return obj
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> FleetGov:
@@ -174,6 +180,7 @@ class FleetGov:
             commands_seen=list(obj.get("commandsSeen") or ()),
             clock_ahead=[int(p) for p in obj.get("clockAhead") or ()],
             order=EventOrder.from_json(obj.get("order"), keyed_from_dict),
+            migrations=MigrationBook.from_json(obj.get("migrations")),
         )
         fleet.recount_signals()
         return fleet
