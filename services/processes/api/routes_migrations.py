@@ -19,7 +19,6 @@ from fastapi.responses import JSONResponse
 
 from services.adapters.projection.reads_migrations import MigrationReads
 from services.domain.migration.book import Phase
-from services.domain.migration.records import MigrationReport
 from services.processes.api.auth import Operator
 from services.processes.api.command_submit import ERRORS, clock_now, reads_router, writes_router
 from services.processes.api.commands import CommandPublisher
@@ -32,6 +31,7 @@ from services.processes.api.schemas_migrations import (
     MigrationReportIn,
     MigrationsOut,
     ReportAcceptedOut,
+    report_of,
 )
 
 MAX_MIGRATIONS = 1000
@@ -74,21 +74,11 @@ async def post_report(
     ``GET /v1/migrations/{migrationID}``."""
     if not await _reads(request).history(migration_id):
         raise HTTPException(404, f"migration {migration_id!r} is unknown to the governor")
-    report = MigrationReport(
-        migration_id=migration_id,
-        kind=body.kind,
-        holder=body.holder,
-        reported_at=clock_now(request),
-        fencing_token=body.fencing_token,
-        checkpoint_id=body.checkpoint_id,
-        checkpoint_at=body.checkpoint_at,
-        devices=tuple((d.node, d.resource_id) for d in body.devices),
-        detail=body.detail.strip(),
-    )
+    report = report_of(migration_id, body, clock_now(request))
     publisher: CommandPublisher = request.app.state.publisher
     await publisher.publish(report)  # CommandLogUnavailable -> 503 (app handler)
     out = ReportAcceptedOut(
-        migration_id=migration_id, kind=body.kind.value, holder=body.holder, status="appended"
+        migration_id=migration_id, kind=body.kind, holder=body.holder, status="appended"
     )
     return JSONResponse(out.model_dump(mode="json", by_alias=True), status_code=202)
 

@@ -5,13 +5,24 @@ them (``GET /v1/migrations``). camelCase JSON, times RFC 3339 UTC."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, Field, ValidationInfo, field_validator
 
-from services.domain.migration.records import ReportKind
+from services.domain.limits import DNS1123_SUBDOMAIN_PATTERN, invisible_problem, node_name_problem
+from services.domain.migration.records import MigrationReport, ReportKind
+from services.processes.api.hardening import (
+    NODE_MAX_BYTES,
+    RESOURCE_ID_MAX_BYTES,
+    nested_text_problem,
+    text_problem,
+)
 from services.processes.api.schemas import ApiModel
-from services.processes.api.schemas_governance import MAX_REASON, RequestModel
+from services.processes.api.schemas_governance import (
+    MAX_REASON,
+    RESOURCE_ID_PATTERN,
+    RequestModel,
+)
 
 MIGRATION_ID_PATTERN = "^m-[0-9a-f]{20}$"
 """A migration's ID (:func:`services.domain.migration.book.migration_id`)."""
@@ -20,55 +31,155 @@ HOLDER_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._:/-]{0,252}$"
 MAX_DEVICES = 64
 """Most devices one replacement may report."""
 
-Text = Annotated[str, Field(min_length=1, max_length=253)]
+_CONTROL = "\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f"
+DETAIL_PATTERN = f"^[^{_CONTROL}]*$"
+"""Free text: no control character but tab, LF and CR."""
+
+CheckpointID = Annotated[
+    str,
+    Field(
+        alias="checkpointID",
+        min_length=1,
+        max_length=253,
+        description="The committed checkpoint's ID.",
+        json_schema_extra={"pattern": RESOURCE_ID_PATTERN},
+    ),
+]
 
 
 class DeviceIn(RequestModel):
-    node: Text = Field(description="The node's name.")
+    """A device the replacement Pod holds, as the governor keys it."""
+
+    node: str = Field(
+        min_length=1,
+        max_length=NODE_MAX_BYTES,
+        pattern=DNS1123_SUBDOMAIN_PATTERN,
+        description="Node name: a DNS-1123 subdomain.",
+    )
     resource_id: str = Field(
         alias="resourceID",
         min_length=1,
-        max_length=1024,
-        description="The device as the governor keys it (its physical ID, or the resourceID).",
+        max_length=RESOURCE_ID_MAX_BYTES,
+        description="The device's physical ID (or its resourceID); no control, invisible or "
+        "bidirectional-control character.",
+        json_schema_extra={"pattern": RESOURCE_ID_PATTERN},
     )
 
+    @field_validator("node", mode="before")
+    @classmethod
+    def _node_name(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            problem = text_problem("node", value) or node_name_problem(value)
+            if problem is not None:
+                raise ValueError(problem)
+        return value
 
-class MigrationReportIn(RequestModel):
-    """What a migration executor did, under its lease (``fencingToken`` 0 for
-    ``lease-requested``). The governor decides it (``MigrationReportRejected`` with the reason for
-    a stale token, another holder, or a report the phase does not expect)."""
+    @field_validator("resource_id")
+    @classmethod
+    def _resource_id(cls, value: str) -> str:
+        problem = text_problem(
+            "resourceID", value, max_bytes=RESOURCE_ID_MAX_BYTES
+        ) or invisible_problem("resourceID", value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
-    MULTILINE: ClassVar[frozenset[str]] = frozenset({"detail"})
 
-    kind: ReportKind = Field(description="What happened (`lease-requested`, `evicted`, ...).")
+class _ReportIn(BaseModel):
+    """Base of the report bodies: :class:`RequestModel`'s configuration and text checks, on the
+    text fields only (a discriminator field takes no ``before`` validator)."""
+
+    model_config = RequestModel.model_config
+
     holder: str = Field(description="The executor's name.", pattern=HOLDER_PATTERN)
-    fencing_token: int = Field(0, ge=0, le=2**53, description="The lease's fencing token.")
-    checkpoint_id: Text | None = Field(
-        None, alias="checkpointID", description="The committed checkpoint (checkpoint-committed)."
+    detail: str = Field(
+        "",
+        max_length=MAX_REASON,
+        description="Free text, e.g. the PodDisruptionBudget's message.",
+        json_schema_extra={"pattern": DETAIL_PATTERN},
     )
-    checkpoint_at: AwareDatetime | None = Field(
-        None, description="When the checkpoint was taken (UTC; checkpoint-committed)."
-    )
-    devices: list[DeviceIn] = Field(
-        default_factory=list,
-        max_length=MAX_DEVICES,
-        description="The devices the replacement Pod holds (replacement-observed).",
-    )
-    detail: str = Field("", max_length=MAX_REASON, description="Free text, e.g. the PDB's message.")
 
-    @model_validator(mode="after")
-    def _complete(self) -> MigrationReportIn:
-        if self.kind is ReportKind.CHECKPOINT_COMMITTED and (
-            self.checkpoint_id is None or self.checkpoint_at is None
-        ):
-            raise ValueError("a checkpoint-committed report needs checkpointID and checkpointAt")
-        if self.kind is ReportKind.REPLACEMENT_OBSERVED and not self.devices:
-            raise ValueError(
-                "a replacement-observed report needs the devices the replacement holds"
-            )
-        if self.kind is not ReportKind.LEASE_REQUESTED and self.fencing_token < 1:
-            raise ValueError(f"a {self.kind.value} report needs the lease's fencingToken (>= 1)")
-        return self
+    @field_validator("holder", "detail", mode="before")
+    @classmethod
+    def _no_control_characters(cls, value: Any, info: ValidationInfo) -> Any:
+        name = info.field_name or ""
+        problem = nested_text_problem(name, value, multiline=name == "detail")
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+
+class LeaseRequestIn(_ReportIn):
+    """Ask for the migration's lease (a new holder gets the next fencing token)."""
+
+    kind: Literal["lease-requested"]
+
+
+class _LeasedIn(_ReportIn):
+    fencing_token: int = Field(ge=1, le=2**53, description="The lease's fencing token.")
+
+
+class StepIn(_LeasedIn):
+    """A step without data of its own, under the lease."""
+
+    kind: Literal[
+        "lease-renewed",
+        "lease-released",
+        "checkpoint-timed-out",
+        "evicted",
+        "eviction-refused",
+        "workload-gone",
+    ]
+
+
+class CheckpointIn(_LeasedIn):
+    """The workload committed a checkpoint (``checkpointAt`` UTC)."""
+
+    kind: Literal["checkpoint-committed"]
+    checkpoint_id: CheckpointID
+    checkpoint_at: AwareDatetime = Field(description="When the checkpoint was taken (UTC).")
+
+    @field_validator("checkpoint_id")
+    @classmethod
+    def _checkpoint_id(cls, value: str) -> str:
+        problem = text_problem("checkpointID", value) or invisible_problem("checkpointID", value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+
+class ReplacementIn(_LeasedIn):
+    """The replacement Pod runs, holding ``devices``."""
+
+    kind: Literal["replacement-observed"]
+    devices: list[DeviceIn] = Field(min_length=1, max_length=MAX_DEVICES)
+
+
+MigrationReportIn = Annotated[
+    LeaseRequestIn | StepIn | CheckpointIn | ReplacementIn, Field(discriminator="kind")
+]
+"""What a migration executor did, under its lease: the governor decides it
+(``MigrationReportRejected`` with the reason for a stale token, another holder, or a report the
+phase does not expect)."""
+
+
+def report_of(
+    migration_id: str, body: LeaseRequestIn | StepIn | CheckpointIn | ReplacementIn, at: datetime
+) -> MigrationReport:
+    """The governance record of a report body received at ``at`` (UTC)."""
+    return MigrationReport(
+        migration_id=migration_id,
+        kind=ReportKind(body.kind),
+        holder=body.holder,
+        reported_at=at,
+        fencing_token=0 if isinstance(body, LeaseRequestIn) else body.fencing_token,
+        checkpoint_id=body.checkpoint_id if isinstance(body, CheckpointIn) else None,
+        checkpoint_at=body.checkpoint_at if isinstance(body, CheckpointIn) else None,
+        devices=tuple((d.node, d.resource_id) for d in body.devices)
+        if isinstance(body, ReplacementIn)
+        else (),
+        detail=body.detail.strip(),
+    )
 
 
 class ReportAcceptedOut(ApiModel):
