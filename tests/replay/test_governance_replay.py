@@ -23,6 +23,7 @@ from services.domain.governance.inputs import (
     RecoveryLeaseRequested,
     Role,
 )
+from services.domain.migration.records import MigrationReport, ReportKind, WorkloadOnDevice
 from services.domain.node_events import WatcherTick, encode_node_event
 from services.runtime.config import Settings
 from tests.replay.test_replay import drop, run_replay
@@ -76,6 +77,54 @@ async def governed(
             for holder in ("executor-a", "executor-b")
         ]
         assert requests, "no device in recovery: the lease path would not be replayed"
+        await pipe.append(requests)
+        # A workload on the quarantined device migrates (issue 13): planned, leased (a second
+        # executor denied), checkpointed, evicted; the other executor's eviction report refused.
+        await pipe.append(
+            [
+                governance(
+                    WorkloadOnDevice(
+                        node,
+                        rid,
+                        "wl-1",
+                        "pod-uid-1",
+                        "team-a",
+                        "train-0",
+                        "checkpointed",
+                        7,
+                        end,
+                        checkpoint_max_age_seconds=86400,
+                    )
+                )
+                for node, rid in quarantined
+            ]
+        )
+        [(mid,)] = await pipe.rows(
+            "SELECT payload->'details'->>'migrationID' FROM {s}.governance_decisions "
+            "WHERE kind = 'MigrationPlanned'"
+        )
+        await pipe.append(
+            [
+                governance(MigrationReport(mid, ReportKind.LEASE_REQUESTED, "executor-a", end)),
+                governance(MigrationReport(mid, ReportKind.LEASE_REQUESTED, "executor-b", end)),
+                governance(
+                    MigrationReport(
+                        mid,
+                        ReportKind.CHECKPOINT_COMMITTED,
+                        "executor-a",
+                        end,
+                        1,
+                        checkpoint_id="ckpt-1",
+                        checkpoint_at=end,
+                    )
+                ),
+                governance(MigrationReport(mid, ReportKind.EVICTED, "executor-a", end, 1)),
+                governance(MigrationReport(mid, ReportKind.EVICTED, "executor-b", end, 1)),
+            ]
+        )
+        kinds = await pipe.kinds()
+        assert kinds.count("MigrationDeviceReleased") == 1, kinds
+        assert kinds.count("MigrationReportRejected") == 1, kinds
         command = OperatorCommand(
             command_id=f"cmd-{uuid4().hex[:6]}",
             action=CommandAction.PAUSE,
@@ -84,7 +133,7 @@ async def governed(
             requested_at=end,
             reason="maintenance",
         )
-        await pipe.append([*requests, governance(command), (b"x", b"garbage", None)])
+        await pipe.append([governance(command), (b"x", b"garbage", None)])
         await pipe.wave([tick(p, (end - T0).total_seconds() + 600) for p in range(PARTITIONS)])
         assert len(await pipe.decisions()) > 100
         await stop(pipe.worker)
