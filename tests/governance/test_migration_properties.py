@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.domain.governance.decisions import Decision
+from services.domain.governance.state import GovernorState
 from services.domain.migration.book import FINISHED, Phase
 from services.domain.migration.records import MigrationReport
 from tests.governance.harness import GovernanceRun
@@ -66,22 +67,25 @@ def script(migration_id: str, i: int, renewals: int) -> list[MigrationReport]:
 
 
 @st.composite
-def interleavings(draw: st.DrawFn) -> tuple[int, list[int], list[tuple[int, int]], list[int]]:
+def interleavings(
+    draw: st.DrawFn,
+) -> tuple[int, list[int], list[tuple[int, int]], list[int], int]:
     count = draw(st.integers(1, 4))
     renewals = draw(st.lists(st.integers(0, 2), min_size=count, max_size=count))
     lengths = [4 + r for r in renewals]
     order = draw(st.permutations([i for i in range(count) for _ in range(lengths[i])]))
     # Redeliveries: (position in the interleaving, which earlier report to send again).
     repeats = draw(st.lists(st.tuples(st.integers(0, 100), st.integers(0, 100)), max_size=6))
-    return count, list(order), repeats, renewals
+    restart = draw(st.integers(0, len(order)))
+    return count, list(order), repeats, renewals, restart
 
 
 @PROPERTY_SETTINGS
 @given(interleavings())
-def test_any_interleaving_of_the_same_reports_ends_in_the_same_state(
-    case: tuple[int, list[int], list[tuple[int, int]], list[int]],
+def test_any_interleaving_and_a_restart_of_the_same_reports_end_in_the_same_state(
+    case: tuple[int, list[int], list[tuple[int, int]], list[int], int],
 ) -> None:
-    count, order, repeats, renewals = case
+    count, order, repeats, renewals, restart = case
     sequential, ids = fleet_of_migrations(count)
     scripts = [script(ids[i], i, renewals[i]) for i in range(count)]
     for s in scripts:
@@ -91,6 +95,9 @@ def test_any_interleaving_of_the_same_reports_ends_in_the_same_state(
     sent: list[MigrationReport] = []
     cursor = [0] * count
     for position, i in enumerate(order):
+        if position == restart:  # the governor restarts from its snapshot: nothing changes
+            snap = run.state.snapshot()
+            run.state = GovernorState.restore(snap["devices"], snap["nodes"], snap["fleet"], 120.0)
         for at_position, which in repeats:
             if at_position == position and sent:
                 run.feed(sent[which % len(sent)])

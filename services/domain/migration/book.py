@@ -19,9 +19,10 @@ from services.domain.migration.records import MigrationClass, WorkloadOnDevice
 DeviceKey = tuple[str, str]
 """``(node, resourceID)`` as the governor keys devices."""
 
-FINISHED_REMEMBERED: Final = 10_000
-"""How many finished migrations are kept (their keys stop a re-plan; their records serve
-``GET /v1/migrations``); the oldest finished ones are forgotten first."""
+FINISHED_REMEMBERED: Final = 1_000
+"""How many finished migrations the snapshot keeps (their keys stop a re-plan of the same
+facts); the oldest finished ones are forgotten first. ``GET /v1/migrations`` reads the
+decisions, which keep them all."""
 
 
 class Phase(StrEnum):
