@@ -320,7 +320,7 @@ def test_a_restored_governor_continues_the_migration_alike() -> None:
     token = leased(run)
     snapshot = run.state.snapshot()
     restored = GovernorState.restore(
-        snapshot["devices"], snapshot["nodes"], snapshot["fleet"], 120.0
+        snapshot["devices"], snapshot["nodes"], snapshot["fleet"], 120.0, snapshot["workloads"]
     )
     assert restored.snapshot() == snapshot
     mid = only_migration(run).migration_id

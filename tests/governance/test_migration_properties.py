@@ -97,7 +97,9 @@ def test_any_interleaving_and_a_restart_of_the_same_reports_end_in_the_same_stat
     for position, i in enumerate(order):
         if position == restart:  # the governor restarts from its snapshot: nothing changes
             snap = run.state.snapshot()
-            run.state = GovernorState.restore(snap["devices"], snap["nodes"], snap["fleet"], 120.0)
+            run.state = GovernorState.restore(
+                snap["devices"], snap["nodes"], snap["fleet"], 120.0, snap.get("workloads")
+            )
         for at_position, which in repeats:
             if at_position == position and sent:
                 run.feed(sent[which % len(sent)])

@@ -98,6 +98,14 @@ async def governed(
                 )
                 for node, rid in quarantined
             ]
+            # A workload on a device that stays healthy: its fact stays a governor_workloads row.
+            + [
+                governance(
+                    WorkloadOnDevice(
+                        "node-x", "GPU-9", "wl-2", "pod-uid-2", "team-b", "web-0", None, 3, end
+                    )
+                )
+            ]
         )
         [(mid,)] = await pipe.rows(
             "SELECT payload->'details'->>'migrationID' FROM {s}.governance_decisions "
@@ -156,6 +164,8 @@ async def test_governance_replay_verify_matches_the_live_projection(
         async with engine.connect() as conn:
             count = await conn.execute(text(f'SELECT count(*) FROM "{first}".quarantines'))
             assert count.scalar_one() > 0
+            facts = await conn.execute(text(f'SELECT pod_uid FROM "{first}".governor_workloads'))
+            assert list(facts.scalars()) == ["pod-uid-2"]  # the evicted Pod's fact was deleted
     finally:
         await drop(engine, first, second)
 

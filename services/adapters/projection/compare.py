@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from services.adapters.projection.governance_tables import (
     device_governance,
     governance_decisions,
+    governor_workloads,
     quarantines,
 )
 from services.adapters.projection.inventory_tables import (
@@ -47,7 +48,12 @@ INVENTORY_COMPARED_TABLES: Final = (
 COMPARED_TABLES: Final = (devices, device_history, pod_tombstones, *INVENTORY_COMPARED_TABLES)
 """Tables whose rows a replay of the health topic must reproduce exactly."""
 
-GOVERNANCE_COMPARED_TABLES: Final = (device_governance, quarantines, governance_decisions)
+GOVERNANCE_COMPARED_TABLES: Final = (
+    device_governance,
+    quarantines,
+    governance_decisions,
+    governor_workloads,  # the migration policy's workload facts (issue 13)
+)
 """Tables whose rows a replay of the governance topic must reproduce exactly."""
 
 MAX_REPORTED: Final = 50

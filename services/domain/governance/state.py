@@ -276,6 +276,7 @@ class GovernorState:
         self.dirty_devices.clear()
         self.dirty_nodes.clear()
         self.touched_quarantines.clear()
+        self.fleet.migrations.dirty_workloads.clear()
 
     def rebuild_timers(self, grace_seconds: float) -> None:
         """Recreate the timer heap from device and node state (after a restore).
@@ -309,12 +310,15 @@ class GovernorState:
         nodes: list[dict[str, Any]],
         fleet: dict[str, Any] | None,
         grace_seconds: float,
+        workloads: list[dict[str, Any]] | None = None,
     ) -> GovernorState:
-        """Rebuild from snapshot JSON objects (``device_governance.snapshot`` etc.)."""
+        """Rebuild from snapshot JSON objects (``device_governance.snapshot`` etc.;
+        ``workloads``: the migration policy's facts, ``governor_workloads.snapshot``)."""
         state = cls(
             nodes={n.node: n for n in map(NodeGov.from_json, nodes)},
             fleet=FleetGov() if fleet is None else FleetGov.from_json(fleet),
         )
+        state.fleet.migrations.load_workloads(workloads or [])
         for device in map(DeviceGov.from_json, devices):
             state.add_device(device)
         state.node_names.update(state.nodes)
@@ -323,11 +327,14 @@ class GovernorState:
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as one JSON-ready object (tests compare snapshots byte for byte)."""
-        return {
+        obj = {
             "devices": [self.devices[k].to_json() for k in sorted(self.devices)],
             "nodes": [self.nodes[k].to_json() for k in sorted(self.nodes)],
             "fleet": self.fleet.to_json(),
         }
+        if self.fleet.migrations.workloads:  # absent otherwise: older snapshots stay identical
+            obj["workloads"] = self.fleet.migrations.workload_rows()
+        return obj
 
 
 def device_deadlines(device: DeviceGov) -> list[datetime]:

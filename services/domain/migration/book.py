@@ -18,6 +18,8 @@ from services.domain.migration.records import MigrationClass, WorkloadOnDevice
 
 DeviceKey = tuple[str, str]
 """``(node, resourceID)`` as the governor keys devices."""
+WorkloadKey = tuple[str, str, str]
+"""``(node, resourceID, Pod UID)``: one workload fact."""
 
 FINISHED_REMEMBERED: Final = 1_000
 """How many finished migrations the snapshot keeps (their keys stop a re-plan of the same
@@ -233,6 +235,9 @@ class MigrationBook:
     owners: dict[tuple[str, str], str] = field(default_factory=dict)
     next_due: datetime | None = None
     waiting_count: int = 0
+    dirty_workloads: set[WorkloadKey] = field(default_factory=set)
+    """Facts added, changed or removed since the last write (their rows are written with the
+    batch: the facts are rows of their own, not part of the fleet snapshot)."""
 
     def empty(self) -> bool:
         return not (self.workloads or self.quarantined or self.migrations)
@@ -254,12 +259,41 @@ class MigrationBook:
         self.next_due = min(due) if due else None
         self.waiting_count = len(self.waiting())
 
+    def put(self, fact: WorkloadOnDevice) -> None:
+        """Hold ``fact`` (its Pod on its device)."""
+        self.workloads.setdefault(fact.device_key, {})[fact.pod_uid] = fact
+        self.dirty_workloads.add((fact.node, fact.resource_id, fact.pod_uid))
+
+    def drop(self, device: DeviceKey, pod_uid: str) -> None:
+        """Forget that Pod ``pod_uid`` holds ``device``."""
+        pods = self.workloads.get(device)
+        if pods is None or pods.pop(pod_uid, None) is None:
+            return
+        self.dirty_workloads.add((device[0], device[1], pod_uid))
+        if not pods:
+            del self.workloads[device]
+
+    def workload_row(self, key: WorkloadKey) -> dict[str, Any] | None:
+        """The snapshot of fact ``key`` (``None``: no longer held)."""
+        fact = self.workloads.get((key[0], key[1]), {}).get(key[2])
+        return None if fact is None else fact_to_json(fact)
+
+    def workload_rows(self) -> list[dict[str, Any]]:
+        """Every fact as ``{node, resourceID, ...}`` (:meth:`load_workloads` reads them back)."""
+        return [
+            {"node": node, "resourceID": rid, **fact_to_json(f)}
+            for (node, rid), pods in sorted(self.workloads.items())
+            for _, f in sorted(pods.items())
+        ]
+
+    def load_workloads(self, rows: list[dict[str, Any]]) -> None:
+        for row in rows:
+            fact = fact_from_json((row["node"], row["resourceID"]), row)
+            self.workloads.setdefault(fact.device_key, {})[fact.pod_uid] = fact
+
     def to_json(self) -> dict[str, Any]:
+        """The book without its workload facts (:meth:`workload_rows`)."""
         return {
-            "workloads": [
-                [node, rid, [fact_to_json(f) for _, f in sorted(pods.items())]]
-                for (node, rid), pods in sorted(self.workloads.items())
-            ],
             "quarantined": [list(k) for k in sorted(self.quarantined)],
             "migrations": [m.to_json() for m in self.migrations.values()],
             "fleetBucket": None if self.fleet_bucket is None else self.fleet_bucket.to_json(),
@@ -271,13 +305,8 @@ class MigrationBook:
     def from_json(cls, obj: dict[str, Any] | None) -> MigrationBook:
         if obj is None:
             return cls()
-        workloads: dict[DeviceKey, dict[str, WorkloadOnDevice]] = {}
-        for node, rid, pods in obj.get("workloads") or ():
-            facts = [fact_from_json((node, rid), p) for p in pods]
-            workloads[(node, rid)] = {f.pod_uid: f for f in facts}
         bucket = obj.get("fleetBucket")
         book = cls(
-            workloads=workloads,
             quarantined={(k[0], k[1]) for k in obj.get("quarantined") or ()},
             migrations={
                 m.migration_id: m for m in map(Migration.from_json, obj.get("migrations") or ())

@@ -43,16 +43,13 @@ def on_workload(
     """A Pod holds (``present``) or left a device: remember it; plan its migration when the device
     is quarantined. A fact older (by ``status_version``) than the one held is ignored."""
     out: list[Outcome] = []
-    pods = book.workloads.setdefault(fact.device_key, {})
-    held = pods.get(fact.pod_uid)
+    held = book.workloads.get(fact.device_key, {}).get(fact.pod_uid)
     if held is not None and version_rank(fact.status_version) < version_rank(held.status_version):
         return out
     if fact.present:
-        pods[fact.pod_uid] = fact
+        book.put(fact)
     else:
-        pods.pop(fact.pod_uid, None)
-    if not pods:
-        del book.workloads[fact.device_key]
+        book.drop(fact.device_key, fact.pod_uid)
     plan_device(book, fact.device_key, at, gate, policy, out)
     return out
 

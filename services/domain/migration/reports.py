@@ -121,11 +121,10 @@ def fold(
         fail(out, m, at, FailReason.CHECKPOINT_TIMEOUT, r.detail or "the executor gave up waiting")
     elif r.kind is ReportKind.EVICTED:
         m.phase = Phase.RELEASED
-        for pods in book.workloads.values():  # evicted Pods hold no device any more
-            for _, _, uid in m.pods:
-                pods.pop(uid, None)
-        for device in [d for d, pods in book.workloads.items() if not pods]:
-            del book.workloads[device]
+        evicted = {uid for _, _, uid in m.pods}
+        for device, pods in list(book.workloads.items()):  # evicted Pods hold no device any more
+            for uid in evicted & pods.keys():
+                book.drop(device, uid)
         emit(out, OutcomeKind.DEVICE_RELEASED, m, at, f"{name(m)}: Pods evicted, device released")
     elif r.kind is ReportKind.EVICTION_REFUSED:
         fail(
