@@ -329,3 +329,20 @@ def test_a_restored_governor_continues_the_migration_alike() -> None:
     record = mreport(mid, R.CHECKPOINT_COMMITTED, "exec-a", token, 20, checkpoint=("c", 19))
     assert step(restored, record, 99, run.policy) == step(run.state, record, 99, run.policy)
     assert restored.snapshot() == run.state.snapshot()
+
+
+def test_finished_migrations_are_kept_whole_up_to_a_bound_and_never_planned_again() -> None:
+    run = gov()
+    quarantine(run, N1, "GPU-0", 10)
+    facts = [workload(N1, "GPU-0", f"D{i:03}", f"web-{i:03}", None, 5, 11) for i in range(105)]
+    for fact in facts:
+        run.feed(fact)
+    book = run.state.fleet.migrations
+    assert len(of(run.decisions, K.MIGRATION_EVIDENCE_KEPT)) == 105
+    assert len(book.migrations) == 100 and len(book.finished_ids) == 5
+    first = book.finished_ids[0]
+    assert not migration_kinds(run.feed(facts[0]))  # the same key: decided once
+    rejected = one(
+        run.feed(mreport(first, R.LEASE_REQUESTED, "exec-a", 0, 12)), K.MIGRATION_REPORT_REJECTED
+    )
+    assert rejected.details["rejectReason"] == "finished migration"

@@ -21,10 +21,12 @@ DeviceKey = tuple[str, str]
 WorkloadKey = tuple[str, str, str]
 """``(node, resourceID, Pod UID)``: one workload fact."""
 
-FINISHED_REMEMBERED: Final = 1_000
-"""How many finished migrations the snapshot keeps (their keys stop a re-plan of the same
-facts); the oldest finished ones are forgotten first. ``GET /v1/migrations`` reads the
-decisions, which keep them all."""
+FINISHED_REMEMBERED: Final = 100
+"""How many finished migrations the snapshot keeps whole (the fleet snapshot is written with
+every batch); ``GET /v1/migrations`` reads the decisions, which keep them all."""
+FINISHED_IDS_REMEMBERED: Final = 10_000
+"""How many IDs of finished migrations are kept beyond those: the same key is not planned
+again (as the governor remembers command IDs)."""
 
 
 class Phase(StrEnum):
@@ -235,12 +237,20 @@ class MigrationBook:
     owners: dict[tuple[str, str], str] = field(default_factory=dict)
     next_due: datetime | None = None
     waiting_count: int = 0
+    finished_ids: list[str] = field(default_factory=list)
+    """IDs of finished migrations no longer kept whole, oldest first."""
+    finished_set: set[str] = field(default_factory=set)
+    """Derived from ``finished_ids``."""
     dirty_workloads: set[WorkloadKey] = field(default_factory=set)
     """Facts added, changed or removed since the last write (their rows are written with the
     batch: the facts are rows of their own, not part of the fleet snapshot)."""
 
     def empty(self) -> bool:
-        return not (self.workloads or self.quarantined or self.migrations)
+        return not (self.workloads or self.quarantined or self.migrations or self.finished_ids)
+
+    def known(self, migration_id: str) -> bool:
+        """Whether the migration was planned (kept whole, or finished and remembered by ID)."""
+        return migration_id in self.migrations or migration_id in self.finished_set
 
     def active(self) -> list[Migration]:
         return [m for m in self.migrations.values() if not m.finished]
@@ -254,6 +264,9 @@ class MigrationBook:
         finished = [k for k, m in self.migrations.items() if m.finished]
         for key in finished[: max(0, len(finished) - FINISHED_REMEMBERED)]:
             del self.migrations[key]
+            self.finished_ids.append(key)
+        del self.finished_ids[: max(0, len(self.finished_ids) - FINISHED_IDS_REMEMBERED)]
+        self.finished_set = set(self.finished_ids)
         self.owners = {m.scope: m.migration_id for m in self.active()}
         due = [t for m in self.active() for t in m.deadlines()]
         self.next_due = min(due) if due else None
@@ -299,6 +312,7 @@ class MigrationBook:
             "fleetBucket": None if self.fleet_bucket is None else self.fleet_bucket.to_json(),
             "nodeBuckets": {n: b.to_json() for n, b in sorted(self.node_buckets.items())},
             "retryAt": _t(self.retry_at),
+            "finishedIDs": list(self.finished_ids),
         }
 
     @classmethod
@@ -316,6 +330,7 @@ class MigrationBook:
                 n: Bucket.from_json(b) for n, b in (obj.get("nodeBuckets") or {}).items()
             },
             retry_at=_pt(obj.get("retryAt")),
+            finished_ids=list(obj.get("finishedIDs") or ()),
         )
         book.reindex()
         return book

@@ -103,7 +103,7 @@ def plan_device(
         version = max((f.status_version for f in facts), key=version_rank)
         shard_name = scope[1] or None
         mid = migration_id(device, scope[0], shard_name, version)
-        if mid in book.migrations or scope in book.owners:
+        if book.known(mid) or scope in book.owners:
             continue  # the same key decided once; one migration at a time per workload (shard)
         m = Migration(
             migration_id=mid,

@@ -51,6 +51,7 @@ def fold(
     out: list[Outcome] = []
     m = book.migrations.get(r.migration_id)
     if m is None:
+        known = "finished" if r.migration_id in book.finished_set else "unknown"
         out.append(
             Outcome(
                 OutcomeKind.REPORT_REJECTED,
@@ -58,12 +59,12 @@ def fold(
                 r.migration_id,
                 "",
                 "",
-                f"{r.kind.value} report from {r.holder} rejected: unknown migration {r.migration_id}",
+                f"{r.kind.value} report from {r.holder} rejected: {known} migration {r.migration_id}",
                 {
                     "migrationID": r.migration_id,
                     "holder": r.holder,
                     "report": r.kind.value,
-                    "rejectReason": "unknown migration",
+                    "rejectReason": f"{known} migration",
                 },
             )
         )
