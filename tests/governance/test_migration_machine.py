@@ -52,7 +52,9 @@ def test_a_checkpointed_workload_migrates_whole_to_completion() -> None:
     assert planned.incident == f"migration/{m.migration_id}"
     assert (planned.node, planned.resource_id) == (N1, "GPU-0")
     assert planned.details["pods"] == ["team-a/train-0", "team-a/train-1"]  # fixed topology
-    assert planned.details["workloadUID"] == "W" and planned.details["statusVersion"] == "5"
+    assert (
+        planned.details["workloadUID"] == "W" and planned.details["statusVersion"] == "10"
+    )  # the quarantine's
     mid = m.migration_id
     decided = run.feed(mreport(mid, R.LEASE_REQUESTED, "exec-a", 0, 11))
     assert migration_kinds(decided) == [K.MIGRATION_LEASE_GRANTED, K.MIGRATION_CHECKPOINT_REQUESTED]
@@ -232,6 +234,8 @@ def test_a_non_recoverable_workload_keeps_its_evidence_and_is_never_evicted() ->
     assert kept[0].details["classReason"] is None
     assert kept[1].details["classReason"] == "unknown migration class 'live-migrate'"
     assert not of(decided, K.MIGRATION_PLANNED)
+    # The Pod's status moves on (a new resourceVersion): the same quarantine, decided once.
+    assert not migration_kinds(run.feed(workload(N1, "GPU-0", "D", "web-0", None, 6, 12)))
     mid = kept[0].details["migrationID"]
     denied = one(
         run.feed(mreport(mid, R.LEASE_REQUESTED, "exec-a", 0, 11)), K.MIGRATION_LEASE_DENIED

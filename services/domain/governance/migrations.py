@@ -53,9 +53,12 @@ def governed_key(ctx: context.Ctx, key: DeviceKey) -> DeviceKey:
     return ctx.state.aliases.get(key, key)
 
 
-def quarantined(ctx: context.Ctx, key: DeviceKey) -> bool:
+def quarantine_version(ctx: context.Ctx, key: DeviceKey) -> tuple[bool, int | None]:
+    """Whether the device is quarantined, and its status version (the idempotency key's)."""
     device = ctx.state.devices.get(governed_key(ctx, key))
-    return device is not None and device.state in QUARANTINE_STATES
+    if device is None or device.state not in QUARANTINE_STATES:
+        return False, None
+    return True, device.status_version
 
 
 def restricted(ctx: context.Ctx, key: DeviceKey) -> bool:
@@ -73,10 +76,11 @@ def on_workload(ctx: context.Ctx, fact: WorkloadOnDevice) -> None:
     book = ctx.state.fleet.migrations
     key = governed_key(ctx, fact.device_key)
     # The governor's state is the truth of the quarantine (a book started after it began).
-    if quarantined(ctx, key):
-        book.quarantined.add(key)
-    else:
-        book.quarantined.discard(key)
+    active, version = quarantine_version(ctx, key)
+    if not active:
+        book.quarantined.pop(key, None)
+    elif key not in book.quarantined:  # a book started after the quarantine began
+        book.quarantined[key] = version
     if key != fact.device_key:
         fact = _rekeyed(fact, key)
     publish(
@@ -107,7 +111,10 @@ def after_step(ctx: context.Ctx) -> None:
         if decision.node is None or decision.resource_id is None:
             continue
         key = (decision.node, decision.resource_id)
-        outcomes = machine.on_quarantine(book, key, on, decision.at, gate(ctx), _policy(ctx))
+        _, version = quarantine_version(ctx, key)
+        outcomes = machine.on_quarantine(
+            book, key, version, on, decision.at, gate(ctx), _policy(ctx)
+        )
         publish(ctx, outcomes)
     if ctx.now is not None and not book.empty():
         publish(ctx, machine.advance(book, ctx.now, gate(ctx), _policy(ctx)))

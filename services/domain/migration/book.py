@@ -227,8 +227,10 @@ class MigrationBook:
 
     workloads: dict[DeviceKey, dict[str, WorkloadOnDevice]] = field(default_factory=dict)
     """Per device, the Pods (by UID) that hold it."""
-    quarantined: set[DeviceKey] = field(default_factory=set)
-    """Devices whose quarantine (or restriction) is active, as the governor last said."""
+    quarantined: dict[DeviceKey, int | None] = field(default_factory=dict)
+    """Devices whose quarantine is active, as the governor last said, with the status version
+    of the device when it began: the idempotency key's version, the same for the whole
+    quarantine (a Pod's resourceVersion changes with every status update)."""
     migrations: dict[str, Migration] = field(default_factory=dict)
     fleet_bucket: Bucket | None = None
     node_buckets: dict[str, Bucket] = field(default_factory=dict)
@@ -307,7 +309,10 @@ class MigrationBook:
     def to_json(self) -> dict[str, Any]:
         """The book without its workload facts (:meth:`workload_rows`)."""
         return {
-            "quarantined": [list(k) for k in sorted(self.quarantined)],
+            "quarantined": [
+                [n, r, None if v is None else str(v)]
+                for (n, r), v in sorted(self.quarantined.items())
+            ],
             "migrations": [m.to_json() for m in self.migrations.values()],
             "fleetBucket": None if self.fleet_bucket is None else self.fleet_bucket.to_json(),
             "nodeBuckets": {n: b.to_json() for n, b in sorted(self.node_buckets.items())},
@@ -321,7 +326,10 @@ class MigrationBook:
             return cls()
         bucket = obj.get("fleetBucket")
         book = cls(
-            quarantined={(k[0], k[1]) for k in obj.get("quarantined") or ()},
+            quarantined={
+                (k[0], k[1]): None if k[2] is None else int(k[2])
+                for k in obj.get("quarantined") or ()
+            },
             migrations={
                 m.migration_id: m for m in map(Migration.from_json, obj.get("migrations") or ())
             },

@@ -57,19 +57,21 @@ def on_workload(
 def on_quarantine(
     book: MigrationBook,
     device: DeviceKey,
+    version: int | None,
     active: bool,
     at: datetime,
     gate: str | None,
     policy: MigrationPolicy,
 ) -> list[Outcome]:
-    """The governor quarantined (or restricted) ``device`` (``active``), or lifted it: plan the
-    migrations of its workloads, or cancel the ones still waiting to start."""
+    """The governor quarantined ``device`` (``active``; ``version``: the device's status version
+    then), or released it: plan the migrations of its workloads, or cancel the ones still
+    waiting to start."""
     out: list[Outcome] = []
     if active:
-        book.quarantined.add(device)
+        book.quarantined[device] = version
         plan_device(book, device, at, gate, policy, out)
         return out
-    book.quarantined.discard(device)
+    book.quarantined.pop(device, None)
     for m in book.waiting():
         if m.device_key == device:
             m.phase = Phase.CANCELLED
@@ -88,9 +90,11 @@ def plan_device(
     out: list[Outcome],
 ) -> None:
     """One migration per workload (per shard for ``sharded``) on a quarantined ``device``, unless
-    its idempotency key was planned already or another migration owns its scope."""
+    its idempotency key (device, workload, shard, the quarantine's status version) was planned
+    already or another migration owns its scope."""
     if device not in book.quarantined:
         return
+    version = book.quarantined[device]
     groups: dict[tuple[str, str], list[WorkloadOnDevice]] = {}
     for fact in book.workloads.get(device, {}).values():
         cls, _ = migration_class(fact.migration_class)
@@ -100,7 +104,6 @@ def plan_device(
         facts.sort(key=lambda f: f.pod_uid)
         first = facts[0]
         cls, class_reason = migration_class(first.migration_class)
-        version = max((f.status_version for f in facts), key=version_rank)
         shard_name = scope[1] or None
         mid = migration_id(device, scope[0], shard_name, version)
         if book.known(mid) or scope in book.owners:

@@ -46,8 +46,8 @@ class WorkloadOnDevice:
     ``migration_class`` is the annotation's string as written (``None`` when absent; read with
     :func:`migration_class`); ``checkpoint_max_age_seconds`` how fresh a checkpoint must be
     (``checkpointed`` only); ``shard`` the shard's name (``sharded``; default the Pod's name).
-    ``status_version`` is the resourceVersion of the Pod status the fact was read from (the
-    idempotency key's version). ``present`` false: the Pod no longer holds the device.
+    ``status_version`` is the resourceVersion of the Pod status the fact was read from (it
+    orders the facts of one Pod; the idempotency key takes the quarantine's version). ``present`` false: the Pod no longer holds the device.
     ``observed_at`` is the fact's event time (UTC)."""
 
     node: str
