@@ -352,6 +352,7 @@ class Governor:
             snapshot.nodes,
             snapshot.fleet,
             self.policy.heartbeat_grace_seconds,
+            snapshot.workloads,
         )
         self.applied_through = snapshot.offset
         start_sequence(self.state, snapshot.offset)

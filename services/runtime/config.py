@@ -402,6 +402,35 @@ class PolicySettings(SettingsGroup):
             raise ValueError(f"not a taint key (a label name, e.g. gpu.nvidia.com/xid): {bad}")
         return ",".join(sorted(set(keys)))
 
+    # --- Governance: workload migration off quarantined devices (issue 13) -------------------
+    migration_node_burst: int = Field(
+        1, ge=1, description="Migrations that may start at once on one node (token bucket burst)."
+    )
+    migration_node_refill_seconds: float = Field(
+        600.0, gt=0, description="Event time to earn one node migration token back (seconds)."
+    )
+    migration_fleet_burst: int = Field(
+        8, ge=1, description="Migrations that may start at once in the fleet (token bucket burst)."
+    )
+    migration_fleet_refill_seconds: float = Field(
+        60.0, gt=0, description="Event time to earn one fleet migration token back (seconds)."
+    )
+    migration_lease_seconds: float = Field(
+        120.0, gt=0, description="Migration lease granted (or renewed) to an executor (seconds)."
+    )
+    migration_takeover_seconds: float = Field(
+        600.0,
+        gt=0,
+        description="A started migration whose lease nobody holds for this long (never taken, "
+        "expired or released) fails with reason lease-lost (seconds, event time).",
+    )
+    migration_checkpoint_timeout_seconds: float = Field(
+        900.0,
+        gt=0,
+        description="From the checkpoint request to a failed migration with reason "
+        "checkpoint-timeout (seconds, event time).",
+    )
+
 
 class RetentionSettings(SettingsGroup):
     """How much the projection keeps of what the log keeps anyway (issue 11 item 9). The worker

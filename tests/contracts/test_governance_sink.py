@@ -185,6 +185,42 @@ class GovernanceSinkContract:
         assert sorted(d["resourceID"] for d in loaded.devices) == ["GPU-1", "GPU-2"]
         assert loaded.nodes == [] and loaded.offset == rows.offset + 1
 
+    async def test_workload_facts_are_rows_written_when_they_change(self, harness: Harness) -> None:
+        from services.domain.governance.machine import step
+        from tests.governance.migration_builders import workload
+
+        state, rows = first_batch()
+        await harness.sink.write(rows)
+        state.clear_dirty()
+        facts = [
+            workload("gpu-node-a", f"GPU-{i}", "W", f"train-{i}", "checkpointed", 5, 1, max_age=60)
+            for i in range(3)
+        ]
+        for seq, fact in enumerate(facts, start=rows.offset + 1):
+            step(state, fact, seq, POLICY)
+        gone = workload("gpu-node-a", "GPU-1", "W", "train-1", "checkpointed", 6, 2, present=False)
+        step(state, gone, rows.offset + 4, POLICY)
+        second = batch_rows(
+            state, [], topic=TOPIC, offset=rows.offset + 4, expected_offset=rows.offset
+        )
+        assert second.deleted_workloads == [("gpu-node-a", "GPU-1", "uid-train-1")]
+        await harness.sink.write(second)
+        loaded = await harness.sink.load(TOPIC)
+        assert [(w["resourceID"], w["podUID"]) for w in loaded.workloads] == [
+            ("GPU-0", "uid-train-0"),
+            ("GPU-2", "uid-train-2"),
+        ]
+        restored = GovernorState.restore(
+            loaded.devices,
+            loaded.nodes,
+            loaded.fleet,
+            POLICY.heartbeat_grace_seconds,
+            loaded.workloads,
+        )
+        assert snapshot_json(restored) == snapshot_json(state)
+        # The facts are rows of their own, not in the fleet snapshot written with every batch.
+        assert "workloads" not in (loaded.fleet or {}).get("migrations", {})
+
     async def test_the_recorded_offset_never_moves_back(self, harness: Harness) -> None:
         _, rows = first_batch()
         await harness.sink.write(rows)

@@ -16,6 +16,7 @@ from services.adapters.projection.governance_store import (
 
 class FakeGovernanceSink:
     """Keeps what the tables do: device and node snapshots (deleted ones removed), the fleet,
+    the migration policy's workload facts (deleted ones removed),
         the recorded offset per topic (never moving back), quarantines upserted by id, decisions and
         commands kept once per key; fails the first ``fail`` writes; awaits ``before_commit`` once the
     rows are checked, before anything is kept (an exception from it keeps nothing). Held to
@@ -29,6 +30,7 @@ class FakeGovernanceSink:
         self.decisions: dict[tuple[int, int], dict[str, Any]] = {}
         self.quarantines: dict[str, dict[str, Any]] = {}
         self.commands: dict[str, dict[str, Any]] = {}
+        self.workloads: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._last_topic: str | None = None
         self.writes: list[BatchRows] = []
         self.loads = 0
@@ -51,6 +53,10 @@ class FakeGovernanceSink:
             nodes=[self.nodes[k] for k in sorted(self.nodes)],
             fleet=self.fleet,
             offset=self.offsets.get(topic),
+            workloads=[
+                {**self.workloads[k], "node": k[0], "resourceID": k[1]}
+                for k in sorted(self.workloads)
+            ],
         )
 
     async def write(
@@ -69,6 +75,10 @@ class FakeGovernanceSink:
             self.devices.pop(key, None)
         for name in rows.deleted_nodes:
             self.nodes.pop(name, None)
+        for wkey in rows.deleted_workloads:
+            self.workloads.pop(wkey, None)
+        for row in orjson.loads(rows.workloads or "[]"):
+            self.workloads[(row["node"], row["resource_id"], row["pod_uid"])] = row["snapshot"]
         for row in orjson.loads(rows.devices or "[]"):
             self.devices[(row["node"], row["resource_id"])] = row["snapshot"]
         for row in orjson.loads(rows.nodes or "[]"):

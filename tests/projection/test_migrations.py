@@ -31,6 +31,7 @@ GOVERNANCE_TABLES = (
     "quarantines",
     "governance_decisions",
     "governance_commands",
+    "governor_workloads",  # 0011_migration_workloads (issue 13)
 )
 
 INVENTORY_TABLES = (
@@ -117,14 +118,19 @@ async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
         *INVENTORY_TABLES,
     }
     current = await asyncio.to_thread(alembic_cli, database_url, schema_name, "current")
-    assert "0010_workloads_pod_workloads (head)" in current.stdout
-    back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
-    assert back.returncode == 0, back.stderr
-    assert "pod_workloads" not in await tables_in(engine, schema_name)
+    assert "0011_migration_workloads (head)" in current.stdout
     assert {"last_observed_at", "partition"} <= await columns_of(
         engine, schema_name, "device_identities"
     )
     assert "frozen" in await columns_of(engine, schema_name, "device_history")
+
+    back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
+    assert back.returncode == 0, back.stderr
+    assert "governor_workloads" not in await tables_in(engine, schema_name)  # 0011
+
+    back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
+    assert back.returncode == 0, back.stderr
+    assert "pod_workloads" not in await tables_in(engine, schema_name)  # 0010
 
     back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
     assert back.returncode == 0, back.stderr
@@ -159,7 +165,7 @@ async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
         "devices",
         "device_history",
         "partition_progress",
-        *GOVERNANCE_TABLES,
+        *(t for t in GOVERNANCE_TABLES if t != "governor_workloads"),
     }
 
     back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
@@ -188,7 +194,7 @@ async def test_migrate_is_idempotent_and_safe_to_run_concurrently(
         version = await conn.execute(
             text(f'SELECT version_num FROM "{schema_name}".alembic_version')
         )
-        assert [r[0] for r in version] == ["0010_workloads_pod_workloads"]
+        assert [r[0] for r in version] == ["0011_migration_workloads"]
 
 
 async def test_revisions_match_the_table_metadata(engine: AsyncEngine, fresh_schema: str) -> None:

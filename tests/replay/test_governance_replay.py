@@ -23,6 +23,7 @@ from services.domain.governance.inputs import (
     RecoveryLeaseRequested,
     Role,
 )
+from services.domain.migration.records import MigrationReport, ReportKind, WorkloadOnDevice
 from services.domain.node_events import WatcherTick, encode_node_event
 from services.runtime.config import Settings
 from tests.replay.test_replay import drop, run_replay
@@ -76,6 +77,62 @@ async def governed(
             for holder in ("executor-a", "executor-b")
         ]
         assert requests, "no device in recovery: the lease path would not be replayed"
+        await pipe.append(requests)
+        # A workload on the quarantined device migrates (issue 13): planned, leased (a second
+        # executor denied), checkpointed, evicted; the other executor's eviction report refused.
+        await pipe.append(
+            [
+                governance(
+                    WorkloadOnDevice(
+                        node,
+                        rid,
+                        "wl-1",
+                        "pod-uid-1",
+                        "team-a",
+                        "train-0",
+                        "checkpointed",
+                        7,
+                        end,
+                        checkpoint_max_age_seconds=86400,
+                    )
+                )
+                for node, rid in quarantined
+            ]
+            # A workload on a device that stays healthy: its fact stays a governor_workloads row.
+            + [
+                governance(
+                    WorkloadOnDevice(
+                        "node-x", "GPU-9", "wl-2", "pod-uid-2", "team-b", "web-0", None, 3, end
+                    )
+                )
+            ]
+        )
+        [(mid,)] = await pipe.rows(
+            "SELECT payload->'details'->>'migrationID' FROM {s}.governance_decisions "
+            "WHERE kind = 'MigrationPlanned'"
+        )
+        await pipe.append(
+            [
+                governance(MigrationReport(mid, ReportKind.LEASE_REQUESTED, "executor-a", end)),
+                governance(MigrationReport(mid, ReportKind.LEASE_REQUESTED, "executor-b", end)),
+                governance(
+                    MigrationReport(
+                        mid,
+                        ReportKind.CHECKPOINT_COMMITTED,
+                        "executor-a",
+                        end,
+                        1,
+                        checkpoint_id="ckpt-1",
+                        checkpoint_at=end,
+                    )
+                ),
+                governance(MigrationReport(mid, ReportKind.EVICTED, "executor-a", end, 1)),
+                governance(MigrationReport(mid, ReportKind.EVICTED, "executor-b", end, 1)),
+            ]
+        )
+        kinds = await pipe.kinds()
+        assert kinds.count("MigrationDeviceReleased") == 1, kinds
+        assert kinds.count("MigrationReportRejected") == 1, kinds
         command = OperatorCommand(
             command_id=f"cmd-{uuid4().hex[:6]}",
             action=CommandAction.PAUSE,
@@ -84,7 +141,7 @@ async def governed(
             requested_at=end,
             reason="maintenance",
         )
-        await pipe.append([*requests, governance(command), (b"x", b"garbage", None)])
+        await pipe.append([governance(command), (b"x", b"garbage", None)])
         await pipe.wave([tick(p, (end - T0).total_seconds() + 600) for p in range(PARTITIONS)])
         assert len(await pipe.decisions()) > 100
         await stop(pipe.worker)
@@ -107,6 +164,8 @@ async def test_governance_replay_verify_matches_the_live_projection(
         async with engine.connect() as conn:
             count = await conn.execute(text(f'SELECT count(*) FROM "{first}".quarantines'))
             assert count.scalar_one() > 0
+            facts = await conn.execute(text(f'SELECT pod_uid FROM "{first}".governor_workloads'))
+            assert list(facts.scalars()) == ["pod-uid-2"]  # the evicted Pod's fact was deleted
     finally:
         await drop(engine, first, second)
 

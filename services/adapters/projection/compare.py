@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from services.adapters.projection.governance_tables import (
     device_governance,
     governance_decisions,
+    governor_workloads,
     quarantines,
 )
 from services.adapters.projection.inventory_tables import (
@@ -54,7 +55,12 @@ COMPARED_TABLES: Final = (
 )
 """Tables whose rows a replay of the health topic must reproduce exactly."""
 
-GOVERNANCE_COMPARED_TABLES: Final = (device_governance, quarantines, governance_decisions)
+GOVERNANCE_COMPARED_TABLES: Final = (
+    device_governance,
+    quarantines,
+    governance_decisions,
+    governor_workloads,  # the migration policy's workload facts (issue 13)
+)
 """Tables whose rows a replay of the governance topic must reproduce exactly."""
 
 MAX_REPORTED: Final = 50

@@ -8,7 +8,7 @@ state (event times, never the wall clock).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
@@ -42,6 +42,10 @@ class BatchRows:
     commands: str | None
     highwater: int | None
     watermark: datetime | None
+    workloads: str | None = None
+    """``governor_workloads`` rows of the migration policy's facts added or changed."""
+    deleted_workloads: list[tuple[str, str, str]] = field(default_factory=list)
+    """``(node, resourceID, Pod UID)`` of the facts no longer held."""
 
 
 def _json(rows: Sequence[Any]) -> str | None:
@@ -153,6 +157,16 @@ def batch_rows(
         if command is not None:
             command_rows.append(command)
     quarantines = [state.touched_quarantines[k].to_row() for k in sorted(state.touched_quarantines)]
+    workloads, deleted_workloads = [], []
+    book = fleet.migrations
+    for wkey in sorted(book.dirty_workloads):
+        snapshot = book.workload_row(wkey)
+        if snapshot is None:
+            deleted_workloads.append(wkey)
+        else:
+            workloads.append(
+                {"node": wkey[0], "resource_id": wkey[1], "pod_uid": wkey[2], "snapshot": snapshot}
+            )
     return BatchRows(
         topic=topic,
         offset=offset,
@@ -177,6 +191,8 @@ def batch_rows(
         commands=_json(command_rows),
         highwater=highwater,
         watermark=fleet.watermark,
+        workloads=_json(workloads),
+        deleted_workloads=deleted_workloads,
     )
 
 

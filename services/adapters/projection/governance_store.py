@@ -17,7 +17,7 @@ Rows travel as one jsonb parameter per table expanded with ``jsonb_to_recordset`
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
@@ -54,6 +54,8 @@ class GovernorSnapshot:
     fleet: dict[str, Any] | None
     offset: int | None
     """Last governance-topic offset applied (``None``: nothing yet)."""
+    workloads: list[dict[str, Any]] = field(default_factory=list)
+    """The migration policy's workload facts (``governor_workloads.snapshot``)."""
 
 
 # --- SQL ------------------------------------------------------------------------------------
@@ -96,6 +98,8 @@ _DECISION_TYPES: Final = (
     "seq bigint, idx integer, kind text, at timestamptz, node text, resource_id text, "
     "incident text, payload jsonb"
 )
+_WORKLOAD_COLUMNS: Final = "node, resource_id, pod_uid, snapshot"
+_WORKLOAD_TYPES: Final = "node text, resource_id text, pod_uid text, snapshot jsonb"
 _COMMAND_COLUMNS: Final = "command_id, action, actor, accepted, reason, seq, request_fingerprint"
 _COMMAND_TYPES: Final = (
     "command_id text, action text, actor text, accepted boolean, reason text, seq bigint, "
@@ -137,6 +141,23 @@ class _Statements:
         self.delete_devices = text(
             f"DELETE FROM {s}.device_governance AS d USING unnest(CAST(:nodes AS text[]), "
             "CAST(:ids AS text[])) AS k(node, id) WHERE d.node = k.node AND d.resource_id = k.id"
+        )
+        self.workloads = _upsert(
+            s,
+            "governor_workloads",
+            _WORKLOAD_COLUMNS,
+            _WORKLOAD_TYPES,
+            "node, resource_id, pod_uid",
+            True,
+        )
+        self.delete_workloads = text(
+            f"DELETE FROM {s}.governor_workloads AS w USING unnest(CAST(:nodes AS text[]), "
+            "CAST(:ids AS text[]), CAST(:pods AS text[])) AS k(node, id, pod) "
+            "WHERE w.node = k.node AND w.resource_id = k.id AND w.pod_uid = k.pod"
+        )
+        self.load_workloads = text(
+            f"SELECT snapshot::text, node, resource_id FROM {s}.governor_workloads "
+            "ORDER BY node, resource_id, pod_uid"
         )
         self.delete_nodes = text(
             f"DELETE FROM {s}.governor_nodes WHERE node = ANY(CAST(:nodes AS text[]))"
@@ -203,6 +224,10 @@ class GovernanceStore:
             devices = [orjson.loads(r[0]) for r in await conn.execute(self._sql.load_devices)]
             nodes = [orjson.loads(r[0]) for r in await conn.execute(self._sql.load_nodes)]
             fleet_row = (await conn.execute(self._sql.load_fleet)).first()
+            workloads = [
+                {**orjson.loads(r[0]), "node": r[1], "resourceID": r[2]}
+                for r in await conn.execute(self._sql.load_workloads)
+            ]
             offset = (
                 await conn.execute(
                     self._sql.load_offset, {"topic": topic, "partition": GOVERNANCE_PARTITION}
@@ -213,6 +238,7 @@ class GovernanceStore:
             nodes=nodes,
             fleet=None if fleet_row is None else orjson.loads(fleet_row[0]),
             offset=None if offset is None else int(offset),
+            workloads=workloads,
         )
 
     async def write(
@@ -237,6 +263,15 @@ class GovernanceStore:
                 )
             if rows.deleted_nodes:
                 await conn.execute(sql.delete_nodes, {"nodes": rows.deleted_nodes})
+            if rows.deleted_workloads:
+                await conn.execute(
+                    sql.delete_workloads,
+                    {
+                        "nodes": [k[0] for k in rows.deleted_workloads],
+                        "ids": [k[1] for k in rows.deleted_workloads],
+                        "pods": [k[2] for k in rows.deleted_workloads],
+                    },
+                )
             for statement, payload in (
                 (sql.devices, rows.devices),
                 (sql.nodes, rows.nodes),
@@ -244,6 +279,7 @@ class GovernanceStore:
                 (sql.quarantines, rows.quarantines),
                 (sql.decisions, rows.decisions),
                 (sql.commands, rows.commands),
+                (sql.workloads, rows.workloads),
             ):
                 if payload is not None:
                     await conn.execute(statement, {"rows": payload})

@@ -117,3 +117,14 @@ governance_commands = Table(
     # SHA-256 of the HTTP request of an Idempotency-Key (OperatorCommand.request_fingerprint).
     Column("request_fingerprint", Text),
 )
+
+governor_workloads = Table(
+    "governor_workloads",
+    metadata,
+    # The migration policy's workload facts (issue 13): which Pod holds which device, one row
+    # per fact, written when it changes (services.domain.migration.book.MigrationBook).
+    Column("node", Text, primary_key=True),
+    Column("resource_id", Text, primary_key=True),
+    Column("pod_uid", Text, primary_key=True),
+    Column("snapshot", JSONB, nullable=False),
+)

@@ -62,6 +62,22 @@ class DecisionKind(StrEnum):
     NODE_FAULT_OPENED = "NodeFaultIncidentOpened"  # devices of a node faulted together
     NODE_FAULT_UPDATED = "NodeFaultIncidentUpdated"  # another device of the node joined it
     NODE_FAULT_CLOSED = "NodeFaultIncidentClosed"  # no device of the incident is held any more
+    # Workload migration off quarantined devices (issue 13; services/domain/migration/outcomes.py)
+    MIGRATION_PLANNED = "MigrationPlanned"
+    MIGRATION_DEFERRED = "MigrationDeferred"
+    MIGRATION_LEASE_GRANTED = "MigrationLeaseGranted"
+    MIGRATION_LEASE_DENIED = "MigrationLeaseDenied"
+    MIGRATION_LEASE_EXPIRED = "MigrationLeaseExpired"
+    MIGRATION_LEASE_RELEASED = "MigrationLeaseReleased"
+    MIGRATION_CHECKPOINT_REQUESTED = "MigrationCheckpointRequested"
+    MIGRATION_CHECKPOINT_COMMITTED = "MigrationCheckpointCommitted"
+    MIGRATION_EVICTION_REQUESTED = "MigrationEvictionRequested"
+    MIGRATION_DEVICE_RELEASED = "MigrationDeviceReleased"
+    MIGRATION_COMPLETED = "MigrationCompleted"
+    MIGRATION_FAILED = "MigrationFailed"
+    MIGRATION_EVIDENCE_KEPT = "MigrationEvidenceKept"
+    MIGRATION_CANCELLED = "MigrationCancelled"
+    MIGRATION_REPORT_REJECTED = "MigrationReportRejected"
 
 
 class AlertAction(StrEnum):

@@ -57,6 +57,8 @@ from services.domain.governance.taint_inputs import (
     taints_from_dict,
     taints_to_dict,
 )
+from services.domain.migration import wire as migration_wire
+from services.domain.migration.records import MigrationReport, WorkloadOnDevice
 from services.domain.node_events import (
     NodeHeartbeat,
     NodeResourcesChanged,
@@ -78,6 +80,8 @@ def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
         return adoption_facts_to_dict(record)
     if isinstance(record, DeviceTaintsObserved):
         return taints_to_dict(record)
+    if isinstance(record, WorkloadOnDevice | MigrationReport):
+        return migration_wire.to_dict(record)
     base: dict[str, Any] = {"schema": SCHEMA_VERSION, "type": record.type}
     if isinstance(record, HealthTransition):
         base.update(
@@ -249,6 +253,8 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
         return event
     if kind == "NodeAdoptionFacts":
         return adoption_facts_from_dict(obj)
+    if kind in migration_wire.TYPES:
+        return migration_wire.from_dict(obj)
     if kind == "HealthTransition":
         raw_version = obj.get("statusVersion")
         version = None if raw_version is None else parse_resource_version(raw_version)

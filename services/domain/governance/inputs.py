@@ -10,7 +10,9 @@ Written by three producers:
   :class:`MergeKey`, ``WatcherTick``\\ s are forwarded as clock records, and per-partition progress is
   :class:`PartitionWatermark`, so the governor takes them in event-time order);
 - the operator API appends :class:`OperatorCommand` records (never edits the projection);
-- recovery executors append :class:`RecoveryLeaseRequested` and :class:`RecoveryReport`.
+- recovery executors append :class:`RecoveryLeaseRequested` and :class:`RecoveryReport`;
+- migration (issue 13): ``WorkloadOnDevice`` facts and the executors' ``MigrationReport``\\ s
+  (:mod:`services.domain.migration.records`).
 
 Wire form (:mod:`.input_codec`): JSON objects with ``schema`` 1 and ``type``, camelCase keys, times
 RFC 3339 UTC ``Z``.
@@ -30,6 +32,7 @@ from services.domain.events import (
 from services.domain.governance.adoption import AdoptionDeclaration
 from services.domain.governance.inputs_adoption import NodeAdoptionFacts
 from services.domain.governance.taint_inputs import DeviceTaintsObserved
+from services.domain.migration.records import MigrationReport, WorkloadOnDevice
 from services.domain.node_events import (
     NodeHeartbeat,
     NodeResourcesChanged,
@@ -269,4 +272,6 @@ GovernanceInput: TypeAlias = (
     | DeviceIdentified
     | NodeAdoptionFacts
     | DeviceTaintsObserved
+    | WorkloadOnDevice  # issue 13: services/domain/migration/records.py
+    | MigrationReport
 )

@@ -34,6 +34,7 @@ from services.domain.governance import (
     context,
     identities,
     leases,
+    migrations,
     node_faults,
     nodes,
     rules,
@@ -56,6 +57,7 @@ from services.domain.governance.inputs import (
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.domain.governance.taint_inputs import DeviceTaintsObserved
+from services.domain.migration.records import MigrationReport, WorkloadOnDevice
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -107,11 +109,16 @@ def step(
         leases.on_report(ctx, record)
     elif isinstance(record, DeviceTaintsObserved):
         on_taints(ctx, record)  # issue 15: ResourceSlice device taints
+    elif isinstance(record, WorkloadOnDevice):
+        migrations.on_workload(ctx, record)
+    elif isinstance(record, MigrationReport):
+        migrations.on_report(ctx, record)
     # A WatcherTick only moves the clock (``at``) and reports the watch (``watch_freshness``); a
     # PartitionWatermark is the merge's, not ours.
     clock.fire_due(ctx)
     watch_freshness.on_record(ctx, record)
     node_faults.settle(ctx)
+    migrations.after_step(ctx)
     adoption_verdicts.after_step(ctx, record, record_time(record, ctx))
     return ctx.decisions
 

@@ -49,6 +49,13 @@ class GovernancePolicy:
     node_incident_share: float = 0.5
     node_incident_min_devices: int = 2
     driver_taint_keys: tuple[str, ...] = ("gpu.nvidia.com/gpu-lost", "gpu.nvidia.com/xid")
+    migration_node_burst: int = 1
+    migration_node_refill_seconds: float = 600.0
+    migration_fleet_burst: int = 8
+    migration_fleet_refill_seconds: float = 60.0
+    migration_lease_seconds: float = 120.0
+    migration_takeover_seconds: float = 600.0
+    migration_checkpoint_timeout_seconds: float = 900.0
 
     @classmethod
     def from_settings(cls, settings: Any) -> GovernancePolicy:

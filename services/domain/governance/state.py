@@ -31,6 +31,7 @@ from services.domain.governance.device_state import (
 from services.domain.governance.event_order import EventOrder
 from services.domain.governance.input_codec import keyed_from_dict, keyed_to_dict
 from services.domain.governance.node_index import NodeIndex
+from services.domain.migration.book import MigrationBook
 
 
 @dataclass(slots=True)
@@ -166,6 +167,8 @@ class FleetGov:
     """Open node incidents of simultaneous device faults, by node (:mod:`.node_faults`)."""
     recent_faults: dict[str, list[tuple[datetime, str]]] = field(default_factory=dict)
     """Per node, its device faults within the node-incident window: ``(time, resourceID)``."""
+    migrations: MigrationBook = field(default_factory=MigrationBook)
+    """Workload migrations off quarantined devices (issue 13, :mod:`.migrations`)."""
 
     def recount_signals(self) -> None:
         """Rebuild the derived counters from ``signals`` (after a restore or a reset)."""
@@ -174,8 +177,11 @@ class FleetGov:
 
     def to_json(self) -> dict[str, Any]:
         obj = self._to_json()
-        if not self.adoption.empty():  # absent otherwise: older snapshots stay identical
+        # Absent otherwise: older snapshots stay identical.
+        if not self.adoption.empty():
             obj["adoption"] = self.adoption.to_json()
+        if not self.migrations.empty():
+            obj["migrations"] = self.migrations.to_json()
         return obj
 
     def _to_json(self) -> dict[str, Any]:
@@ -247,6 +253,7 @@ class FleetGov:
                 n: [(parse_time(t), r) for t, r in faults]
                 for n, faults in (obj.get("recentFaults") or {}).items()
             },
+            migrations=MigrationBook.from_json(obj.get("migrations")),
         )
         fleet.recount_signals()
         return fleet
@@ -342,6 +349,7 @@ class GovernorState:
         self.dirty_devices.clear()
         self.dirty_nodes.clear()
         self.touched_quarantines.clear()
+        self.fleet.migrations.dirty_workloads.clear()
 
     def rebuild_timers(self, grace_seconds: float) -> None:
         """Recreate the timer heap from device and node state (after a restore).
@@ -375,12 +383,15 @@ class GovernorState:
         nodes: list[dict[str, Any]],
         fleet: dict[str, Any] | None,
         grace_seconds: float,
+        workloads: list[dict[str, Any]] | None = None,
     ) -> GovernorState:
-        """Rebuild from snapshot JSON objects (``device_governance.snapshot`` etc.)."""
+        """Rebuild from snapshot JSON objects (``device_governance.snapshot`` etc.;
+        ``workloads``: the migration policy's facts, ``governor_workloads.snapshot``)."""
         state = cls(
             nodes={n.node: n for n in map(NodeGov.from_json, nodes)},
             fleet=FleetGov() if fleet is None else FleetGov.from_json(fleet),
         )
+        state.fleet.migrations.load_workloads(workloads or [])
         for device in map(DeviceGov.from_json, devices):
             state.add_device(device)
         state.node_names.update(state.nodes)
@@ -389,11 +400,14 @@ class GovernorState:
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as one JSON-ready object (tests compare snapshots byte for byte)."""
-        return {
+        obj = {
             "devices": [self.devices[k].to_json() for k in sorted(self.devices)],
             "nodes": [self.nodes[k].to_json() for k in sorted(self.nodes)],
             "fleet": self.fleet.to_json(),
         }
+        if self.fleet.migrations.workloads:  # absent otherwise: older snapshots stay identical
+            obj["workloads"] = self.fleet.migrations.workload_rows()
+        return obj
 
 
 def device_deadlines(device: DeviceGov) -> list[datetime]:

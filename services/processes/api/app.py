@@ -31,6 +31,7 @@ from services.adapters.projection.reads_changes import ChangeReads
 from services.adapters.projection.reads_devices import DeviceReads
 from services.adapters.projection.reads_governance import GovernanceReads
 from services.adapters.projection.reads_inventory import InventoryReads
+from services.adapters.projection.reads_migrations import MigrationReads
 from services.adapters.projection.reads_node_facts import NodeFactReads
 from services.adapters.projection.reads_workloads import WorkloadReads
 from services.domain.events import now_utc
@@ -42,6 +43,7 @@ from services.processes.api import (
     routes_fleet_page,
     routes_governance,
     routes_inventory,
+    routes_migrations,
     routes_ops,
     routes_quarantines,
     routes_workloads,
@@ -115,6 +117,12 @@ DeviceClass's `extendedResourceName` with the Node's capacity.
 `canary`, `dra`, `rolled-back`) as a governance command; `GET /v1/adoption` gives each pool's
 phase, history and the gate (`expand`, `hold`, `rollback`) with every reason and its figures.
 
+**Workload migration** (issue 13). `GET /v1/migrations` lists the migrations of the workloads on
+quarantined devices as the governor last decided them (`?phase=`); `GET /v1/migrations/{id}`
+gives one with every decision about it; a migration executor (operator token) reports each step
+with `POST /v1/migrations/{id}/reports` (lease requests, checkpoint, eviction, replacement), which
+the governor decides on its event time under the lease's fencing token (`docs/migration.md`).
+
 **Scheduler extender.** With `DEVICESTATE_SCHEDULER_EXTENDER=true`, `POST /scheduler/filter`
 answers kube-scheduler's extender `filter` verb (no token: the scheduler sends none; off: 404).
 It drops nodes whose only free devices of a requested device-plugin resource are quarantined or
@@ -168,6 +176,7 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
         app.state.inventory = InventoryReads(engine, settings.database_schema)
         app.state.adoption = AdoptionReads(engine, settings.database_schema)
         app.state.workloads = WorkloadReads(engine, settings.database_schema)
+        app.state.migrations = MigrationReads(engine, settings.database_schema)
         publisher = CommandPublisher(settings)
         app.state.publisher = publisher
         app.state.lag = LagReader.of(settings)
@@ -228,6 +237,7 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
     app.include_router(routes_inventory.router)
     app.include_router(routes_workloads.router)
     app.include_router(routes_adoption.router)
+    app.include_router(routes_migrations.router)
     app.include_router(routes_ops.router)
     app.include_router(routes_fleet_page.router)  # HTML: /ui/fleet
     if settings.scheduler_extender:  # off by default: the route does not exist (404)

@@ -29,6 +29,7 @@ from services.adapters.kafka.topics import (
 )
 from services.domain.governance.input_codec import encode_input
 from services.domain.governance.inputs import OperatorCommand
+from services.domain.migration.records import MigrationReport
 from services.runtime.config import GovernanceTopicSettings
 
 log = structlog.get_logger(__name__)
@@ -134,22 +135,20 @@ class CommandPublisher:
             )
             self._topics_checked = True
 
-    async def publish(self, command: OperatorCommand) -> None:
+    async def publish(self, command: OperatorCommand | MigrationReport) -> None:
         """Append ``command`` and wait for its acknowledgement (``acks=all``). Raises
         :class:`CommandLogUnavailable` when that fails; the command may then still have been
         written (an unacknowledged send), which is harmless: the governor ignores a repeated
         commandID, and a client retry reuses it through the ``Idempotency-Key`` header."""
         producer = await self._connect()
-        key = (command.node or "fleet").encode("utf-8")
+        key = _record_key(command).encode("utf-8")
         try:
             async with asyncio.timeout(self._send_timeout):
                 await producer.send_and_wait(
                     self.topic, encode_input(command), key=key, headers=type_headers(command.type)
                 )
         except (KafkaError, OSError, TimeoutError) as exc:
-            log.warning(
-                "command not acknowledged", command_id=command.command_id, error=_describe(exc)
-            )
+            log.warning("command not acknowledged", key=_record_key(command), error=_describe(exc))
             raise CommandLogUnavailable(
                 f"the governance topic {self.topic!r} did not acknowledge the command: "
                 f"{_describe(exc)}"
@@ -172,3 +171,11 @@ async def _stop_quietly(producer: Producer) -> None:
         await producer.stop()
     except Exception as exc:  # closing a broken producer must not mask the cause
         log.debug("producer stop failed", error=repr(exc))
+
+
+def _record_key(record: OperatorCommand | MigrationReport) -> str:
+    """The Kafka key of a record: a command's node (``fleet`` without one), a migration report's
+    migration ID (a migration executor's reports through ``POST /v1/migrations/{id}/reports``)."""
+    if isinstance(record, MigrationReport):
+        return record.migration_id
+    return record.node or "fleet"
