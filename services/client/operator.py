@@ -14,6 +14,7 @@ import typer
 from services.client.adoption import adoption_app
 from services.client.governance import automation_app, breaker_app, command, governance, timeline
 from services.client.inventory import register as register_inventory
+from services.client.migrations import migrations_app
 from services.client.quarantine import quarantine_app
 from services.client.tokens import token_app
 from services.client.workloads import workloads
@@ -31,3 +32,4 @@ def register(app: typer.Typer) -> None:
     register_inventory(app)  # inventory, capacity, conflicts (issue 4)
     app.add_typer(adoption_app, name="adoption")  # DRA adoption pools and gate (issue 16)
     app.command("workloads")(workloads)  # Pods' workloads and migration classes (issue 13)
+    app.add_typer(migrations_app, name="migrations")  # the governor's migrations (issue 13)
