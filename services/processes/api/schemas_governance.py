@@ -144,9 +144,9 @@ class ExpiryIn(ReasonIn):
         return None
 
 
-class QuarantineCreateIn(ExpiryIn):
-    """Quarantine one device. Without ``expiresAt``/``ttlSeconds`` the quarantine lasts until
-    it is released."""
+class DeviceRefIn(RequestModel):
+    """A device as the governor keys it: its node and resourceID (or physical ID), checked as
+    the worker checks them (``services.domain.limits``)."""
 
     node: str = Field(
         min_length=1,
@@ -183,6 +183,11 @@ class QuarantineCreateIn(ExpiryIn):
         if problem is not None:
             raise ValueError(problem)
         return value
+
+
+class QuarantineCreateIn(ExpiryIn, DeviceRefIn):
+    """Quarantine one device. Without ``expiresAt``/``ttlSeconds`` the quarantine lasts until
+    it is released."""
 
 
 class ExtendIn(ExpiryIn):

@@ -9,11 +9,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, Field, ValidationInfo, field_validator
 
-from services.domain.limits import DNS1123_SUBDOMAIN_PATTERN, invisible_problem, node_name_problem
+from services.domain.limits import invisible_problem
 from services.domain.migration.records import MigrationReport, ReportKind
 from services.processes.api.hardening import (
-    NODE_MAX_BYTES,
-    RESOURCE_ID_MAX_BYTES,
     nested_text_problem,
     text_problem,
 )
@@ -21,6 +19,7 @@ from services.processes.api.schemas import ApiModel
 from services.processes.api.schemas_governance import (
     MAX_REASON,
     RESOURCE_ID_PATTERN,
+    DeviceRefIn,
     RequestModel,
 )
 
@@ -47,42 +46,8 @@ CheckpointID = Annotated[
 ]
 
 
-class DeviceIn(RequestModel):
+class DeviceIn(DeviceRefIn):
     """A device the replacement Pod holds, as the governor keys it."""
-
-    node: str = Field(
-        min_length=1,
-        max_length=NODE_MAX_BYTES,
-        pattern=DNS1123_SUBDOMAIN_PATTERN,
-        description="Node name: a DNS-1123 subdomain.",
-    )
-    resource_id: str = Field(
-        alias="resourceID",
-        min_length=1,
-        max_length=RESOURCE_ID_MAX_BYTES,
-        description="The device's physical ID (or its resourceID); no control, invisible or "
-        "bidirectional-control character.",
-        json_schema_extra={"pattern": RESOURCE_ID_PATTERN},
-    )
-
-    @field_validator("node", mode="before")
-    @classmethod
-    def _node_name(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            problem = text_problem("node", value) or node_name_problem(value)
-            if problem is not None:
-                raise ValueError(problem)
-        return value
-
-    @field_validator("resource_id")
-    @classmethod
-    def _resource_id(cls, value: str) -> str:
-        problem = text_problem(
-            "resourceID", value, max_bytes=RESOURCE_ID_MAX_BYTES
-        ) or invisible_problem("resourceID", value)
-        if problem is not None:
-            raise ValueError(problem)
-        return value
 
 
 class _ReportIn(BaseModel):
