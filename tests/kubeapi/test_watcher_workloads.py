@@ -239,7 +239,12 @@ async def test_watcher_publishes_the_controller_chains(
         deadline = loop.time() + 60
         while True:
             page = await reads.list_workloads(WorkloadFilters(quarantined=False), 100, None)
-            kinds = {i.row["pod_uid"]: i.row["workload_kind"] for i in page.items}
+            # Only this test's Pods: the shared API server may hold other tests' Pods.
+            kinds = {
+                i.row["pod_uid"]: i.row["workload_kind"]
+                for i in page.items
+                if i.row["pod_uid"] in expected
+            }
             if kinds == expected:
                 break
             assert loop.time() < deadline, f"pod_workloads holds {kinds}"
