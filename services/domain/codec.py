@@ -115,6 +115,33 @@ def time_field(obj: dict[str, Any], name: str) -> datetime:
         raise EventDecodeError(f"field {name!r}: {exc}") from None
 
 
+EVENT_TIME_EARLIEST: Final = datetime(1970, 1, 1, tzinfo=UTC)
+"""The earliest event time a record may carry (``observedAt``, ``watchSeenAt``): the Unix epoch."""
+EVENT_TIME_LATEST: Final = datetime(9000, 1, 1, tzinfo=UTC)
+"""The first event time a record may not carry: far past any clock, far enough from
+``datetime.max`` that the governor's windows and retentions (days) can be added to it."""
+
+
+def check_event_time(value: datetime) -> datetime:
+    """``value`` (UTC), or ``ValueError`` when it lies outside ``[EVENT_TIME_EARLIEST,
+    EVENT_TIME_LATEST)``: a record dated in year 1 overflowed the governor's arithmetic
+    (``observedAt - flap window``) and stopped it for good."""
+    if not EVENT_TIME_EARLIEST <= value < EVENT_TIME_LATEST:
+        raise ValueError(
+            f"time {value.isoformat()} is out of range (from 1970-01-01 up to 9000-01-01)"
+        )
+    return value
+
+
+def event_time_field(obj: dict[str, Any], name: str) -> datetime:
+    """:func:`time_field` of an event time, checked by :func:`check_event_time`."""
+    value = time_field(obj, name)
+    try:
+        return check_event_time(value)
+    except ValueError as exc:
+        raise EventDecodeError(f"field {name!r}: {exc}") from None
+
+
 def optional_time_field(obj: dict[str, Any], name: str) -> datetime | None:
     """:func:`time_field`, or ``None`` when absent or null."""
     return None if obj.get(name) is None else time_field(obj, name)

@@ -15,6 +15,7 @@ import orjson
 from services.domain.codec import (
     RESOURCE_VERSION_MAX_DIGITS,
     EventDecodeError,
+    check_event_time,
     json_fault,
     optional_str_field,
     parse_time,
@@ -143,7 +144,7 @@ def _decode_fields(payload: bytes) -> Event:
         observed_text = get("observedAt")
         if type(observed_text) is not str:
             observed_text = require(obj, "observedAt")
-        observed_at = parse_time(observed_text)
+        observed_at = check_event_time(parse_time(observed_text))
     except ValueError as exc:
         raise EventDecodeError(f"field 'observedAt': {exc}") from None
     node = get("node")

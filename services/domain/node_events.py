@@ -27,8 +27,8 @@ import orjson
 
 from services.domain.codec import (
     EventDecodeError,
+    event_time_field,
     json_fault,
-    optional_time_field,
     str_field,
     time_field,
     version_field,
@@ -154,7 +154,7 @@ def node_event_from_dict(obj: dict[str, Any]) -> NodeEvent:
     if obj.get("schema") != SCHEMA_VERSION:
         raise EventDecodeError(f"unsupported schema {obj.get('schema')!r}")
     kind = obj.get("type")
-    observed_at = time_field(obj, "observedAt")
+    observed_at = event_time_field(obj, "observedAt")
     if kind == "NodeHeartbeat":
         return NodeHeartbeat(
             node=str_field(obj, "node"),
@@ -174,7 +174,7 @@ def node_event_from_dict(obj: dict[str, Any]) -> NodeEvent:
         partition = obj.get("partition")
         if type(partition) is not int or partition < 0:
             raise EventDecodeError("field 'partition' must be an integer >= 0")
-        seen = optional_time_field(obj, "watchSeenAt")
+        seen = None if obj.get("watchSeenAt") is None else event_time_field(obj, "watchSeenAt")
         return WatcherTick(partition=partition, observed_at=observed_at, watch_seen_at=seen)
     raise EventDecodeError(f"unknown event type {kind!r}")
 

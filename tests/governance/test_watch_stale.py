@@ -129,3 +129,15 @@ def test_the_watch_state_survives_a_snapshot() -> None:
     again = Keyed(state=restored, seq=run.seq)
     assert again.feed(tick(105, 0), at(105)) == []  # still the same silence
     assert again.feed(tick(110, 100), at(110)) == [K.WATCH_FRESH]
+
+
+def test_a_tick_reporting_a_delivery_in_its_future_does_not_hide_later_silences() -> None:
+    """The new user's find: one tick saying the watch delivered in 9999 made every later silence
+    go unnoticed. A delivery counts at most at the time of the record that reports it."""
+    run = Keyed()
+    run.feed(transition(N1, G0, H, 1, 0), at(0))
+    assert run.feed(tick(5, 10**9), at(5)) == []  # watchSeenAt ~31 years ahead of its tick
+    assert run.state.fleet.watch_seen_at == at(5)
+    for t in range(10, 81, 5):
+        assert run.feed(tick(t, 5), at(t)) == [], t
+    assert run.feed(tick(85, 5), at(85)) == [K.WATCH_STALE]

@@ -18,6 +18,7 @@ from services.domain.codec import (
     EventDecodeError,
     bool_field,
     enum_field,
+    event_time_field,
     int_field,
     json_fault,
     optional_str_field,
@@ -270,7 +271,7 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
             source=enum_field(DeviceSource, obj, "source"),
             health=enum_field(Health, obj, "health"),
             status_version=version,
-            observed_at=time_field(obj, "observedAt"),
+            observed_at=event_time_field(obj, "observedAt"),
             partition=int_field(obj, "partition"),
             offset=int_field(obj, "offset"),
             message=optional_str_field(obj, "message"),
@@ -288,14 +289,14 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
             subject=str_field(obj, "subject"),
             detail=str_field(obj, "detail", empty=True),
             active=bool_field(obj, "active"),
-            observed_at=time_field(obj, "observedAt"),
+            observed_at=event_time_field(obj, "observedAt"),
         )
     if kind == "DeviceIdentified":
         return DeviceIdentified(
             node=str_field(obj, "node"),
             resource_id=str_field(obj, "resourceID"),
             device_id=str_field(obj, "deviceID"),
-            observed_at=time_field(obj, "observedAt"),
+            observed_at=event_time_field(obj, "observedAt"),
             uuid=optional_str_field(obj, "uuid"),
             partition=None if obj.get("partition") is None else int_field(obj, "partition"),
             offset=None if obj.get("offset") is None else int_field(obj, "offset"),

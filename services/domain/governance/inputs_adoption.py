@@ -20,10 +20,10 @@ from typing import Any, Final
 from services.domain.codec import (
     EventDecodeError,
     bool_field,
+    event_time_field,
     int_field,
     optional_time_field,
     str_field,
-    time_field,
 )
 from services.domain.events import SCHEMA_VERSION, format_time
 from services.domain.governance.adoption_facts import ClaimFact, DivergenceFact
@@ -127,7 +127,7 @@ def adoption_facts_from_dict(obj: dict[str, Any]) -> NodeAdoptionFacts:
     try:
         return NodeAdoptionFacts(
             node=node,
-            observed_at=time_field(obj, "observedAt"),
+            observed_at=event_time_field(obj, "observedAt"),
             slices=_pairs(obj, "slices"),
             divergences=tuple(
                 DivergenceFact(

@@ -20,10 +20,10 @@ from typing import Any
 from services.domain.codec import (
     EventDecodeError,
     bool_field,
+    event_time_field,
     optional_str_field,
     optional_time_field,
     str_field,
-    time_field,
 )
 from services.domain.events import SCHEMA_VERSION, format_time
 
@@ -118,5 +118,5 @@ def taints_from_dict(obj: dict[str, Any]) -> DeviceTaintsObserved:
             for t in raw
         ),
         deleted=bool_field(obj, "deleted"),
-        observed_at=time_field(obj, "observedAt"),
+        observed_at=event_time_field(obj, "observedAt"),
     )

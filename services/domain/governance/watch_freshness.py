@@ -48,6 +48,12 @@ def on_record(ctx: context.Ctx, record: GovernanceInput) -> None:
     decide stale (``WatchStale``) or fresh again (``WatchFresh``)."""
     fleet = ctx.state.fleet
     at = delivered_at(record)
+    if at is not None and ctx.now is not None:
+        # A watch cannot have delivered after the record that says so: a tick's watchSeenAt
+        # runs on the watcher's clock, which only its own observedAt is bounded against (the
+        # worker bounds that by the broker's clock). Unbounded, one tick dated 9999 would hide
+        # every later silence.
+        at = min(at, ctx.now)
     if at is not None and (fleet.watch_seen_at is None or at > fleet.watch_seen_at):
         fleet.watch_seen_at = at
     now, seen = ctx.now, fleet.watch_seen_at

@@ -11,6 +11,7 @@ from services.domain.codec import (
     EventDecodeError,
     bool_field,
     enum_field,
+    event_time_field,
     int_field,
     optional_str_field,
     optional_time_field,
@@ -77,7 +78,7 @@ def from_dict(obj: dict[str, Any]) -> WorkloadOnDevice | MigrationReport:
             checkpoint_max_age_seconds=age,
             shard=optional_str_field(obj, "shard"),
             status_version=version,
-            observed_at=time_field(obj, "observedAt"),
+            observed_at=event_time_field(obj, "observedAt"),
             present=bool_field(obj, "present") if "present" in obj else True,
         )
     devices = obj.get("devices") or []

@@ -17,6 +17,7 @@ import orjson
 
 from services.domain.codec import (
     EventDecodeError,
+    check_event_time,
     json_fault,
     optional_str_field,
     parse_time,
@@ -123,7 +124,7 @@ def decode_workload(payload: bytes) -> PodWorkloadObserved:
             f"(this build reads 1 to {WORKLOAD_RECORD_VERSION})"
         )
     try:
-        observed_at = parse_time(require(obj, "observedAt"))
+        observed_at = check_event_time(parse_time(require(obj, "observedAt")))
     except ValueError as exc:
         raise EventDecodeError(f"field 'observedAt': {exc}") from None
     chain_items = require(obj, "chain", list)
