@@ -6,7 +6,8 @@ batch order, with the record's :class:`~services.domain.governance.inputs.MergeK
 device the slice lists and every taint on them, so the governor sees a taint appear and go away.
 The watcher publishes a slice only when its compact form changed (a taint set that changed is a
 new record), so this adds one governance record per slice change. Pool-scoped slices (no node),
-ResourceClaims and DeviceClasses forward nothing. The taints of DeviceTaintRules of others are in
+ResourceClaims and DeviceClasses forward nothing. A taint without a key (the API server would
+refuse it) is left out, not the record: one bad taint must not hide the others of its slice. The taints of DeviceTaintRules of others are in
 the slice's devices already (the watcher adds them, ``DeviceTaint.rule``) and go along.
 """
 
@@ -32,6 +33,7 @@ def slice_taints(event: InventoryObserved) -> DeviceTaintsObserved | None:
             SliceTaint(d.name, t.key, t.value, t.effect, t.time_added, t.rule)
             for d in sorted(obj.devices, key=lambda d: d.name)
             for t in d.taints
+            if t.key  # a taint without a key counts as nothing; the others must still be sent
         ),
         deleted=event.deleted,
         observed_at=event.observed_at,

@@ -179,7 +179,7 @@ async def test_a_driver_taint_quarantines_and_its_removal_starts_recovery_withou
         assert len(page["items"]) == 2, page
         lost = by_device[GPU_4]
         assert (
-            lost["reason"] == "driver-taint:gpu.nvidia.com/gpu-lost=" and lost["status"] == "active"
+            lost["reason"] == "driver-taint:gpu.nvidia.com/gpu-lost" and lost["status"] == "active"
         )
         quarantine = by_device[GPU_2]
         assert quarantine["reason"] == REASON

@@ -190,7 +190,7 @@ def test_the_key_set_is_the_policys() -> None:
     assert run.feed(taints(5, xid())) == []
     fault = SliceTaint(D0, "example.com/fault", None, "NoSchedule", None)
     q = one(run.feed(taints(6, fault)), K.QUARANTINED)
-    assert q.details["reason"] == "driver-taint:example.com/fault="
+    assert q.details["reason"] == "driver-taint:example.com/fault"
 
 
 def test_the_default_keys_are_the_nvidia_dra_drivers_fatal_ones() -> None:
@@ -350,3 +350,15 @@ def enforce_rule() -> dict[str, Any]:
         effect=Effect.NO_SCHEDULE,
     )
     return rule_manifest(desired)
+
+
+def test_a_reason_is_bounded_and_has_no_trailing_equals_sign() -> None:
+    from datetime import UTC, datetime
+
+    from services.domain.governance.taint_state import VALUE_MAX, DriverTaint
+
+    since = datetime(2026, 11, 29, tzinfo=UTC)
+    long = DriverTaint("gpu.nvidia.com/xid", "7" * 5000, "NoSchedule", since, "s")
+    assert long.reason == "driver-taint:gpu.nvidia.com/xid=" + "7" * (VALUE_MAX - 1) + "…"
+    bare = DriverTaint("gpu.nvidia.com/gpu-lost", None, "NoExecute", since, "s")
+    assert bare.reason == "driver-taint:gpu.nvidia.com/gpu-lost"

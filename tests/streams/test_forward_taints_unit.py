@@ -125,3 +125,16 @@ def test_the_forwarder_sends_it_in_batch_order_with_its_merge_key() -> None:
     # a redelivered record (at or before the partition's recorded offset) is skipped
     again = governance_records(batch, commit([], applied={(TOPIC, 0): 7}), partitions=1)
     assert not [r for r, _ in again if isinstance(r, DeviceTaintsObserved)]
+
+
+def test_a_taint_without_a_key_is_left_out_and_the_others_still_go() -> None:
+    """The new user's find: one keyless taint made the governor refuse the whole slice record,
+    so a real XID taint on another device of the slice was never seen."""
+    tracker = InventoryTracker()
+    tracker.event(WatchKind.ADDED, SLICE, resource_slice("1"), T0)
+    tainted = resource_slice("2", [{"key": "", "effect": "NoSchedule"}, XID])
+    (event,) = tracker.event(WatchKind.MODIFIED, SLICE, tainted, T0).events
+    record = slice_taints(event)
+    assert record is not None
+    assert [(t.key, t.value) for t in record.taints] == [("gpu.nvidia.com/xid", "79")]
+    assert decode_keyed(encode_input(record, key(0, 0, 0))) == (record, key(0, 0, 0))

@@ -14,7 +14,7 @@ Rules, applied per :class:`~.taint_inputs.DeviceTaintsObserved` (one ResourceSli
   on a device the first by (``NoExecute`` first, the slice's own before a DeviceTaintRule's,
   key, value) is held. A DeviceTaintRule of others (never ``devicestate enforce``'s own: the
   watcher leaves those out) reaches the governor as a taint of the devices it selects;
-- a device gaining a counting taint reads Unhealthy with the reason ``driver-taint:<key>=<value>``
+- a device gaining a counting taint reads Unhealthy with the reason ``driver-taint:<key>=<value>`` (``driver-taint:<key>`` for a taint without a value)
   (:func:`.rules.effective`): the usual rules quarantine it at once (blast-radius limits apply),
   and the quarantine decision carries the taint's effect and time (``timeAdded``, else the
   record's event time). A device the governor never saw is governed from the taint (source DRA);

@@ -16,6 +16,14 @@ from services.domain.events import format_time
 
 REASON_PREFIX: Final = "driver-taint:"
 """Prefix of the effective reason (and quarantine reason) of a device its driver tainted."""
+KEY_MAX: Final = 317
+"""Longest taint key in a reason: a label key (a 253-character DNS prefix, ``/``, 63 more)."""
+VALUE_MAX: Final = 63
+"""Longest taint value in a reason: a label value (what the API server accepts)."""
+
+
+def _cut(text: str, most: int) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +42,15 @@ class DriverTaint:
 
     @property
     def reason(self) -> str:
-        """``driver-taint:<key>=<value>`` (empty value when the taint has none)."""
-        return f"{REASON_PREFIX}{self.key}={self.value or ''}"
+        """``driver-taint:<key>=<value>``, ``driver-taint:<key>`` when the taint has no value;
+        key and value cut to what a label allows (:data:`KEY_MAX`, :data:`VALUE_MAX`, ending in
+        ``…`` when cut), so a taint the API server would refuse gives no unbounded reason."""
+        key = _cut(self.key, KEY_MAX)
+        return (
+            f"{REASON_PREFIX}{key}={_cut(self.value, VALUE_MAX)}"
+            if self.value
+            else REASON_PREFIX + key
+        )
 
     def same_fault(self, other: DriverTaint | None) -> bool:
         """Same key, value, effect and rule (a new ``timeAdded`` or slice name is the same)."""
