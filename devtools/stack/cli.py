@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import sys
 import time
 from enum import StrEnum
@@ -119,7 +120,12 @@ def up(
 def down(
     only: Only = None,
     purge: Annotated[
-        bool, typer.Option("--purge", help="Also delete the servers' data (topics, databases).")
+        bool,
+        typer.Option(
+            "--purge",
+            help="Also delete the servers' data (topics, databases) and the worker's "
+            "(DEVICESTATE_WORKER_DATA_DIR: its RocksDB refers to the deleted topics).",
+        ),
     ] = False,
 ) -> None:
     """Stop the servers this stack started (by their recorded PIDs)."""
@@ -134,12 +140,24 @@ def down(
                     kafka.stop(layout, _report)
                     if purge:
                         kafka.purge(layout, _report)
+                        _purge_worker_data()
                 else:
                     postgres.stop(layout, _report)
                     if purge:
                         postgres.purge(layout, _report)
     except StackError as exc:
         _fail(exc)
+
+
+def _purge_worker_data() -> None:
+    """The worker's RocksDB files (``DEVICESTATE_WORKER_DATA_DIR``) go with the topics: they hold
+    changelog offsets of topics that no longer exist, and Faust refuses to start on them."""
+    from services.runtime.config import WorkerProcessSettings
+
+    data = Path(WorkerProcessSettings().worker_data_dir)
+    if data.is_dir():
+        shutil.rmtree(data)
+        _report(f"worker data: deleted {data}")
 
 
 @app.command()

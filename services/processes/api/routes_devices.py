@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
+from pydantic import AfterValidator
 
 from services.adapters.projection.read_models import DeviceFilters
 from services.adapters.projection.reads_devices import DeviceReads
@@ -21,7 +22,11 @@ from services.adapters.projection.reads_governance import GovernanceReads
 from services.domain.directory import DeviceKey
 from services.domain.events import DeviceSource, Health
 from services.domain.governance.device_state import GovState
-from services.domain.limits import DNS1123_SUBDOMAIN_PATTERN, NODE_NAME_MAX_LENGTH
+from services.domain.limits import (
+    DNS1123_SUBDOMAIN_PATTERN,
+    NODE_NAME_MAX_LENGTH,
+    node_name_problem,
+)
 from services.processes.api.auth import read_access
 from services.processes.api.governance_status import fleet_governance
 from services.processes.api.routing import ServiceRoute
@@ -58,21 +63,32 @@ async def get_reads(request: Request) -> GovernanceReads:
 
 Store = Annotated[DeviceReads, Depends(get_store)]
 Reads = Annotated[GovernanceReads, Depends(get_reads)]
+
+
+def _node_name(value: str | None) -> str | None:
+    # The worker never stores another name (services.domain.limits), so say what a name is
+    # rather than answer 404 or an empty page; the pattern stays in the OpenAPI document.
+    problem = None if value is None else node_name_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
 NodeName = Annotated[
     str,
     Path(
         description="Node name: a DNS-1123 subdomain (never contains `/`); another is a 422.",
-        max_length=NODE_NAME_MAX_LENGTH,
-        pattern=DNS1123_SUBDOMAIN_PATTERN,
+        json_schema_extra={"pattern": DNS1123_SUBDOMAIN_PATTERN, "maxLength": NODE_NAME_MAX_LENGTH},
     ),
+    AfterValidator(_node_name),
 ]
 NodeFilter = Annotated[
     str | None,
     Query(
         description="Only this node (a DNS-1123 subdomain; another is a 422).",
-        max_length=NODE_NAME_MAX_LENGTH,
-        pattern=DNS1123_SUBDOMAIN_PATTERN,
+        json_schema_extra={"pattern": DNS1123_SUBDOMAIN_PATTERN, "maxLength": NODE_NAME_MAX_LENGTH},
     ),
+    AfterValidator(_node_name),
 ]
 ResourceID = Annotated[
     str,

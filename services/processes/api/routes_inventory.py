@@ -43,6 +43,7 @@ from services.processes.api.auth import read_access
 from services.processes.api.routes_devices import (
     MAX_PAGE,
     UNPROCESSABLE,
+    NodeFilter,
     decode_cursor,
     encode_cursor,
 )
@@ -100,7 +101,7 @@ router = APIRouter(
 @router.get("/inventory/devices", response_model=InventoryPageOut, responses=UNPROCESSABLE)
 async def list_inventory(
     inventory: Inventory,
-    node: Annotated[str | None, Query(description="Only devices on this node.")] = None,
+    node: NodeFilter = None,
     owner: Annotated[DeviceSource | None, Query(description="dra or device-plugin.")] = None,
     pool: Annotated[str | None, Query(description="DRA pool name, or `<driver>/<pool>`.")] = None,
     device_class: Annotated[

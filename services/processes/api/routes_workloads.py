@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 
 from services.adapters.projection.reads_workloads import WorkloadFilters, WorkloadReads
 from services.processes.api.auth import read_access
-from services.processes.api.routes_devices import MAX_PAGE, UNPROCESSABLE
+from services.processes.api.routes_devices import MAX_PAGE, UNPROCESSABLE, NodeFilter
 from services.processes.api.routing import ServiceRoute
 from services.processes.api.schemas_workloads import WorkloadOut, WorkloadPageOut
 
@@ -59,7 +59,7 @@ async def list_workloads(
         bool,
         Query(description="true (default): only Pods holding a quarantined device; false: all."),
     ] = True,
-    node: Annotated[str | None, Query(description="Only Pods on this node.")] = None,
+    node: NodeFilter = None,
     namespace: Annotated[str | None, Query(description="Only Pods in this namespace.")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page size.")] = 100,
     cursor: Annotated[str | None, Query(description="`nextCursor` of the previous page.")] = None,
