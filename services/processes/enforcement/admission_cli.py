@@ -41,9 +41,14 @@ def adoption_enforce(
     settings = EnforcementProcessSettings()
     dry_run = settings.enforce_dry_run if live is None else not live
     configure_logging(settings)
+    from services.adapters.kube.client import KubeConfigUnavailable
     from services.runtime.loop import run
 
-    result = run(_main(settings, dry_run, interval, once))
+    try:
+        result = run(_main(settings, dry_run, interval, once))
+    except KubeConfigUnavailable as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     if once and (result is None or result.failed or result.errors):
         raise typer.Exit(1)
 

@@ -45,6 +45,7 @@ def enforce(
         settings = settings.model_copy(update={"enforce_dry_run": not live})
     configure_logging(settings)
     from services.adapters.kafka.topics import TopicCheckError
+    from services.adapters.kube.client import KubeConfigUnavailable
     from services.processes.enforcement.run import EnforceOptions, run_enforcer
     from services.runtime.loop import run
 
@@ -60,7 +61,7 @@ def enforce(
                 ),
             )
         )
-    except TopicCheckError as exc:
+    except (TopicCheckError, KubeConfigUnavailable) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     if once and result is not None and (result.failed or result.errors):
