@@ -138,6 +138,14 @@ def governance(
         ("nodes", f"{status['nodesHeartbeatLost']} with a lost heartbeat"),
         ("devices", f"{status['devices']}" + (f": {by_state}" if by_state else "")),
     ]
+    if status.get("pending"):  # not folded yet: the counts above do not include them
+        rows.append(
+            (
+                "held",
+                f"{status['pending']} forwarded record(s) wait for every partition's watermark "
+                "(the event-time merge); the counts above do not include them yet",
+            )
+        )
     table = table_of(
         ["NAME", "VALUE"], [[f"[bold]{n}[/]", escape(v)] for n, v in rows], headers=False
     )

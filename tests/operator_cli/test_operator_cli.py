@@ -391,3 +391,20 @@ async def test_governance_shows_a_stale_watch_and_the_node_incidents(
     assert "STALE: no event or bookmark since 2026-11-29T12:00:00Z" in out
     assert "gpu-node-a: 4 devices since 2026-11-29T12:00:10.300000Z" in out
     assert "node-fault/gpu-node-a/2026-11-29T12:00:10Z" in out
+
+
+async def test_governance_says_how_many_records_the_merge_holds(
+    cli: typer.Typer, api_url: str, governor: Governor
+) -> None:
+    """The new user saw 74 devices where 346 were coming: the rest waited in the event-time
+    merge, and nothing said so."""
+    from tests.api.test_fleet_governance import governed
+
+    state = governed()
+    snapshot = state.fleet.to_json()
+    snapshot["order"] = {**(snapshot.get("order") or {}), "pending": [{}] * 1526}
+    await governor.fleet(state.fleet.watermark, snapshot=snapshot)
+    status = run(cli, "governance", "--api-url", api_url)
+    assert status.exit_code == 0, status.output
+    out = " ".join(status.stdout.split())
+    assert "held 1526 forwarded record(s) wait for every partition's watermark" in out
