@@ -69,6 +69,7 @@ from streams.dedup_decode import (
     decode_into,
     early_event_times,
     record_event_time,
+    split_repeats,
 )
 from streams.dedup_table import TABLE_NAME, known_ranks, remember, select_new
 from streams.forward import BatchView, Forwarder
@@ -193,6 +194,9 @@ class DeviceDedup:
         self.metrics.consumed.inc(len(events))
         self.metrics.batch_size.observe(len(events))
         self.events_seen += len(events)
+        events, repeats = split_repeats(events)
+        # A repeat's offset is acknowledged (or withheld) with its first copy, never by itself.
+        self._withhold_acks(repeats)
         await self._process(stream, events, started, self._dead_letter)
 
     async def _process(

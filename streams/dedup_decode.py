@@ -139,6 +139,22 @@ def early_event_times(
     return dropped, event_times
 
 
+def split_repeats(events: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    """``events`` (faust events) split into the first copy of each log position, in batch order,
+    and the later copies: after a rebalance the consumer can fetch a range again while the
+    stream still holds it, so one batch may carry a record twice. A copy is the same record:
+    only the first is processed."""
+    first: list[Any] = []
+    repeats: list[Any] = []
+    seen: set[tuple[str, int, int]] = set()
+    for event in events:
+        message = event.message
+        position = (message.topic, message.partition, message.offset)
+        (repeats if position in seen else first).append(event)
+        seen.add(position)
+    return first, repeats
+
+
 def consumed_offsets(events: Sequence[Any]) -> dict[tuple[str, int], list[int]]:
     """Per ``(topic, partition)``, the offsets of faust ``events``, in batch order."""
     offsets: dict[tuple[str, int], list[int]] = {}

@@ -318,10 +318,10 @@ class Governor:
         for event in events:
             message = event.message
             offset = message.offset
-            if offset <= through:
+            if offset <= through:  # folded before, or a copy earlier in this batch
                 result.skipped += 1
                 continue
-            result.last_offset = offset
+            result.last_offset = through = offset
             payload = message.value
             try:
                 if payload is None:

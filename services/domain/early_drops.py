@@ -49,10 +49,13 @@ def unjustified_drops(
     statusVersion (``None``: unordered) as the projection holds it before the batch; a device
     absent has no row. A drop is explained when the device's committed rank, or the rank of an
     observation of the same device earlier in the log among ``kept`` or among the unexplained
-    drops, is at least its own (the rule of :func:`streams.dedup_table.select_new`). Pure.
+    drops (or a kept copy at the same position), is at least its own (the rule of
+    :func:`streams.dedup_table.select_new`). Pure.
     """
     events = [(r, True) for r in dropped] + [(r, False) for r in kept]
-    events.sort(key=lambda item: _order(item[0].position))
+    # A batch can hold one record twice (a range fetched again after a rebalance): the copy kept
+    # explains the copy dropped, so at one position the kept one comes first.
+    events.sort(key=lambda item: (_order(item[0].position), item[1]))
     best: dict[DeviceKey, int] = {key: version_rank(version) for key, version in committed.items()}
     unexplained = []
     for record, was_dropped in events:

@@ -83,3 +83,17 @@ def test_a_table_ahead_has_exactly_the_lost_drops_flagged(
     assert sorted(r.position.offset for r in should_keep) == sorted(
         [r.position.offset for r in kept] + [p.offset for p in flagged]
     )
+
+
+@given(batches, committed_ranks, st.data())
+def test_a_record_fetched_twice_in_one_batch_is_explained_by_its_kept_copy(
+    items: list[tuple[int, int]], committed: dict[int, int], data: st.DataObject
+) -> None:
+    """A range of the log read again within one batch (after a rebalance): each copy dropped at
+    the position of a kept one is no drop the projection lacks."""
+    records, projection = setup(items, committed)
+    start = data.draw(st.integers(0, len(records)))
+    batch = records + records[start:]
+    known = {table_key(*key): version_rank(v) for key, v in projection.items()}
+    kept, dropped = split(batch, known)
+    assert unjustified_drops(dropped, kept, projection) == []

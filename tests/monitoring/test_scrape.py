@@ -176,9 +176,18 @@ async def test_prometheus_scrapes_the_pipeline_and_evaluates_the_rules(
                 seconds=60,
                 why=lambda: monitoring_servers.targets(prometheus),
             )
-        assert value(prometheus, "devicestate_governor_active_quarantines") == 5
-        assert (
-            value(prometheus, 'devicestate_devices_by_governance_state{state="Quarantined"}') == 5
+        # The governor sets its gauge after its own commit, which may come after the worker's
+        # last scrape so far (CI saw 0 once): wait for a scrape that has it.
+        await eventually(
+            lambda: value(prometheus, "devicestate_governor_active_quarantines") == 5,
+            "the governor's quarantine gauge at 5 in Prometheus",
+        )
+        await eventually(
+            lambda: (
+                value(prometheus, 'devicestate_devices_by_governance_state{state="Quarantined"}')
+                == 5
+            ),
+            "the Quarantined devices gauge at 5 in Prometheus",
         )
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{ports['devicestate-api']}") as c:
             tolerated = await c.get("/v1/devices", params={"state": "UnknownTolerated"})

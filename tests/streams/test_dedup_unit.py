@@ -367,6 +367,35 @@ async def test_a_table_ahead_of_the_projection_loses_nothing(
     assert device_ranks(built.dedup.table.items()) == {key: "8"}
 
 
+async def test_a_batch_holding_records_twice_writes_them_once(
+    tmp_path: Any, observation: Any
+) -> None:
+    """After a rebalance the consumer can fetch a range again while the stream still holds it
+    (the two-worker determinism run in CI): the copies are the same records, not drops the
+    projection lacks, so the batch is written once and the worker keeps going."""
+    failures: list[BaseException] = []
+    sink = FakeSink(run_hooks=False)
+    built = build_worker_app(_unit_settings(tmp_path), sink=sink, on_fatal=failures.append)
+    app = built.app
+    app.finalize()
+    app.flow_control.resume()
+    built.dedup.dead_letter_topic = FakeDeadLetters()
+    async with built.dedup.agent.test_context() as agent:
+        for _ in range(2):
+            agent.sent_offset = 0  # the same offsets again: the range fetched twice
+            for version in (5, 6):
+                await agent.put(encode_event(observation(version)), key=b"gpu-node-a", wait=False)
+        await _wait_for(lambda: sink.calls >= 1)
+        await asyncio.sleep(0.1)
+
+    assert failures == []
+    assert sink.calls == 1  # one batch held both copies
+    [written] = sink.batches
+    assert [(r.position.offset, r.event.status_version) for r in written] == [(0, 5), (1, 6)]
+    assert built.metrics.table_unjustified._value.get() == 0
+    assert built.metrics.consumed._value.get() == 4
+
+
 def test_a_frozen_observation_passes_but_raises_no_rank(observation: Any) -> None:
     """Issue 15 item 2: the fold records a frozen Healthy without changing the device's version,
     so the early filter must not remember its rank (a later redelivery still reaches the store)."""

@@ -138,6 +138,7 @@ async def test_decisions_are_sent_then_written_and_a_restart_continues_alike(
     assert sink.loads == 2
     assert sink.decisions == reference_sink.decisions
     assert sent.ids + sent2.ids == reference_sent.ids
+
     assert sink.devices == reference_sink.devices and sink.fleet == reference_sink.fleet
 
     metrics = second.metrics
@@ -150,6 +151,24 @@ async def test_decisions_are_sent_then_written_and_a_restart_continues_alike(
     assert first.metrics.decisions.labels("UnknownToleranceStarted")._value.get() == 1
     # GPU-0 was Unknown from 0 to 40 (event time).
     assert reference.metrics.unknown_seconds._sum.get() == 40.0
+
+
+async def test_a_range_read_twice_within_one_batch_is_folded_once(tmp_path: Any) -> None:
+    """After a rebalance the consumer can fetch a range again while the stream still holds it:
+    the copies are the records already folded, so the decisions are the log's, once each."""
+    records = story()
+    reference_sink = FakeGovernanceSink()
+    reference, reference_sent, _ = make_governor(
+        tmp_path, reference_sink, unknown_tolerance_seconds=60
+    )
+    await reference.handle_batch(events(records))
+
+    sink = FakeGovernanceSink()
+    governor, sent, _ = make_governor(tmp_path, sink, unknown_tolerance_seconds=60)
+    await governor.handle_batch(events(records[:4]) + events(records[1:], start=1))
+    assert sink.offset == len(records) - 1
+    assert sink.decisions == reference_sink.decisions
+    assert sent.ids == reference_sent.ids
 
 
 async def test_a_type_header_is_followed_and_one_that_disagrees_is_dead_lettered(
