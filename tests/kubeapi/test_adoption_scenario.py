@@ -3,8 +3,8 @@ plane flow through the real watcher, worker and governor, and the rollback is en
 real API server.
 
 On ``kube_control_plane`` (kube-apiserver + kube-scheduler + kube-controller-manager; the test
-plays kubelet): a Node with a ResourceSlice of 8 GPUs of a driver of its own, the driver's
-DeviceClass (``extendedResourceName``, KEP-5004), and a ResourceClaim of 5 GPUs with its Pod,
+plays kubelet, ``tests/kubeapi/dra_canary.py``): a Node with a ResourceSlice of 8 GPUs of a
+driver of its own, the driver's DeviceClass (``extendedResourceName``, KEP-5004), and a ResourceClaim of 5 GPUs with its Pod,
 allocated and bound by the scheduler (the *existing bound claim*). ``devicestate watch`` (a
 subprocess, admin kubeconfig) publishes to the test's Kafka topics, the worker (``python -m
 streams.cli``) folds them into a fresh schema and governs them, and the pool is declared through
@@ -57,8 +57,21 @@ from services.processes.enforcement.admission_desired import object_name
 from services.runtime.config import Settings
 from tests.api.conftest import bearer, tokens_json
 from tests.kubeapi.conftest import ControlPlaneEnv
+from tests.kubeapi.dra_canary import (
+    GPUS,
+    RESOURCE,
+    Json,
+    Scene,
+    admission,
+    bound,
+    claim_and_pod,
+    create_claim,
+    device_plugin,
+    make_cluster,
+    report_health,
+)
 from tests.kubeapi.kube_rest import KubeREST
-from tests.kubeapi.kubelet import eventually, node_heartbeats, register_node
+from tests.kubeapi.kubelet import eventually, node_heartbeats
 from tests.kubeapi.test_watcher_live import WatcherProcess
 from tests.replay.test_replay import drop, run_replay
 from tests.streams.conftest import with_governance_topics
@@ -66,191 +79,8 @@ from tests.streams.conftest import with_governance_topics
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-RESOURCE = "/apis/resource.k8s.io/v1"
-GPUS = 8
 CLAIMED = 5
 PLUGIN_GPUS = 10
-IMAGE = "registry.example.com/train:1"
-Json = dict[str, Any]
-
-
-class Scene:
-    """The names of one run, unique to it: driver, DeviceClass (its extended resource), node,
-    namespace, pool."""
-
-    def __init__(self) -> None:
-        suffix = uuid.uuid4().hex[:6]
-        self.driver = f"gpu-{suffix}.example.com"
-        self.device_class = self.driver
-        self.extended = f"example.com/gpu-{suffix}"
-        self.node = f"canary-{suffix}"
-        self.namespace = f"train-{suffix}"
-        self.pool = f"east-{suffix}"
-
-    def claims(self, name: str = "") -> str:
-        return f"{RESOURCE}/namespaces/{self.namespace}/resourceclaims{name and '/' + name}"
-
-    def pod(self, name: str) -> str:
-        return f"/api/v1/namespaces/{self.namespace}/pods/{name}"
-
-    def device(self, name: str) -> str:
-        """The device's ID as kubelet reports it in ``allocatedResourcesStatus``."""
-        return f"{self.driver}/{self.node}/{name}"
-
-
-async def _cluster(rest: KubeREST, s: Scene) -> None:
-    """Namespace, Ready Node, DeviceClass with its extended resource, ResourceSlice of 8 GPUs."""
-    await rest.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": s.namespace}})
-    await register_node(rest, s.node)
-    created = await rest.create(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": s.device_class},
-            "spec": {
-                "selectors": [{"cel": {"expression": f'device.driver == "{s.driver}"'}}],
-                "extendedResourceName": s.extended,
-            },
-        }
-    )
-    # KEP-5004 is beta (on by default) in 1.36: a server with the gate off drops the field.
-    assert created.body["spec"].get("extendedResourceName") == s.extended, created.body
-    await rest.create(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceSlice",
-            "metadata": {"name": f"{s.node}-{s.driver}"},
-            "spec": {
-                "driver": s.driver,
-                "nodeName": s.node,
-                "pool": {"name": s.node, "generation": 1, "resourceSliceCount": 1},
-                "devices": [
-                    {"name": f"gpu-{i}", "attributes": {"uuid": {"string": f"GPU-{s.node}-{i}"}}}
-                    for i in range(GPUS)
-                ],
-            },
-        }
-    )
-
-
-def _claim(s: Scene, name: str, count: int) -> Json:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": s.namespace},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {"name": "gpu", "exactly": {"deviceClassName": s.device_class, "count": count}}
-                ]
-            }
-        },
-    }
-
-
-async def _claim_and_pod(rest: KubeREST, s: Scene, name: str, count: int) -> None:
-    """A claim of ``count`` GPUs of the class and a Pod using it (no nodeName: the scheduler
-    places it)."""
-    await rest.create(_claim(s, name, count))
-    await rest.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": s.namespace},
-            "spec": {
-                "resourceClaims": [{"name": "gpus", "resourceClaimName": name}],
-                "containers": [
-                    {
-                        "name": "train",
-                        "image": IMAGE,
-                        "resources": {"claims": [{"name": "gpus", "request": "gpu"}]},
-                    }
-                ],
-                "terminationGracePeriodSeconds": 0,
-            },
-        }
-    )
-
-
-async def _bound(rest: KubeREST, s: Scene, name: str) -> list[str]:
-    """Wait until the scheduler bound the Pod to the node and allocated its claim (reserved for
-    it): the devices, sorted."""
-
-    async def probe() -> list[str] | None:
-        pod = (await rest.request("GET", s.pod(name))).body
-        claim = (await rest.request("GET", s.claims(name))).body
-        allocation = (claim.get("status") or {}).get("allocation")
-        if not allocation or not pod["spec"].get("nodeName"):
-            return None
-        assert pod["spec"]["nodeName"] == s.node
-        assert [r["name"] for r in claim["status"].get("reservedFor", [])] == [name]
-        results = allocation["devices"]["results"]
-        assert {(r["driver"], r["pool"]) for r in results} == {(s.driver, s.node)}
-        return sorted(str(r["device"]) for r in results)
-
-    return await eventually(f"Pod {s.namespace}/{name} bound with its claim allocated", probe)
-
-
-async def _report_health(
-    rest: KubeREST, s: Scene, pod: str, devices: list[str], unhealthy: str | None = None
-) -> None:
-    """PATCH pods/status as kubelet does for a running DRA container: each device's health
-    (``allocatedResourcesStatus``, ResourceHealthStatus), ``unhealthy`` Unhealthy."""
-    resources = [
-        {"resourceID": s.device(d), "health": "Unhealthy" if d == unhealthy else "Healthy"}
-        for d in devices
-    ]
-    status = {
-        "phase": "Running",
-        "containerStatuses": [
-            {
-                "name": "train",
-                "image": IMAGE,
-                "imageID": "",
-                "ready": True,
-                "started": True,
-                "restartCount": 0,
-                "state": {"running": {"startedAt": "2026-12-03T07:00:00Z"}},
-                "allocatedResourcesStatus": [{"name": "claim:gpus/gpu", "resources": resources}],
-            }
-        ],
-    }
-    await rest.request(
-        "PATCH",
-        f"{s.pod(pod)}/status",
-        body={"status": status},
-        content_type="application/strategic-merge-patch+json",
-    )
-
-
-async def _device_plugin(rest: KubeREST, s: Scene, gpus: int) -> None:
-    """What kubelet writes when a device plugin registers the class's extended resource."""
-    counts = {s.extended: str(gpus)}
-    await rest.request(
-        "PATCH",
-        f"/api/v1/nodes/{s.node}/status",
-        body={"status": {"capacity": counts, "allocatable": counts}},
-        content_type="application/strategic-merge-patch+json",
-    )
-
-
-async def _create_claim(rest: KubeREST, s: Scene, name: str, *, dry_run: bool) -> tuple[int, str]:
-    params = {"dryRun": "All"} if dry_run else None
-    answer = await rest.request(
-        "POST", s.claims(), body=_claim(s, name, 1), params=params, ok=(201, 403, 422)
-    )
-    return answer.status, str((answer.body or {}).get("message", ""))
-
-
-async def _admission(rest: KubeREST, s: Scene, *, refused: bool) -> None:
-    """Wait until the API server's admission sees the policy change (its informer is
-    asynchronous): a dry-run create of a claim of the class is refused (or admitted)."""
-
-    async def probe() -> bool | None:
-        status, _ = await _create_claim(rest, s, f"probe-{uuid.uuid4().hex[:6]}", dry_run=True)
-        return True if (status >= 400) is refused else None
-
-    await eventually(f"a new claim {'refused' if refused else 'admitted'} by admission", probe, 30)
 
 
 async def _enforce(plane: ControlPlaneEnv, settings: Settings) -> str:
@@ -360,20 +190,20 @@ async def test_a_canary_holds_rolls_back_and_its_rollback_refuses_new_claims_onl
 ) -> None:
     rest, s = control_plane_rest, Scene()
     settings = with_governance_topics(stream_settings)
-    await _cluster(rest, s)
+    await make_cluster(rest, s)
     watcher = None
     try:
         async with node_heartbeats(rest, [s.node]), _api(settings) as api:
             # --- the existing bound claim: the scheduler allocates 5 GPUs, binds its Pod -------
-            await _claim_and_pod(rest, s, "bound", CLAIMED)
-            devices = await _bound(rest, s, "bound")
+            await claim_and_pod(rest, s, "bound", CLAIMED)
+            devices = await bound(rest, s, "bound")
             assert len(devices) == CLAIMED
             worker = worker_process(settings)
             watcher = WatcherProcess(
                 settings, kube_control_plane.api.kubeconfig_admin, tmp_path / "watcher.log"
             )
             governed = Governed(engine, settings, worker)
-            await _report_health(rest, s, "bound", devices)
+            await report_health(rest, s, "bound", devices)
 
             async def governed_devices() -> dict[str, str] | None:
                 assert watcher is not None
@@ -393,7 +223,7 @@ async def test_a_canary_holds_rolls_back_and_its_rollback_refuses_new_claims_onl
 
             # --- 2. kubelet reports one GPU Unhealthy: quarantined, 1 of 5: hold ---------------
             sick = devices[0]
-            await _report_health(rest, s, "bound", devices, unhealthy=sick)
+            await report_health(rest, s, "bound", devices, unhealthy=sick)
             held = await governed.until_verdicts(2, "hold on the quarantined GPU")
             assert _summary(held[1:]) == [(f"adoption-hold/{s.pool}", "firing", "hold")]
             quarantined = _reasons(held[1])["devices-quarantined"]
@@ -405,7 +235,7 @@ async def test_a_canary_holds_rolls_back_and_its_rollback_refuses_new_claims_onl
             assert (await governed.devices())[s.device(sick)] == "Quarantined"
 
             # --- 3. a device plugin on the canary node: plugin-and-dra: rollback ---------------
-            await _device_plugin(rest, s, PLUGIN_GPUS)
+            await device_plugin(rest, s, PLUGIN_GPUS)
             rolled = await governed.until_verdicts(4, "rollback on plugin-and-dra")
             assert _summary(rolled[2:]) == [
                 (f"adoption-rollback/{s.pool}", "firing", "rollback"),
@@ -438,11 +268,11 @@ async def test_a_canary_holds_rolls_back_and_its_rollback_refuses_new_claims_onl
             # The API server refuses a new claim of the class; the bound claim and Pod stay.
             log = await _enforce(kube_control_plane, settings)
             assert "admission policy create" in log, log
-            await _admission(rest, s, refused=True)
-            status, message = await _create_claim(rest, s, "after-rollback", dry_run=False)
+            await admission(rest, s, refused=True)
+            status, message = await create_claim(rest, s, "after-rollback", dry_run=False)
             assert status in (403, 422), message
             assert f"adoption pool {s.pool} is rolled back" in message, message
-            assert await _bound(rest, s, "bound") == devices
+            assert await bound(rest, s, "bound") == devices
             assert (await rest.request("GET", s.pod("bound"))).body["metadata"].get(
                 "deletionTimestamp"
             ) is None
@@ -459,10 +289,10 @@ async def test_a_canary_holds_rolls_back_and_its_rollback_refuses_new_claims_onl
                 ok=(404,),
             )
             assert policies.status == 404
-            await _admission(rest, s, refused=False)
-            await _claim_and_pod(rest, s, "readmitted", 1)
-            assert len(await _bound(rest, s, "readmitted")) == 1
-            assert await _bound(rest, s, "bound") == devices
+            await admission(rest, s, refused=False)
+            await claim_and_pod(rest, s, "readmitted", 1)
+            assert len(await bound(rest, s, "readmitted")) == 1
+            assert await bound(rest, s, "bound") == devices
 
         # --- 5. the same decisions from the log --------------------------------------------------
         assert watcher.stop() == 0
