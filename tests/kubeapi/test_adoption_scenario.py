@@ -3,11 +3,11 @@ plane flow through the real watcher, worker and governor, and the rollback is en
 real API server.
 
 On ``kube_control_plane`` (kube-apiserver + kube-scheduler + kube-controller-manager; the test
-plays kubelet, ``tests/kubeapi/dra_canary.py``): a Node with a ResourceSlice of 8 GPUs of a
-driver of its own, the driver's DeviceClass (``extendedResourceName``, KEP-5004), and a ResourceClaim of 5 GPUs with its Pod,
-allocated and bound by the scheduler (the *existing bound claim*). ``devicestate watch`` (a
-subprocess, admin kubeconfig) publishes to the test's Kafka topics, the worker (``python -m
-streams.cli``) folds them into a fresh schema and governs them, and the pool is declared through
+plays kubelet, ``tests/kubeapi/dra_canary.py``): a Node with a ResourceSlice of 8 GPUs of a driver
+of its own, the driver's DeviceClass (``extendedResourceName``, KEP-5004), and a ResourceClaim of 5
+GPUs with its Pod, allocated and bound by the scheduler (the *existing bound claim*). ``devicestate
+watch`` (a subprocess, admin kubeconfig) publishes to the test's Kafka topics, the worker (``python
+-m streams.cli``) folds them into a fresh schema and governs them, and the pool is declared through
 the real API (``POST /v1/adoption?wait=``, operator token). The verdicts are the governor's
 ``AdoptionVerdictChanged`` decisions in PostgreSQL:
 
