@@ -19,6 +19,10 @@ awaits it inside the batch's transaction, just before the commit. It sends, in t
   identified it: the governor merges what it holds under the reported ID onto the device;
 - one ``NodeAdoptionFacts`` per node whose adoption-gate facts (slices, divergences, allocated
   claims) a record changed, after that record (issue 16: the governor evaluates the gate);
+- one :class:`~services.domain.migration.records.WorkloadOnDevice` per (device, Pod) whose
+  holding a record began or ended, or whose Pod's workload facts a ``PodWorkloadObserved``
+  changed, after that record's other records (issue 13: the migration policy;
+  :mod:`services.domain.workloads.on_device`, ``PendingCommit.workloads_on_devices``);
 
 each with its :class:`~services.domain.governance.inputs.MergeKey` (issue 10): the source record's
 effective event time (:func:`~services.domain.event_time.effective_times`: ``observedAt`` bounded by
@@ -234,6 +238,10 @@ def governance_records(batch: BatchView, commit: PendingCommit, partitions: int)
         ordered.extend(  # the adoption gate's facts of a node (issue 16)
             (batch.order[position], position, facts) for position, facts in inventory.adoption
         )
+    for position, fact in commit.workloads_on_devices:  # issue 13: after the record's others
+        if position in batch.clamped:
+            fact = replace(fact, observed_at=batch.times[position])
+        ordered.append((batch.order[position], position, fact))
     ordered.sort(key=lambda item: item[0])  # stable: a conflict stays after its record
     out: list[Keyed] = []
     index: dict[LogPosition, int] = {}

@@ -21,6 +21,7 @@ from services.domain.events import DeviceHealthObserved
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.fold import InventoryPlan
 from services.domain.log import LoggedEvent, LogPosition
+from services.domain.migration.records import WorkloadOnDevice
 from services.domain.node_events import NodeResourcesChanged
 from services.domain.workloads.events import PodWorkloadObserved
 
@@ -195,6 +196,10 @@ class PendingCommit:
     over_ceiling: Sequence[OverCeiling] = ()
     """The batch's observations over the device ceiling, in log order: not applied, to be
     dead-lettered before the commit."""
+    workloads_on_devices: Sequence[tuple[LogPosition, WorkloadOnDevice]] = ()
+    """The ``WorkloadOnDevice`` facts the batch's records made, with the position of each
+    record, in log order (:func:`services.domain.workloads.on_device.workloads_on_devices`);
+    empty unless the writer was given a hook."""
 
     def fresh(self, position: LogPosition) -> bool:
         """Whether a record at ``position`` is after its partition's recorded offset."""

@@ -277,6 +277,43 @@ class BatchSinkContract:
             LogPosition(TOPIC, 0, 0)
         )
 
+    async def test_the_hook_sees_the_workloads_on_devices_the_batch_made(
+        self,
+        harness: Harness,
+        observation: ObservationFactory,
+        release: ReleaseFactory,
+        logged: LogFactory,
+    ) -> None:
+        """Issue 13: a Pod's workload record joins the devices it holds already (rows the batch
+        does not touch otherwise), a new allocation joins the stored record, a release ends
+        both."""
+        await harness.sink.apply_batch(LoggedBatch(logged([observation(1)])))
+        record = PodWorkloadObserved(
+            "gpu-node-a", "ml", "train-0", "uid-1", 2, T0, migration_class=MigrationClass.SHARDED
+        )
+        hooks = [Hook(), Hook()]
+        await harness.sink.apply_batch(
+            LoggedBatch(
+                event_times=[(LogPosition(TOPIC, 0, 1), T0)],
+                workloads=[(LogPosition(TOPIC, 0, 1), record)],
+            ),
+            hooks[0],
+        )
+        events = [observation(3, at=2, resource_id="GPU-1"), release(4, at=3)]
+        await harness.sink.apply_batch(LoggedBatch(logged(events, start=2)), hooks[1])
+        seen = [
+            (p.offset, f.resource_id, f.present, f.status_version, f.pod_uid)
+            for hook in hooks
+            for pending in hook.seen
+            for p, f in pending.workloads_on_devices
+        ]
+        assert seen == [
+            (1, "GPU-0", True, 2, "uid-1"),
+            (2, "GPU-1", True, 3, "uid-1"),
+            (3, "GPU-0", False, 4, "uid-1"),
+            (3, "GPU-1", False, 4, "uid-1"),
+        ]
+
     async def test_a_failing_hook_rolls_the_batch_back(
         self, harness: Harness, observation: ObservationFactory, logged: LogFactory
     ) -> None:

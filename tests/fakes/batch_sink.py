@@ -33,6 +33,7 @@ from services.domain.log import LoggedEvent
 from services.domain.tombstones import Tombstone, merged, retained
 from services.domain.workloads.events import PodWorkloadObserved
 from services.domain.workloads.fold import latest_per_pod, supersedes
+from services.domain.workloads.on_device import facts_of, workloads_on_devices
 
 
 @dataclass
@@ -119,8 +120,11 @@ class FakeSink:
         written: set[DeviceKey] = set()
         tombstones, left = dict(stored.tombstones), False
         tombstoned = 0
+        start = dict(devices)
+        history: list[Any] = []
         for logged in applied:
             changes = apply_event(devices, logged.event, tombstones)
+            history.extend((logged.position, c, logged.event) for c in changes if c.changed)
             released = tombstones_of(logged.event, changes)
             merged(tombstones, released)
             left = left or bool(released)
@@ -147,7 +151,16 @@ class FakeSink:
             # Before anything is kept: an exception leaves the projection as it was.
             await before_commit(
                 PendingCommit(
-                    transitions, before, copy.copy(stored.last_event_at), over_ceiling=refused
+                    transitions,
+                    before,
+                    copy.copy(stored.last_event_at),
+                    over_ceiling=refused,
+                    workloads_on_devices=workloads_on_devices(
+                        start,
+                        history,
+                        [(p, w) for p, w in batch.workloads if fresh(p)],
+                        {uid: facts_of(w) for uid, w in stored.workloads.items()},
+                    ),
                 )
             )
         for record in latest_per_pod(r for p, r in batch.workloads if fresh(p)):

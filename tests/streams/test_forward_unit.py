@@ -444,3 +444,47 @@ async def test_agent_hands_the_inventory_its_records_in_batch_order(
         (3, "NodeResourcesChanged"),
         (4, "DeviceHealthObserved"),
     ]
+
+
+def test_workload_facts_follow_the_record_that_made_them(observation: Any) -> None:
+    """Issue 13: a ``WorkloadOnDevice`` of the batch is forwarded after the other records of its
+    position (the device's transition first), in event time, at its clamped bound when clamped."""
+    from services.domain.migration.records import WorkloadOnDevice
+
+    seen = LoggedEvent(pos(0, 0), observation(1, at=1))
+    fact = WorkloadOnDevice(
+        "gpu-node-a", "gpu-0", "job-uid", "uid-a", "ml", "a", "checkpointed", 7, at(1)
+    )
+    late = WorkloadOnDevice(
+        "gpu-node-a",
+        "gpu-0",
+        "job-uid",
+        "uid-a",
+        "ml",
+        "a",
+        "checkpointed",
+        8,
+        at(9),
+        present=False,
+    )
+    batch = view([(pos(0, 0), at(1)), (pos(0, 1), at(3))], clamped=[pos(0, 1)])
+    pending = PendingCommit(
+        [transition_of(seen)], {}, {}, workloads_on_devices=[(pos(0, 1), late), (pos(0, 0), fact)]
+    )
+    keyed = governance_records(batch, pending, 1)
+    assert [type(r).__name__ for r, _ in keyed] == [
+        "HealthTransition",
+        "WorkloadOnDevice",
+        "WorkloadOnDevice",
+        "PartitionWatermark",
+    ]
+    assert [k for _, k in keyed][:3] == [
+        key(1, 0, 0),
+        key(1, 0, 0, 1),
+        MergeKey(at(3), 0, 1, 0, True),
+    ]
+    assert keyed[1][0] == fact
+    clamped = keyed[2][0]
+    assert isinstance(clamped, WorkloadOnDevice) and clamped.observed_at == at(3)
+    assert decode_keyed(encode_input(*keyed[1])) == keyed[1]
+    assert record_key(fact) == b"gpu-node-a"

@@ -56,6 +56,8 @@ from services.adapters.projection.tombstone_sql import (
 from services.adapters.projection.workload_sql import (
     WorkloadStatements,
     fresh_rows,
+    governed_names,
+    stored_facts,
     write_workloads,
 )
 from services.domain.batch import (
@@ -71,6 +73,8 @@ from services.domain.directory import DeviceKey, DeviceRecord
 from services.domain.events import DeviceHealthObserved, PodsListed
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.tombstones import Tombstone
+from services.domain.workloads.events import PodWorkloadObserved
+from services.domain.workloads.on_device import WorkloadFacts, rekeys, workloads_on_devices
 
 
 class ProjectionStore:
@@ -163,9 +167,16 @@ class ProjectionStore:
             dropped = [r for r in batch.dropped_early if fresh_position(r.position)]
             if dropped:
                 await check_early_drops(conn, self._sql, dropped, records)
-            current, tombstones = await self._lock_devices(conn, records)
+            workloads = [(p, w) for p, w in batch.workloads if fresh_position(p)]
+            held = [(w.node, w.pod_uid) for _, w in workloads] if before_commit else []
+            current, tombstones = await self._lock_devices(conn, records, held)
             applied, refused = await self._within_ceiling(conn, records, current, batch)
             plan = plan_batch(current, applied, tombstones)
+            joined = None
+            if before_commit is not None:  # read before this batch writes them
+                joined = await self._workload_inputs(
+                    conn, current, plan, workloads, inventory_items is not None
+                )
             written = await self._write_devices(conn, plan)
             if plan.history:
                 await conn.execute(self._sql.insert_history, history_rows(plan))
@@ -189,6 +200,8 @@ class ProjectionStore:
                     clock,
                 )
             if before_commit is not None:
+                assert joined is not None
+                stored, names = joined
                 await before_commit(
                     PendingCommit(
                         health_transitions(plan),
@@ -196,6 +209,14 @@ class ProjectionStore:
                         last_event_at,
                         inventory,
                         refused,
+                        workloads_on_devices(
+                            current,
+                            plan.history,
+                            workloads,
+                            stored,
+                            names,
+                            rekeys(inventory, plan.history),
+                        ),
                     )
                 )
         if inventory_items is not None:
@@ -340,13 +361,36 @@ class ProjectionStore:
             counts = {node: int(count) for node, count in result}
         return within_ceiling(records, current.__contains__, counts, ceiling)
 
+    async def _workload_inputs(
+        self,
+        conn: AsyncConnection,
+        current: Mapping[DeviceKey, DeviceRecord],
+        plan: BatchPlan,
+        workloads: Sequence[tuple[LogPosition, PodWorkloadObserved]],
+        named: bool,
+    ) -> tuple[dict[str, WorkloadFacts], dict[DeviceKey, str]]:
+        """What :func:`workloads_on_devices` reads of the projection at the batch's start: the
+        stored workload facts of every Pod the batch's devices and workload records name, and
+        (``named``: the batch maintains the inventory) the governor's name of those devices."""
+        uids = {w.pod_uid for _, w in workloads}
+        for record in (*current.values(), *plan.written.values()):
+            uids.update(a.pod_uid for a in record.allocations)
+        stored = await stored_facts(conn, self._workloads, uids)
+        keys = current.keys() | plan.written.keys()
+        names = await governed_names(conn, self._workloads, keys) if named else {}
+        return stored, names
+
     async def _lock_devices(
-        self, conn: AsyncConnection, records: Sequence[LoggedEvent]
+        self,
+        conn: AsyncConnection,
+        records: Sequence[LoggedEvent],
+        holders: Iterable[tuple[str, str]] = (),
     ) -> tuple[dict[DeviceKey, DeviceRecord], dict[str, Tombstone]]:
-        """Lock and load the observed devices (by key), the devices released Pods hold, every
-        device a Pod holds on a snapshot's node, and the tombstones of the observed Pods."""
+        """Lock and load the observed devices (by key), the devices released Pods and the Pods of
+        ``holders`` (``(node, Pod UID)``) hold, every device a Pod holds on a snapshot's node,
+        and the tombstones of the observed Pods."""
         keys: set[DeviceKey] = set()
-        pods: set[tuple[str, str]] = set()
+        pods: set[tuple[str, str]] = set(holders)
         nodes: set[str] = set()
         uids: set[str] = set()
         for logged in records:

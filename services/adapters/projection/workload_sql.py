@@ -16,9 +16,15 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.adapters.projection.tables import quoted_schema
+from services.domain.directory import DeviceKey
+from services.domain.inventory.identity import IdentityStatus
 from services.domain.log import LogPosition
 from services.domain.workloads.events import PodWorkloadObserved
 from services.domain.workloads.fold import latest_per_pod
+from services.domain.workloads.migration import MigrationSource
+from services.domain.workloads.on_device import WorkloadFacts
+
+_NAMED_BY_DEVICE_ID = frozenset({IdentityStatus.RESOLVED.value, IdentityStatus.REPORTED.value})
 
 _COLUMNS = (
     "pod_uid, node, namespace, pod_name, status_version, observed_at, workload_kind, "
@@ -36,10 +42,23 @@ _UPDATED = ", ".join(f"{c} = EXCLUDED.{c}" for c in _COLUMNS.split(", ")[1:])
 
 
 class WorkloadStatements:
-    """The ``pod_workloads`` upsert of one schema."""
+    """The ``pod_workloads`` upsert of one schema, and the reads of the ``WorkloadOnDevice``
+    derivation (:mod:`services.domain.workloads.on_device`): the stored facts of some Pods, and
+    the governor's name of some devices (``device_identities``)."""
 
     def __init__(self, schema: str) -> None:
         s = quoted_schema(schema)
+        self.facts = text(
+            "SELECT pod_uid, namespace, pod_name, workload_uid, migration_class, "
+            "migration_source, checkpoint_max_age_seconds, shard, status_version "
+            f"FROM {s}.pod_workloads WHERE pod_uid = ANY(CAST(:uids AS text[]))"
+        )
+        self.names = text(
+            "SELECT i.node, i.resource_id, i.device_id, i.status FROM unnest("
+            "CAST(:nodes AS text[]), CAST(:ids AS text[])) AS k(node, resource_id) "
+            f"JOIN {s}.device_identities AS i "
+            "ON i.node = k.node AND i.resource_id = k.resource_id"
+        )
         self.upsert = text(
             f"INSERT INTO {s}.pod_workloads AS w ({_COLUMNS}) SELECT {_COLUMNS} FROM {_RECORDSET} "
             f"ON CONFLICT (pod_uid) DO UPDATE SET {_UPDATED} "
@@ -100,3 +119,43 @@ async def write_workloads(
     """Upsert ``rows`` (:func:`workload_rows`); nothing for ``None``."""
     if rows is not None:
         await conn.execute(sql.upsert, rows)
+
+
+async def stored_facts(
+    conn: AsyncConnection, sql: WorkloadStatements, pod_uids: Iterable[str]
+) -> dict[str, WorkloadFacts]:
+    """The :class:`WorkloadFacts` of the ``pod_workloads`` rows of ``pod_uids``, by Pod UID."""
+    uids = sorted(set(pod_uids))
+    if not uids:
+        return {}
+    result = await conn.execute(sql.facts, {"uids": uids})
+    out = {}
+    for uid, ns, name, workload, cls, source, age, shard, version in result:
+        out[uid] = WorkloadFacts(
+            pod_uid=uid,
+            namespace=ns,
+            pod_name=name,
+            workload_uid=workload,
+            migration_class=None if source == MigrationSource.DEFAULT.value else cls,
+            checkpoint_max_age_seconds=age,
+            shard=shard,
+            status_version=None if version is None else int(version),
+        )
+    return out
+
+
+async def governed_names(
+    conn: AsyncConnection, sql: WorkloadStatements, keys: Iterable[DeviceKey]
+) -> dict[DeviceKey, str]:
+    """The governor's name of each of ``keys`` that has an identity row: its ``device_id`` when
+    resolved or as reported (as ``HealthTransition.device_id``), else the reported
+    resourceID."""
+    ordered = sorted(set(keys))
+    if not ordered:
+        return {}
+    params = {"nodes": [n for n, _ in ordered], "ids": [i for _, i in ordered]}
+    result = await conn.execute(sql.names, params)
+    return {
+        (node, rid): device_id if status in _NAMED_BY_DEVICE_ID else rid
+        for node, rid, device_id, status in result
+    }
