@@ -194,7 +194,7 @@ def test_the_wire_form_round_trips_through_the_record_dispatch() -> None:
     assert decode_failure(payload) == original
     assert decode_record(payload) == original
     assert decode_typed_record(payload, "DRAFailureObserved") == original
-    with pytest.raises(EventDecodeError, match="differs|PodWorkloadObserved"):
+    with pytest.raises(EventDecodeError, match=r"differs|PodWorkloadObserved"):
         decode_typed_record(payload, "PodWorkloadObserved")
 
 
