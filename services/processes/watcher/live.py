@@ -48,7 +48,6 @@ DRA_APIS: Final[tuple[Callable[[ApiClient, WatchSettings], KubernetesObjectApi],
     resource_slice_api,
     resource_claim_api,
     device_taint_rule_api,
-    event_api,
 )
 """The DRA watches, in the order the watcher starts them (DeviceTaintRules of others: issue 15)."""
 
