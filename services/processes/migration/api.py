@@ -99,7 +99,8 @@ def _message(response: httpx.Response) -> str:
 
 class HttpMigrationsApi:
     """:class:`MigrationsApi` over HTTP at ``api_url`` with bearer ``token`` (the operator
-    role: reports and evidence are writes). ``transport`` replaces the network (tests)."""
+    role: reports and evidence are writes). ``transport`` replaces the network (tests);
+    :meth:`over` uses a client made elsewhere (e.g. on an app's ASGI transport)."""
 
     def __init__(
         self,
@@ -113,6 +114,13 @@ class HttpMigrationsApi:
         self._client = httpx.AsyncClient(
             base_url=api_url, headers=headers, timeout=timeout, transport=transport
         )
+
+    @classmethod
+    def over(cls, client: httpx.AsyncClient) -> HttpMigrationsApi:
+        """Calls through ``client`` (its base URL and headers; closing it is the caller's)."""
+        api = cls.__new__(cls)
+        api._client = client
+        return api
 
     async def aclose(self) -> None:
         await self._client.aclose()
