@@ -30,6 +30,7 @@ from services.processes.migration.api import (
     report_body,
 )
 from services.processes.migration.kube import PodApi
+from services.processes.migration.metrics import ExecutorMetrics
 from services.processes.migration.plan import (
     ACTIONABLE_PHASES,
     MigrationView,
@@ -82,8 +83,11 @@ class MigrationExecutor:
         dry_run: bool = True,
         lease_seconds: float = 60.0,
         clock: Callable[[], datetime] = utc_now,
+        metrics: ExecutorMetrics | None = None,
     ) -> None:
         self.api, self.pods, self.holder = api, pods, holder
+        self.metrics = metrics or ExecutorMetrics()
+        self.metrics.dry_run.set(1 if dry_run else 0)
         self.dry_run, self.lease_seconds, self.clock = dry_run, lease_seconds, clock
         self._reported: set[tuple[str, int, str]] = set()  # (migration, token, kind) posted
         self._requested: dict[str, datetime] = {}  # lease requests not decided yet
@@ -104,6 +108,9 @@ class MigrationExecutor:
                     mid = item.get("migrationID")
                     log.warning("migration step failed", migration=mid, error=str(exc))
                     self._result.errors.append(f"{mid}: {exc}")
+        self.metrics.passes.labels("partial" if self._result.errors else "ok").inc()
+        if not self._result.errors:
+            self.metrics.last_success.set(self.clock().timestamp())
         return self._result
 
     def _do(self, text: str) -> None:
@@ -131,6 +138,7 @@ class MigrationExecutor:
                 await self.api.report(
                     m.migration_id, report_body("lease-renewed", self.holder, m.fencing_token)
                 )
+                self.metrics.reports.labels("lease-renewed").inc()
         if step is Step.CHECKPOINT:
             await self._checkpoint(m, now)
         elif step is Step.EVICT:
@@ -170,6 +178,7 @@ class MigrationExecutor:
                 m.migration_id, report_body(kind, self.holder, m.fencing_token, **fields)
             )
             self._reported.add(key)
+            self.metrics.reports.labels(kind).inc()
 
     async def _request_lease(self, m: MigrationView, now: datetime) -> None:
         asked = self._requested.get(m.migration_id)
@@ -179,6 +188,7 @@ class MigrationExecutor:
         if not self.dry_run:
             await self.api.report(m.migration_id, report_body("lease-requested", self.holder, 0))
             self._requested[m.migration_id] = now
+            self.metrics.reports.labels("lease-requested").inc()
 
     async def _read(self, m: MigrationView) -> list[dict[str, Any] | None]:
         """The migration's Pods as they are now (``None``: gone, or another Pod of that name)."""
@@ -275,6 +285,7 @@ class MigrationExecutor:
                 if exc.status in (404, 409):  # gone, or another Pod of that name (uid precondition)
                     continue
                 raise
+            self.metrics.evictions.labels(str(self.dry_run).lower()).inc()
             evicted += 1
         if evicted:
             return await self._report(m, "evicted")
