@@ -1,6 +1,6 @@
 """The Pod calls of the migration executor (``devicestate migrate``): read and list Pods, set a
 condition through the status subresource, annotate, evict through the Eviction API and write
-Events. :class:`KubernetesPods` implements its port (``migration.kube.PodApi``), raw JSON dicts
+Events. :class:`KubernetesPods` implements its port (``migration.kube.MigrationPods``), raw JSON dicts
 in and out, errors as :class:`~services.adapters.kube.errors.KubeApiError`.
 
 RBAC it needs (``deploy/components/migration``): ``get``/``list``/``watch``/``patch`` pods,

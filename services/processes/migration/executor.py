@@ -29,7 +29,7 @@ from services.processes.migration.api import (
     evidence_body,
     report_body,
 )
-from services.processes.migration.kube import PodApi
+from services.processes.migration.kube import MigrationPods
 from services.processes.migration.metrics import ExecutorMetrics
 from services.processes.migration.plan import (
     ACTIONABLE_PHASES,
@@ -77,7 +77,7 @@ class MigrationExecutor:
     def __init__(
         self,
         api: MigrationsApi,
-        pods: PodApi,
+        pods: MigrationPods,
         holder: str,
         *,
         dry_run: bool = True,

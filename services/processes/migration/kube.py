@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 
-class PodApi(Protocol):
+class MigrationPods(Protocol):
     """``read_pod`` returns ``None`` for 404; anything else that is not a success raises
     :class:`~services.adapters.kube.errors.KubeApiError` (``evict_pod``: 429 when a
     PodDisruptionBudget refuses, 404 when the Pod is gone)."""

@@ -20,7 +20,7 @@ import structlog
 
 from services.processes.migration.api import ApiCallError, HttpMigrationsApi, MigrationsApi
 from services.processes.migration.executor import MigrationExecutor, PassResult
-from services.processes.migration.kube import PodApi
+from services.processes.migration.kube import MigrationPods
 from services.processes.migration.metrics import ExecutorMetrics
 from services.runtime.config import MigrationProcessSettings
 from services.runtime.loop import serve_metrics, stop_on_signals
@@ -49,7 +49,7 @@ async def run_executor(
     once: bool = False,
     metrics_port: int = 0,
     api: MigrationsApi | None = None,
-    pods: PodApi | None = None,
+    pods: MigrationPods | None = None,
     stop: asyncio.Event | None = None,
     on_result: Callable[[PassResult], None] | None = None,
 ) -> PassResult | None:
