@@ -86,9 +86,14 @@ class KubernetesPods:
             body["deleteOptions"]["dryRun"] = ["All"]
         await request_json(self._core.create_namespaced_pod_eviction, name, namespace, body)
 
-    async def create_event(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def create_event(
+        self, namespace: str, body: dict[str, Any], dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Create a core/v1 Event. 409: one of that name exists (also with ``dry_run``: the
+        server checks the name, so a dry-run create tells whether the Event is there)."""
+        extra: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
         created: dict[str, Any] = await request_json(
-            self._core.create_namespaced_event, namespace, body
+            self._core.create_namespaced_event, namespace, body, **extra
         )
         return created
 

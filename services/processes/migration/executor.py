@@ -29,6 +29,13 @@ from services.processes.migration.api import (
     evidence_body,
     report_body,
 )
+from services.processes.migration.events import (
+    EVENT_REASON,
+    EVICTION_REASON,
+    event_body,
+    eviction_message,
+    evidence_message,
+)
 from services.processes.migration.kube import MigrationPods
 from services.processes.migration.metrics import ExecutorMetrics
 from services.processes.migration.plan import (
@@ -44,8 +51,6 @@ log = structlog.get_logger(__name__)
 
 EVIDENCE_DONE: Final = "devicestate.io/evidence-kept"
 """Annotation on a non-recoverable Pod: the migration whose evidence and Event are written."""
-EVENT_REASON: Final = "DeviceQuarantinedNoMigration"
-COMPONENT: Final = "devicestate-migrate"
 LEASE_LOST: Final = ("stale lease", "the lease expired")
 """How the governor's ``rejectReason`` begins when the lease is no longer ours."""
 DRY_STEPS: Final = {
@@ -274,6 +279,8 @@ class MigrationExecutor:
                 evicted += 1  # evicted already (before a restart): terminating
                 continue
             await self._serving_off(m, pod)
+            if not self.dry_run:  # first the marker: it outlives the Pod (see below)
+                await self._event(m, pod, "Normal", EVICTION_REASON, eviction_message(m))
             self._do(f"evict {meta['namespace']}/{meta['name']} (policy/v1 Eviction)")
             try:
                 await self.pods.evict_pod(
@@ -289,11 +296,25 @@ class MigrationExecutor:
             evicted += 1
         if evicted:
             return await self._report(m, "evicted")
-        # Every Pod is gone and none was ours to evict now: after a restart that followed our
-        # own eviction the workload lives on in other Pods (evicted); else it is gone.
-        if await self._replacements(m):
-            return await self._report(m, "evicted", detail="the Pods were gone; the workload runs")
+        # Every Pod is gone and none was left to evict: evicted by an executor of this
+        # migration (killed before its report) when its marker Event exists, else gone.
+        if await self._marked(m):
+            return await self._report(m, "evicted", detail="the Pods were evicted before")
         await self._report(m, "workload-gone", detail="every Pod of the migration is gone")
+
+    async def _marked(self, m: MigrationView) -> bool:
+        """Whether an eviction marker Event of ``m`` exists for one of its Pods: a dry-run
+        create of it is refused with 409 (the executor may create Events, not read them)."""
+        for namespace, name, uid in m.pods:
+            pod = {"metadata": {"namespace": namespace, "name": name, "uid": uid}}
+            body = event_body(m, pod, "Normal", EVICTION_REASON, eviction_message(m), self.clock())
+            try:
+                await self.pods.create_event(namespace, body, dry_run=True)
+            except KubeApiError as exc:
+                if exc.status == 409:
+                    return True
+                raise
+        return False
 
     async def _replacements(self, m: MigrationView) -> list[dict[str, Any]]:
         """Pods of the same workload (top-level owner UID) that are not the migrated ones and
@@ -354,40 +375,21 @@ class MigrationExecutor:
             self._evidence_done.add(m.migration_id)
 
     async def _warn(self, m: MigrationView, pod: dict[str, Any], now: datetime) -> None:
-        """A Warning Event on the Pod (named after the Pod and the migration: written once)."""
+        """A Warning Event on the Pod: the tenant is told nothing moves."""
         meta = pod["metadata"]
         self._do(f"write a Warning Event {EVENT_REASON} on {meta['namespace']}/{meta['name']}")
         if self.dry_run:
             return
-        stamp = format_time(now.replace(microsecond=0))
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{meta['name']}.{m.migration_id}",
-                "namespace": meta["namespace"],
-            },
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": meta["namespace"],
-                "name": meta["name"],
-                "uid": meta.get("uid", ""),
-                "resourceVersion": meta.get("resourceVersion", ""),
-            },
-            "type": "Warning",
-            "reason": EVENT_REASON,
-            "message": (
-                f"device {m.node}/{m.resource_id} is quarantined and this workload is "
-                f"non-recoverable: migration {m.migration_id} evicts nothing; its evidence is kept"
-            ),
-            "source": {"component": COMPONENT},
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
+        await self._event(m, pod, "Warning", EVENT_REASON, evidence_message(m))
+
+    async def _event(
+        self, m: MigrationView, pod: dict[str, Any], kind: str, reason: str, message: str
+    ) -> None:
         try:
-            await self.pods.create_event(meta["namespace"], body)
+            await self.pods.create_event(
+                pod["metadata"]["namespace"],
+                event_body(m, pod, kind, reason, message, self.clock()),
+            )
         except KubeApiError as exc:
             if exc.status != 409:  # 409: written by an earlier pass
                 raise
