@@ -43,6 +43,7 @@ from services.processes.migration.plan import (
     MigrationView,
     Step,
     checkpoint_overdue,
+    lease_lost,
     next_step,
     renew_due,
 )
@@ -51,8 +52,6 @@ log = structlog.get_logger(__name__)
 
 EVIDENCE_DONE: Final = "devicestate.io/evidence-kept"
 """Annotation on a non-recoverable Pod: the migration whose evidence and Event are written."""
-LEASE_LOST: Final = ("stale lease", "the lease expired")
-"""How the governor's ``rejectReason`` begins when the lease is no longer ours."""
 DRY_STEPS: Final = {
     "planned": Step.REQUEST_LEASE,
     "checkpoint-requested": Step.CHECKPOINT,
@@ -157,13 +156,7 @@ class MigrationExecutor:
         key = (m.migration_id, m.fencing_token)
         if key in self._stopped:
             return True
-        details: dict[str, Any] = item.get("details") or {}
-        if (
-            item.get("lastDecision") == "MigrationReportRejected"
-            and details.get("reportHolder") == self.holder
-            and details.get("reportFencingToken") == m.fencing_token
-            and str(details.get("rejectReason", "")).startswith(LEASE_LOST)
-        ):
+        if lease_lost(item, self.holder, m.fencing_token):
             self._stopped.add(key)
             history = await self.api.get_migration(m.migration_id)
             last = (history or {}).get("decisions", [{}])[-1].get("summary", "")
@@ -347,12 +340,15 @@ class MigrationExecutor:
         if m.migration_id in self._evidence_done:
             return
         pods = [p for p in await self._read(m) if p is not None]
+        if not pods:  # gone since (an old migration): nothing left to collect or to tell
+            self._evidence_done.add(m.migration_id)
+            return
         todo = [
             p
             for p in pods
             if (p["metadata"].get("annotations") or {}).get(EVIDENCE_DONE) != m.migration_id
         ]
-        if pods and not todo:
+        if not todo:
             self._evidence_done.add(m.migration_id)
             return
         now = self.clock()
