@@ -62,6 +62,7 @@ class Governed:
         self.run = gov()
         self.written = 0
         self.reports: list[MigrationReport] = []
+        self.served: dict[str, str] = {}
         self.lock = asyncio.Lock()
 
     async def feed(self, *records: GovernanceInput) -> None:
@@ -72,6 +73,10 @@ class Governed:
             self.written = len(self.run.decisions)
             if rows:
                 await self.governor._insert(governance_decisions, rows)
+            # What the API serves from now on (the phases are read only once written).
+            self.served = {
+                mid: m.phase.value for mid, m in self.run.state.fleet.migrations.migrations.items()
+            }
 
     async def plan(self, pod: dict[str, Any], cls: str, max_age: int | None = None) -> str:
         """The Pod holds ``node-1/GPU-0`` and the device is quarantined: the migration's ID."""
@@ -96,7 +101,8 @@ class Governed:
         return str(mid)
 
     def phase(self, mid: str) -> str:
-        return str(self.run.state.fleet.migrations.migrations[mid].phase.value)
+        """The migration's phase as the API serves it (its decisions are written)."""
+        return self.served[mid]
 
 
 @contextlib.asynccontextmanager

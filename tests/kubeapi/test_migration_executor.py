@@ -278,8 +278,9 @@ async def test_two_executors_at_once_evict_once(
     m = governed.run.state.fleet.migrations.migrations[mid]
     evicted = [r for r in governed.reports if r.kind.value == "evicted"]
     assert [r.holder for r in evicted] == [m.holder] and m.fencing_token == 1
-    requests = {r.holder for r in governed.reports if r.kind.value == "lease-requested"}
-    assert requests == {"exec-a", "exec-b"}  # both asked; one was granted
+    # The other one at most asked for the lease (denied): it reported no step.
+    other = {"exec-a", "exec-b"} - {m.holder}
+    assert {r.kind.value for r in governed.reports if r.holder in other} <= {"lease-requested"}
 
 
 async def test_a_non_recoverable_pod_gets_a_warning_event_and_is_not_evicted(
