@@ -20,6 +20,7 @@ from services.domain.directory import Change
 from services.domain.events import DeviceHealthObserved
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.fold import InventoryPlan
+from services.domain.lifecycle_events import PodLifecycleObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.migration.records import WorkloadOnDevice
 from services.domain.node_events import NodeResourcesChanged
@@ -103,6 +104,10 @@ class LoggedBatch:
     """The batch's ``PodWorkloadObserved`` records with their positions, in log order (issue
     13): written to ``pod_workloads`` in the same transaction; their event times are in
     ``event_times`` like the node events'."""
+    lifecycles: Sequence[tuple[LogPosition, PodLifecycleObserved]] = ()
+    """The batch's ``PodLifecycleObserved`` records with their positions, in log order (issue
+    16 item 5): written to ``pod_lifecycle_stages`` in the same transaction (first wins); their
+    event times are in ``event_times`` like the workload records'."""
     dropped_early: Sequence[LoggedEvent] = ()
     """Observations the caller dropped before the store (its dedup table said the projection has
     them), in log order: the store checks those after the recorded offsets against the

@@ -42,6 +42,11 @@ from services.adapters.projection.inventory_store import (
     fresh_items,
     write_plan,
 )
+from services.adapters.projection.lifecycle_sql import (
+    LifecycleStatements,
+    fresh_lifecycle_rows,
+    write_lifecycles,
+)
 from services.adapters.projection.retention_sql import (
     RetentionStatements,
     batch_event_times,
@@ -91,6 +96,7 @@ class ProjectionStore:
         self._tombstones = TombstoneStatements(schema)
         self._retention = RetentionStatements(schema)
         self._workloads = WorkloadStatements(schema)
+        self._lifecycles = LifecycleStatements(schema)
         self.inventory = InventoryProjection(schema)
         """The inventory this store maintains when batches carry :attr:`LoggedBatch.inventory`."""
 
@@ -189,6 +195,8 @@ class ProjectionStore:
             await prune_history(conn, self._retention, clock[1], retention)
             rows = fresh_rows(batch.workloads, applied_through.get)
             await write_workloads(conn, self._workloads, rows)
+            lifecycles = fresh_lifecycle_rows(batch.lifecycles, applied_through.get)
+            await write_lifecycles(conn, self._lifecycles, lifecycles)
             inventory = None
             if inventory_items is not None:
                 inventory = await self.inventory.apply(
@@ -281,6 +289,7 @@ class ProjectionStore:
         }
         return PreparedBatch(
             workload_rows=fresh_rows(batch.workloads, lambda part: cache.offset(*part)),
+            lifecycle_rows=fresh_lifecycle_rows(batch.lifecycles, lambda part: cache.offset(*part)),
             written=plan.written,
             offsets=offsets,
             stats=batch_stats(plan, len(plan.written), len(records) - len(fresh), len(refused)),
@@ -310,6 +319,7 @@ class ProjectionStore:
             if prepared.tombstones:
                 await write_tombstones(conn, self._tombstones, prepared.tombstones)
             await write_workloads(conn, self._workloads, prepared.workload_rows)
+            await write_lifecycles(conn, self._lifecycles, prepared.lifecycle_rows)
         return prepared.stats
 
     async def prune_history(

@@ -18,6 +18,7 @@ from services.domain.batch import InventoryRecord
 from services.domain.event_time import append_time, bounded
 from services.domain.events import DeviceHealthObserved, PodDevicesReleased, PodsListed
 from services.domain.inventory.events import InventoryObserved
+from services.domain.lifecycle_events import PodLifecycleObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeResourcesChanged
 from services.domain.records import check_key, decode_typed_record
@@ -62,6 +63,8 @@ class LogBatch:
     events', and device events' whose ``observedAt`` was clamped to the broker's clock."""
     workloads: list[tuple[LogPosition, PodWorkloadObserved]] = field(default_factory=list)
     """The Pods' workload records (:attr:`LoggedBatch.workloads`), in read order."""
+    lifecycles: list[tuple[LogPosition, PodLifecycleObserved]] = field(default_factory=list)
+    """The Pods' lifecycle stages (:attr:`LoggedBatch.lifecycles`), in read order."""
 
 
 async def read_log(
@@ -103,6 +106,7 @@ async def read_log(
             items: list[tuple[LogPosition, InventoryRecord]] = []
             times: list[tuple[LogPosition, datetime]] = []
             workloads: list[tuple[LogPosition, PodWorkloadObserved]] = []
+            lifecycles: list[tuple[LogPosition, PodLifecycleObserved]] = []
             undecodable = read = node_events = 0
             # A batch is gathered from small reads with a yield to the event loop after each:
             # decoding then runs while PostgreSQL works on the previous batch, and the writer
@@ -141,6 +145,8 @@ async def read_log(
                             at, clamped = bounded(event.observed_at, appended, skew_seconds)
                         if isinstance(event, PodWorkloadObserved):
                             workloads.append((position, event))
+                        if isinstance(event, PodLifecycleObserved):
+                            lifecycles.append((position, event))
                         if not isinstance(
                             event, DeviceHealthObserved | PodDevicesReleased | PodsListed
                         ):
@@ -152,7 +158,9 @@ async def read_log(
                         records.append(LoggedEvent(position, event))
                 await asyncio.sleep(0)
             if read:
-                yield LogBatch(records, undecodable, read, node_events, items, times, workloads)
+                yield LogBatch(
+                    records, undecodable, read, node_events, items, times, workloads, lifecycles
+                )
 
 
 async def topic_partitions(bootstrap_servers: str, topic: str) -> list[int]:
