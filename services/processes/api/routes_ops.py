@@ -22,6 +22,7 @@ from services.adapters.kafka.lag import PartitionLag
 from services.adapters.projection.errors import DatabaseError
 from services.adapters.projection.reads_governance import FleetStatus, GovernanceReads
 from services.processes.api.readiness import LagUnavailable, lag_problem
+from services.processes.api.routes_adoption_report import adoption_report_gauges
 from services.processes.api.routes_devices import Store
 from services.processes.api.routes_extender import extender_metrics
 from services.processes.api.routes_inventory import CAPACITY_NODE_VIEW_METRICS, inventory_gauges
@@ -199,6 +200,7 @@ async def metrics(
     await _lag_gauges(request, registry, clock())
     await _governance_gauges(request, registry, clock())
     await inventory_gauges(request, registry, capacity_node_view, DATABASE_ERRORS)
+    await adoption_report_gauges(request, registry, DATABASE_ERRORS)
     if request.app.state.settings.scheduler_extender:
         extender_metrics(request, registry)
     warm = getattr(request.app.state, "warm_devices", None)
