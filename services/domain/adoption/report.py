@@ -131,7 +131,7 @@ def _fragmentation(inp: ReportInput, scope: _Scope, path: str, device_class: str
     total = sum(free.values())
     if total == 0:
         return Figure(None, 0, "no free device")
-    return Figure(1 - max(free.values()) / total, total)
+    return Figure((total - max(free.values())) / total, total)
 
 
 def _intervals(
