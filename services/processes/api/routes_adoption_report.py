@@ -28,6 +28,7 @@ from services.domain.adoption.report_inputs import (
 from services.domain.adoption.report_rows import DEFAULT_MIN_SAMPLES, Report, ReportInput
 from services.domain.governance.adoption import fold
 from services.processes.api.command_submit import reads_router
+from services.processes.api.schemas import ErrorOut
 from services.processes.api.schemas_adoption_report import AdoptionReportOut
 
 log = structlog.get_logger(__name__)
@@ -99,7 +100,15 @@ async def compute(
     return Computed(build_report(inp, pools), inp.failures is not None)
 
 
-@router.get("/adoption/report", response_model=AdoptionReportOut, tags=["adoption"])
+@router.get(
+    "/adoption/report",
+    response_model=AdoptionReportOut,
+    tags=["adoption"],
+    responses={
+        404: {"model": ErrorOut, "description": "Unknown DeviceClass or pool."},
+        503: {"model": ErrorOut, "description": "The database unavailable, or no event time yet."},
+    },
+)
 async def adoption_report(
     request: Request,
     device_class: Annotated[

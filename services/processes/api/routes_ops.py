@@ -149,7 +149,12 @@ async def metrics(
     total/allocated/idle/unavailable/fragmented; the node view unless ``capacityNodeView=false``),
     ``devicestate_capacity_request_size``, ``devicestate_inventory_divergence{node,resource}``
     (ResourceSlice devices minus Node capacity where both offer the resource),
-    ``devicestate_api_inventory_up``. With the scheduler extender enabled:
+    ``devicestate_api_inventory_up``. The DRA adoption comparison (read at most every 60 s, per
+    DeviceClass: ``docs/dra-adoption.md``): ``devicestate_adoption_stage_seconds{class,pool,path,
+    stage,quantile}``, ``devicestate_adoption_fragmentation{class,pool,path}``,
+    ``devicestate_adoption_device_hours{class,pool,path,state}``,
+    ``devicestate_adoption_allocation_success{...}``, ``devicestate_adoption_retry_rate{...}``.
+    With the scheduler extender enabled:
     ``devicestate_scheduler_extender_calls_total{outcome}`` and
     ``devicestate_scheduler_extender_failed_nodes_total``. With the point GETs' in-memory copy
     (``DEVICESTATE_API_READ_CACHE``): ``devicestate_api_read_cache_ready``,
