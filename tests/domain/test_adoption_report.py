@@ -257,3 +257,11 @@ def test_figures_are_bounded_and_independent_of_the_row_order(
             low, high = figures["p50"].value, figures["p95"].value
             assert (low is None) == (high is None)
             assert low is None or high is None or low <= high
+
+
+def test_a_declared_pool_named_unpooled_is_the_declared_one() -> None:
+    stages = (_stage("a", "n1", "pod_ready", 1), _stage("z", "n9", "pod_ready", 2))
+    inp = _inp(stages=stages, pools={"unpooled": frozenset({"n1"})}, min_samples=1)
+    assert report_pools(inp) == ["unpooled", "*"]
+    row = _row(build_report(inp).rows, "unpooled", "dra")
+    assert row.bound_to_ready["p50"].value == 1.0 and row.bound_to_ready["p50"].samples == 1

@@ -78,14 +78,16 @@ class _Scope:
 
     def __init__(self, pool: str, inp: ReportInput) -> None:
         self.pool = pool
-        if pool == ALL_POOLS:
-            self.holds: Callable[[str | None], bool] = lambda node: True
+        if pool in inp.pools:  # a declared pool (even one named "unpooled")
+            nodes = inp.pools[pool]
+            self.holds: Callable[[str | None], bool] = lambda node: node in nodes
+        elif pool == ALL_POOLS:
+            self.holds = lambda node: True
         elif pool == UNPOOLED:
             pooled = frozenset().union(*inp.pools.values()) if inp.pools else frozenset()
             self.holds = lambda node: node is not None and node not in pooled
         else:
-            nodes = inp.pools.get(pool, frozenset())
-            self.holds = lambda node: node in nodes
+            self.holds = lambda node: False
 
 
 def _pending_to_bound(rows: Iterable[StageRow], path: str) -> list[float]:
@@ -207,7 +209,8 @@ def report_pools(inp: ReportInput) -> list[str]:
     data is on nodes no pool holds, and ``*`` (the fleet)."""
     pooled = frozenset().union(*inp.pools.values()) if inp.pools else frozenset()
     nodes = {r.node for r in inp.stages} | {d.node for d in inp.devices}
-    extra = [UNPOOLED] if any(n not in pooled for n in nodes) else []
+    unpooled = UNPOOLED not in inp.pools and any(n not in pooled for n in nodes)
+    extra = [UNPOOLED] if unpooled else []
     return [*sorted(inp.pools), *extra, ALL_POOLS]
 
 
