@@ -94,8 +94,8 @@ def _pending_to_bound(rows: Iterable[StageRow], path: str) -> list[float]:
     bound: dict[str, float] = {}
     allocated: dict[str, float] = defaultdict(float)
     for r in rows:
-        if r.stage == "pod_bound":
-            bound.setdefault(r.pod_uid, r.seconds)
+        if r.stage == "pod_bound":  # one per Pod and class; rows of several: the longest
+            bound[r.pod_uid] = max(bound.get(r.pod_uid, 0.0), r.seconds)
         elif r.stage == "claim_allocated" and path == DRA:
             allocated[r.pod_uid] = max(allocated[r.pod_uid], r.seconds)
     return [seconds + allocated.get(uid, 0.0) for uid, seconds in sorted(bound.items())]
