@@ -9,7 +9,7 @@ device quarantined (times in seconds after ``T0``):
   W), planned at 110 when the bucket refilled, checkpoint requested at 112, failed
   checkpoint-timeout at 120.
 
-Quarantined idle GPU-seconds up to the newest decision (120): GPU-0 50..120 (70), GPU-1 10..120
+Quarantined idle GPU-seconds up to the newest decision (120; no watermark given): GPU-0 50..120 (70), GPU-1 10..120
 (110), GPU-2 11..110 (99): 279."""
 
 from __future__ import annotations

@@ -33,6 +33,10 @@ def test_the_scenario_s_outcomes_durations_deferrals_and_idle_seconds() -> None:
     assert m.checkpoint_seconds == [30.0]  # requested at 12, committed at 42
     assert m.rebuild_seconds == [10.0]  # released at 50, completed at 60
     assert m.idle_gpu_seconds == IDLE_GPU_SECONDS
+    # With the governor's watermark at 200: the three quarantines, all idle since 120 at the
+    # latest, count 80 s more each.
+    later = fold(facts_of(scenario().decisions), watermark=at(200))
+    assert later.idle_gpu_seconds == IDLE_GPU_SECONDS + 3 * 80
     assert m.checkpoint.buckets[:3] == ((5.0, 0), (15.0, 0), (30.0, 1))
     assert m.checkpoint.buckets[-1] == (float("inf"), 1) and m.checkpoint.total == 30.0
 

@@ -5,12 +5,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.adapters.projection.governance_tables import governance_decisions
+from services.adapters.projection.governance_tables import governance_decisions, governor_fleet
 from services.adapters.projection.tables import in_schema
 from services.domain.migration.metrics import FACT_KINDS, MigrationFact, namespace_of
 
@@ -24,10 +25,11 @@ class MigrationMetricReads:
         self._engine = engine
         self._options = in_schema(schema)
 
-    async def facts(self) -> list[MigrationFact]:
-        """Every decision of :data:`FACT_KINDS`, oldest first (``seq``, ``idx``). Raises
-        SQLAlchemy's ``DBAPIError`` when the database cannot answer (also while the table does
-        not exist)."""
+    async def facts(self) -> tuple[list[MigrationFact], datetime | None]:
+        """Every decision of :data:`FACT_KINDS`, oldest first (``seq``, ``idx``), and the
+        governor's watermark (``governor_fleet``; None before the governor wrote it), read in
+        one REPEATABLE READ snapshot. Raises SQLAlchemy's ``DBAPIError`` when the database
+        cannot answer (also while the tables do not exist)."""
         d = governance_decisions.c
         details = d.payload["details"]
         stmt = (
@@ -44,9 +46,12 @@ class MigrationMetricReads:
             .where(d.kind.in_(FACT_KINDS))
             .order_by(d.seq, d.idx)
         )
-        async with self._engine.connect() as conn:
+        async with self._engine.begin() as conn:
+            await conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"))
             rows = list(await conn.execute(stmt, execution_options=self._options))
-        return [self._fact(r) for r in rows]
+            fleet = select(governor_fleet.c.watermark)
+            watermark = (await conn.execute(fleet, execution_options=self._options)).scalar()
+        return [self._fact(r) for r in rows], watermark
 
     @staticmethod
     def _fact(row: Any) -> MigrationFact:

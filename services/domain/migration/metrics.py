@@ -21,7 +21,8 @@ What is counted (``docs/migration.md``, "Metrics and alerts"):
 - **quarantined idle GPU-seconds**: per device (node, resourceID as the governor keys it), the
   event time it spent quarantined (``DeviceQuarantined`` to ``QuarantineReleased``) while no
   migration of it was under way (from ``MigrationPlanned`` to its ``MigrationDeviceReleased`` or
-  its end); a quarantine still open counts up to the newest decision's time. A device whose
+  its end); a quarantine still open counts up to the governor's watermark (its event time, from
+  the log; the newest decision's time if later). A device whose
   workload is non-recoverable, or whose migration waits for tokens, counts whole.
 """
 
@@ -176,15 +177,16 @@ class _Idle:
         return total
 
 
-def fold(facts: Iterable[MigrationFact]) -> MigrationMetrics:
-    """The metrics of ``facts``, given in log order (``governance_decisions`` ``seq``, ``idx``).
-    Kinds outside :data:`FACT_KINDS` are ignored; nothing raises."""
+def fold(facts: Iterable[MigrationFact], watermark: datetime | None = None) -> MigrationMetrics:
+    """The metrics of ``facts``, given in log order (``governance_decisions`` ``seq``, ``idx``);
+    ``watermark``: the governor's event time (UTC), up to which open idle periods count. Kinds
+    outside :data:`FACT_KINDS` are ignored; nothing raises."""
     out = MigrationMetrics()
     idle = _Idle()
     requested: dict[str, datetime] = {}
     released: dict[str, datetime] = {}
     waiting: dict[str, str] = {}
-    newest: datetime | None = None
+    newest = watermark
     for f in facts:
         newest = f.at if newest is None or f.at > newest else newest
         idle.see(f)

@@ -10,7 +10,7 @@ neither loses nor repeats a count, and a replay rebuilds them.
 - ``devicestate_migration_checkpoint_seconds``: histogram, checkpoint requested -> committed.
 - ``devicestate_migration_rebuild_seconds``: histogram, device released -> completed.
 - ``devicestate_quarantined_idle_gpu_seconds_total``: GPU-seconds quarantined with no migration
-  under way.
+  under way (open quarantines up to the governor's watermark).
 - ``devicestate_api_migrations_up``: 1 when the decisions could be read for this scrape.
 
 All durations are seconds of event time.
@@ -113,10 +113,10 @@ async def migration_metrics(
         up.set(0)
         return
     try:
-        facts = await reads.facts()
+        facts, watermark = await reads.facts()
     except errors as exc:
         log.warning("migration metrics read failed", error=repr(exc))
         up.set(0)
         return
     up.set(1)
-    registry.register(_Migrations(fold(facts)))
+    registry.register(_Migrations(fold(facts, watermark)))
