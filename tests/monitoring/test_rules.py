@@ -31,6 +31,9 @@ ALERTS_WANTED = {
     "DRADriverFailuresRetryable",  # issue 16 item 3: one per driver and claim failure class
     "DRAClaimsNonRetryable",
     "DRAClaimsNeedCleanup",
+    "MigrationFailed",  # issue 13 item 5: workload migrations
+    "MigrationNonRecoverable",
+    "MigrationsRateLimited",
 }
 """Issue 14 item 3: quarantined, Unknown beyond its window, breaker, lag/staleness, dead letters,
 recovery failing, watcher silent."""

@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse
 from services.adapters.projection.engine import create_engine
 from services.adapters.projection.errors import DatabaseError
 from services.adapters.projection.failure_sql import FailureReads
+from services.adapters.projection.migration_metrics_sql import MigrationMetricReads
 from services.adapters.projection.reads_adoption import AdoptionReads
 from services.adapters.projection.reads_adoption_report import AdoptionReportReads
 from services.adapters.projection.reads_changes import ChangeReads
@@ -184,6 +185,7 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
         app.state.workloads = WorkloadReads(engine, settings.database_schema)
         app.state.failures = FailureReads(engine, settings.database_schema)
         app.state.migrations = MigrationReads(engine, settings.database_schema)
+        app.state.migration_metrics = MigrationMetricReads(engine, settings.database_schema)
         publisher = CommandPublisher(settings)
         app.state.publisher = publisher
         app.state.lag = LagReader.of(settings)

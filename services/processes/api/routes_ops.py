@@ -22,6 +22,7 @@ from services.adapters.kafka.lag import PartitionLag
 from services.adapters.projection.errors import DatabaseError
 from services.adapters.projection.reads_governance import FleetStatus, GovernanceReads
 from services.processes.api.failure_metrics import failure_metrics
+from services.processes.api.migration_metrics import migration_metrics
 from services.processes.api.readiness import LagUnavailable, lag_problem
 from services.processes.api.routes_adoption_report import adoption_report_gauges
 from services.processes.api.routes_devices import Store
@@ -157,6 +158,12 @@ async def metrics(
     stage,quantile}``, ``devicestate_adoption_fragmentation{class,pool,path}``,
     ``devicestate_adoption_device_hours{class,pool,path,state}``,
     ``devicestate_adoption_allocation_success{...}``, ``devicestate_adoption_retry_rate{...}``.
+    Workload migrations (issue 13 item 5, from the governor's decisions: ``migration_metrics``):
+    ``devicestate_migrations_total{outcome,reason,namespace}``,
+    ``devicestate_migrations_deferred_total{waiting_for}``,
+    ``devicestate_migrations_waiting{waiting_for}``, the histograms
+    ``devicestate_migration_checkpoint_seconds`` and ``devicestate_migration_rebuild_seconds``,
+    ``devicestate_quarantined_idle_gpu_seconds_total``, ``devicestate_api_migrations_up``.
     With the scheduler extender enabled:
     ``devicestate_scheduler_extender_calls_total{outcome}`` and
     ``devicestate_scheduler_extender_failed_nodes_total``. With the point GETs' in-memory copy
@@ -210,6 +217,7 @@ async def metrics(
     await inventory_gauges(request, registry, capacity_node_view, DATABASE_ERRORS)
     await failure_metrics(request, registry, DATABASE_ERRORS)
     await adoption_report_gauges(request, registry, DATABASE_ERRORS)
+    await migration_metrics(request, registry, DATABASE_ERRORS)
     if request.app.state.settings.scheduler_extender:
         extender_metrics(request, registry)
     warm = getattr(request.app.state, "warm_devices", None)
