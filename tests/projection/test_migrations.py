@@ -33,6 +33,7 @@ GOVERNANCE_TABLES = (
     "governance_decisions",
     "governance_commands",
     "governor_workloads",  # 0011_migration_workloads (issue 13)
+    "migration_evidence",  # 0013_migration_evidence (issue 13 item 3)
 )
 
 INVENTORY_TABLES = (
@@ -120,11 +121,16 @@ async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
         *INVENTORY_TABLES,
     }
     current = await asyncio.to_thread(alembic_cli, database_url, schema_name, "current")
-    assert "0012_dra_failures (head)" in current.stdout
+    assert "0013_migration_evidence (head)" in current.stdout
     assert {"last_observed_at", "partition"} <= await columns_of(
         engine, schema_name, "device_identities"
     )
     assert "frozen" in await columns_of(engine, schema_name, "device_history")
+
+    back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
+    assert back.returncode == 0, back.stderr
+    assert "migration_evidence" not in await tables_in(engine, schema_name)  # 0013
+    assert "dra_failures" in await tables_in(engine, schema_name)
 
     back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
     assert back.returncode == 0, back.stderr
@@ -200,7 +206,7 @@ async def test_migrate_is_idempotent_and_safe_to_run_concurrently(
         version = await conn.execute(
             text(f'SELECT version_num FROM "{schema_name}".alembic_version')
         )
-        assert [r[0] for r in version] == ["0012_dra_failures"]
+        assert [r[0] for r in version] == ["0013_migration_evidence"]
 
 
 async def test_revisions_match_the_table_metadata(engine: AsyncEngine, fresh_schema: str) -> None:
