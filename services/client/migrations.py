@@ -3,7 +3,8 @@ decided them (``GET /v1/migrations``, ``GET /v1/migrations/{id}``; issue 13, doc
 
 ``migrations list`` is a table like ``kubectl get`` (``-o wide``, ``-o json|yaml``: the API's
 items as one array), newest first; ``migrations show ID`` the migration and every decision about
-it, oldest first. Exit codes: :mod:`.common`.
+it, oldest first; ``migrations evidence ID`` the stored evidence of a non-recoverable one
+(``GET /v1/migrations/{id}/evidence``). Exit codes: :mod:`.common`.
 """
 
 from __future__ import annotations
@@ -146,6 +147,48 @@ def show_migration(
             f"\nmigration {escape(m['migrationID'])}: {escape(m['phase'])} "
             f"({escape(m['migrationClass'])}, {escape(m['node'])}/{escape(m['resourceID'])})"
             + (f", {escape(m['reason'])}" if m.get("reason") else "")
+        ]
+
+    show(Listing(fetch, columns, row, summary=summary), output, console=make_console())
+
+
+@migrations_app.command("evidence")
+def migration_evidence(
+    migration_id: Annotated[str, typer.Argument(help="The migration's ID (m-...).")],
+    output: Annotated[
+        TableOutput, typer.Option("-o", "--output", help="table, json or yaml.")
+    ] = TableOutput.TABLE,
+    api_url: ApiUrl = None,
+    token: Token = None,
+) -> None:
+    """A non-recoverable migration's stored evidence: each Pod's last status (phase, reason),
+    then the device and how many timeline items and decisions are kept (-o json: all of it)."""
+    body = get_json(api_url, token, f"/v1/migrations/{path_segment(migration_id)}/evidence")
+
+    def fetch() -> tuple[Any, list[dict[str, Any]]]:
+        pods: list[dict[str, Any]] = body["pods"]
+        return body, pods
+
+    def columns(wide: bool) -> list[str]:
+        return ["NAMESPACE", "POD", "UID", "PHASE", "REASON", "COLLECTED"]
+
+    def row(item: dict[str, Any], wide: bool) -> list[str]:
+        status = item.get("status") or {}
+        return [
+            escape(item["namespace"]),
+            escape(item["name"]),
+            escape(item["uid"]),
+            escape(str(status.get("phase") or "")),
+            escape(str(status.get("reason") or "")),
+            escape(item["collectedAt"]),
+        ]
+
+    def summary(_: list[dict[str, Any]]) -> list[str]:
+        d = body["device"]
+        return [
+            f"\nmigration {escape(body['migrationID'])}: {escape(body['migration']['phase'])}; "
+            f"device {escape(d['node'])}/{escape(d['resourceID'])}: {len(d['timeline'])} "
+            f"timeline items, {len(d['decisions'])} decisions (-o json for all)"
         ]
 
     show(Listing(fetch, columns, row, summary=summary), output, console=make_console())

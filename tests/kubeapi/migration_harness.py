@@ -30,7 +30,11 @@ from services.domain.events import ContainerRef, DeviceHealthObserved, DeviceSou
 from services.domain.governance.input_codec import decode_input
 from services.domain.governance.inputs import GovernanceInput
 from services.domain.log import LogPosition
-from services.domain.migration.records import MigrationReport, WorkloadOnDevice
+from services.domain.migration.records import (
+    MigrationEvidence,
+    MigrationReport,
+    WorkloadOnDevice,
+)
 from services.domain.workloads.events import PodWorkloadObserved
 from services.domain.workloads.migration import MigrationClass as WorkloadClass
 from services.domain.workloads.owners import OwnerLink
@@ -120,6 +124,8 @@ async def relay(bootstrap: str, topic: str, governed: Governed) -> AsyncIterator
                     decoded = decode_input(record.value)
                     if isinstance(decoded, MigrationReport):
                         governed.reports.append(decoded)
+                        await governed.feed(decoded)
+                    elif isinstance(decoded, MigrationEvidence):  # issue 13 item 3
                         await governed.feed(decoded)
 
     task = asyncio.create_task(follow())

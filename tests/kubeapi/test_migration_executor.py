@@ -300,13 +300,19 @@ async def test_a_non_recoverable_pod_gets_a_warning_event_and_is_not_evicted(
     assert mid in event.message and "node-1/GPU-0" in event.message
     current = await read(pods, "infer-0")
     assert current is not None and pods.evictions == 0 and serving(current) is None
-    # The evidence route (branch migration-evidence) may not be served here yet: the Pod is
-    # marked done only when the API accepted the evidence (its body: test_api_client.py).
-    served = (
+    # The Pod is marked done once the API accepted the evidence (202); the governor stores it.
+    assert (
         "/v1/migrations/{migrationID}/evidence" in (await api.get("/openapi.json")).json()["paths"]
     )
     marked = (current["metadata"].get("annotations") or {}).get(EVIDENCE_DONE)
-    assert marked == (mid if served else None)
+    assert marked == mid
+
+    async def evidence_stored() -> bool:  # the relay feeds the evidence record to the governor
+        return any(d.kind.value == "MigrationEvidenceStored" for d in governed.run.decisions)
+
+    await drive([executor(api, pods, "exec-a", clock)], evidence_stored)  # passes are idempotent
+    (stored,) = [d for d in governed.run.decisions if d.kind.value == "MigrationEvidenceStored"]
+    assert stored.details["storedPodUIDs"] == [pod["metadata"]["uid"]]
     # A second pass writes no second Event.
     await executor(api, pods, "exec-a", clock).run_pass()
     again = await client.CoreV1Api(admin_client).list_namespaced_event(

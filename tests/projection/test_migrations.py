@@ -34,6 +34,7 @@ GOVERNANCE_TABLES = (
     "governance_decisions",
     "governance_commands",
     "governor_workloads",  # 0011_migration_workloads (issue 13)
+    "migration_evidence",  # 0014_migration_evidence (issue 13 item 3)
 )
 
 INVENTORY_TABLES = (
@@ -122,11 +123,16 @@ async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
         *INVENTORY_TABLES,
     }
     current = await asyncio.to_thread(alembic_cli, database_url, schema_name, "current")
-    assert "0013_pod_lifecycle_stages (head)" in current.stdout
+    assert "0014_migration_evidence (head)" in current.stdout
     assert {"last_observed_at", "partition"} <= await columns_of(
         engine, schema_name, "device_identities"
     )
     assert "frozen" in await columns_of(engine, schema_name, "device_history")
+
+    back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
+    assert back.returncode == 0, back.stderr
+    assert "migration_evidence" not in await tables_in(engine, schema_name)  # 0014
+    assert "pod_lifecycle_stages" in await tables_in(engine, schema_name)
 
     back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
     assert back.returncode == 0, back.stderr
@@ -177,7 +183,7 @@ async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
         "devices",
         "device_history",
         "partition_progress",
-        *(t for t in GOVERNANCE_TABLES if t != "governor_workloads"),
+        *(t for t in GOVERNANCE_TABLES if t not in ("governor_workloads", "migration_evidence")),
     }
 
     back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
@@ -206,7 +212,7 @@ async def test_migrate_is_idempotent_and_safe_to_run_concurrently(
         version = await conn.execute(
             text(f'SELECT version_num FROM "{schema_name}".alembic_version')
         )
-        assert [r[0] for r in version] == ["0013_pod_lifecycle_stages"]
+        assert [r[0] for r in version] == ["0014_migration_evidence"]
 
 
 async def test_revisions_match_the_table_metadata(engine: AsyncEngine, fresh_schema: str) -> None:

@@ -23,7 +23,13 @@ from services.domain.governance.inputs import (
     RecoveryLeaseRequested,
     Role,
 )
-from services.domain.migration.records import MigrationReport, ReportKind, WorkloadOnDevice
+from services.domain.migration.records import (
+    EvidencePod,
+    MigrationEvidence,
+    MigrationReport,
+    ReportKind,
+    WorkloadOnDevice,
+)
 from services.domain.node_events import WatcherTick, encode_node_event
 from services.runtime.config import Settings
 from tests.replay.test_replay import drop, run_replay
@@ -133,6 +139,38 @@ async def governed(
         kinds = await pipe.kinds()
         assert kinds.count("MigrationDeviceReleased") == 1, kinds
         assert kinds.count("MigrationReportRejected") == 1, kinds
+        # A non-recoverable workload on the same device: its evidence is kept (issue 13 item 3),
+        # posted twice (the second stores nothing: the first per Pod is kept).
+        await pipe.append(
+            [
+                governance(
+                    WorkloadOnDevice(
+                        node, rid, "wl-3", "pod-uid-3", "team-c", "infer-0", None, 8, end
+                    )
+                )
+                for node, rid in quarantined
+            ]
+        )
+        [(kept,)] = await pipe.rows(
+            "SELECT payload->'details'->>'migrationID' FROM {s}.governance_decisions "
+            "WHERE kind = 'MigrationEvidenceKept'"
+        )
+        await pipe.append(
+            [
+                governance(
+                    MigrationEvidence(
+                        kept,
+                        "executor-a",
+                        end,
+                        end,
+                        (EvidencePod("team-c", "infer-0", "pod-uid-3", str(n), {"phase": p}),),
+                    )
+                )
+                for n, p in ((9, "Running"), (10, "Failed"))
+            ]
+        )
+        kinds = await pipe.kinds()
+        assert kinds.count("MigrationEvidenceStored") == 2, kinds
         command = OperatorCommand(
             command_id=f"cmd-{uuid4().hex[:6]}",
             action=CommandAction.PAUSE,
@@ -164,8 +202,14 @@ async def test_governance_replay_verify_matches_the_live_projection(
         async with engine.connect() as conn:
             count = await conn.execute(text(f'SELECT count(*) FROM "{first}".quarantines'))
             assert count.scalar_one() > 0
-            facts = await conn.execute(text(f'SELECT pod_uid FROM "{first}".governor_workloads'))
-            assert list(facts.scalars()) == ["pod-uid-2"]  # the evicted Pod's fact was deleted
+            facts = await conn.execute(
+                text(f'SELECT pod_uid FROM "{first}".governor_workloads ORDER BY pod_uid')
+            )
+            assert list(facts.scalars()) == ["pod-uid-2", "pod-uid-3"]  # the evicted one deleted
+            kept = await conn.execute(
+                text(f"SELECT pod_uid, status->>'phase' FROM \"{first}\".migration_evidence")
+            )
+            assert [tuple(r) for r in kept] == [("pod-uid-3", "Running")]  # the first is kept
     finally:
         await drop(engine, first, second)
 

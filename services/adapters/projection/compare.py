@@ -23,6 +23,7 @@ from services.adapters.projection.governance_tables import (
     device_governance,
     governance_decisions,
     governor_workloads,
+    migration_evidence,
     quarantines,
 )
 from services.adapters.projection.inventory_tables import (
@@ -64,6 +65,7 @@ GOVERNANCE_COMPARED_TABLES: Final = (
     quarantines,
     governance_decisions,
     governor_workloads,  # the migration policy's workload facts (issue 13)
+    migration_evidence,  # non-recoverable migrations' evidence (issue 13 item 3)
 )
 """Tables whose rows a replay of the governance topic must reproduce exactly."""
 

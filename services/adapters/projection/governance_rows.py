@@ -46,6 +46,8 @@ class BatchRows:
     """``governor_workloads`` rows of the migration policy's facts added or changed."""
     deleted_workloads: list[tuple[str, str, str]] = field(default_factory=list)
     """``(node, resourceID, Pod UID)`` of the facts no longer held."""
+    evidence: str | None = None
+    """``migration_evidence`` rows accepted in the batch (inserted, never updated)."""
 
 
 def _json(rows: Sequence[Any]) -> str | None:
@@ -193,6 +195,7 @@ def batch_rows(
         watermark=fleet.watermark,
         workloads=_json(workloads),
         deleted_workloads=deleted_workloads,
+        evidence=_json(book.pending_evidence),
     )
 
 

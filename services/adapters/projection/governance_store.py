@@ -5,8 +5,9 @@ governor (``streams/governor.py``) and the governance replay read and write.
 snapshots of every device and node, the fleet row, and the governance topic's recorded offset.
 :meth:`GovernanceStore.write` writes one batch's rows (:func:`batch_rows`, encoded by
 :mod:`services.adapters.projection.governance_rows`) in ONE transaction:
-the touched device, node and quarantine rows, the fleet row, the decisions, the operator commands
-and the topic's ``partition_progress`` row. Every value comes from the governance topic (event
+the touched device, node and quarantine rows, the fleet row, the decisions, the operator commands,
+the accepted migration evidence and the topic's ``partition_progress`` row. Every value comes
+from the governance topic (event
 times, never the wall clock; ``partition_progress.updated_at`` aside), so a replay of the topic
 writes identical rows.
 
@@ -100,6 +101,15 @@ _DECISION_TYPES: Final = (
 )
 _WORKLOAD_COLUMNS: Final = "node, resource_id, pod_uid, snapshot"
 _WORKLOAD_TYPES: Final = "node text, resource_id text, pod_uid text, snapshot jsonb"
+_EVIDENCE_COLUMNS: Final = (
+    "migration_id, pod_uid, namespace, pod_name, resource_version, status, node, resource_id, "
+    "holder, collected_at, reported_at"
+)
+_EVIDENCE_TYPES: Final = (
+    "migration_id text, pod_uid text, namespace text, pod_name text, resource_version text, "
+    "status jsonb, node text, resource_id text, holder text, collected_at timestamptz, "
+    "reported_at timestamptz"
+)
 _COMMAND_COLUMNS: Final = "command_id, action, actor, accepted, reason, seq, request_fingerprint"
 _COMMAND_TYPES: Final = (
     "command_id text, action text, actor text, accepted boolean, reason text, seq bigint, "
@@ -149,6 +159,10 @@ class _Statements:
             _WORKLOAD_TYPES,
             "node, resource_id, pod_uid",
             True,
+        )
+        # The fold keeps the first evidence per Pod; DO NOTHING is the same rule in SQL.
+        self.evidence = _upsert(
+            s, "migration_evidence", _EVIDENCE_COLUMNS, _EVIDENCE_TYPES, "migration_id", False
         )
         self.delete_workloads = text(
             f"DELETE FROM {s}.governor_workloads AS w USING unnest(CAST(:nodes AS text[]), "
@@ -280,6 +294,7 @@ class GovernanceStore:
                 (sql.decisions, rows.decisions),
                 (sql.commands, rows.commands),
                 (sql.workloads, rows.workloads),
+                (sql.evidence, rows.evidence),
             ):
                 if payload is not None:
                     await conn.execute(statement, {"rows": payload})

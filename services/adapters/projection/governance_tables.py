@@ -128,3 +128,22 @@ governor_workloads = Table(
     Column("pod_uid", Text, primary_key=True),
     Column("snapshot", JSONB, nullable=False),
 )
+
+migration_evidence = Table(
+    "migration_evidence",
+    metadata,
+    # A non-recoverable migration's evidence (issue 13 item 3): the first accepted per (migration,
+    # Pod UID), written by the governor (services.domain.migration.evidence); never updated.
+    Column("migration_id", Text, primary_key=True),
+    Column("pod_uid", Text, primary_key=True),
+    Column("namespace", Text, nullable=False),
+    Column("pod_name", Text, nullable=False),
+    Column("resource_version", Text, nullable=False),
+    # The Pod's last .status (core/v1 PodStatus) as the executor read it.
+    Column("status", JSONB, nullable=False),
+    Column("node", Text, nullable=False),
+    Column("resource_id", Text, nullable=False),
+    Column("holder", Text, nullable=False),
+    Column("collected_at", DateTime(timezone=True), nullable=False),
+    Column("reported_at", DateTime(timezone=True), nullable=False),
+)

@@ -13,7 +13,7 @@ from sqlalchemy import Executable, select
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.adapters.projection.governance_tables import governance_decisions
+from services.adapters.projection.governance_tables import governance_decisions, migration_evidence
 from services.adapters.projection.tables import in_schema
 from services.domain.migration.outcomes import OutcomeKind
 
@@ -79,6 +79,20 @@ class MigrationReads:
             .order_by(d.seq, d.idx)
         )
         return [self._decision(r) for r in await self._fetch(stmt)]
+
+    async def evidence(self, migration_id: str) -> list[dict[str, Any]]:
+        """The stored evidence of ``migration_id`` (``migration_evidence`` rows as dicts, column
+        names as keys), oldest first; empty when none is stored."""
+        e = migration_evidence.c
+        stmt = (
+            select(migration_evidence)
+            .where(e.migration_id == migration_id)
+            .order_by(e.reported_at, e.namespace, e.pod_name, e.pod_uid)
+        )
+        rows = [dict(r._mapping) for r in await self._fetch(stmt)]
+        for row in rows:
+            row["status"] = _payload(row["status"])
+        return rows
 
     @staticmethod
     def _decision(row: Any) -> MigrationDecision:

@@ -76,6 +76,7 @@ class DecisionKind(StrEnum):
     MIGRATION_COMPLETED = "MigrationCompleted"
     MIGRATION_FAILED = "MigrationFailed"
     MIGRATION_EVIDENCE_KEPT = "MigrationEvidenceKept"
+    MIGRATION_EVIDENCE_STORED = "MigrationEvidenceStored"
     MIGRATION_CANCELLED = "MigrationCancelled"
     MIGRATION_REPORT_REJECTED = "MigrationReportRejected"
 

@@ -59,7 +59,11 @@ from services.domain.governance.taint_inputs import (
     taints_to_dict,
 )
 from services.domain.migration import wire as migration_wire
-from services.domain.migration.records import MigrationReport, WorkloadOnDevice
+from services.domain.migration.records import (
+    MigrationEvidence,
+    MigrationReport,
+    WorkloadOnDevice,
+)
 from services.domain.node_events import (
     NodeHeartbeat,
     NodeResourcesChanged,
@@ -81,7 +85,7 @@ def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
         return adoption_facts_to_dict(record)
     if isinstance(record, DeviceTaintsObserved):
         return taints_to_dict(record)
-    if isinstance(record, WorkloadOnDevice | MigrationReport):
+    if isinstance(record, WorkloadOnDevice | MigrationReport | MigrationEvidence):
         return migration_wire.to_dict(record)
     base: dict[str, Any] = {"schema": SCHEMA_VERSION, "type": record.type}
     if isinstance(record, HealthTransition):

@@ -32,7 +32,11 @@ from services.domain.events import (
 from services.domain.governance.adoption import AdoptionDeclaration
 from services.domain.governance.inputs_adoption import NodeAdoptionFacts
 from services.domain.governance.taint_inputs import DeviceTaintsObserved
-from services.domain.migration.records import MigrationReport, WorkloadOnDevice
+from services.domain.migration.records import (
+    MigrationEvidence,
+    MigrationReport,
+    WorkloadOnDevice,
+)
 from services.domain.node_events import (
     NodeHeartbeat,
     NodeResourcesChanged,
@@ -274,4 +278,5 @@ GovernanceInput: TypeAlias = (
     | DeviceTaintsObserved
     | WorkloadOnDevice  # issue 13: services/domain/migration/records.py
     | MigrationReport
+    | MigrationEvidence
 )

@@ -57,7 +57,11 @@ from services.domain.governance.inputs import (
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.domain.governance.taint_inputs import DeviceTaintsObserved
-from services.domain.migration.records import MigrationReport, WorkloadOnDevice
+from services.domain.migration.records import (
+    MigrationEvidence,
+    MigrationReport,
+    WorkloadOnDevice,
+)
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -113,6 +117,8 @@ def step(
         migrations.on_workload(ctx, record)
     elif isinstance(record, MigrationReport):
         migrations.on_report(ctx, record)
+    elif isinstance(record, MigrationEvidence):
+        migrations.on_evidence(ctx, record)
     # A WatcherTick only moves the clock (``at``) and reports the watch (``watch_freshness``); a
     # PartitionWatermark is the merge's, not ours.
     clock.fire_due(ctx)

@@ -14,10 +14,14 @@ from services.domain.governance import context
 from services.domain.governance.decisions import Decision, DecisionKind
 from services.domain.governance.device_state import DeviceKey, GovState
 from services.domain.governance.policy import GovernancePolicy
-from services.domain.migration import machine, reports
+from services.domain.migration import evidence, machine, reports
 from services.domain.migration.limits import MigrationPolicy
 from services.domain.migration.outcomes import Outcome
-from services.domain.migration.records import MigrationReport, WorkloadOnDevice
+from services.domain.migration.records import (
+    MigrationEvidence,
+    MigrationReport,
+    WorkloadOnDevice,
+)
 
 QUARANTINE_ON: Final = frozenset({DecisionKind.QUARANTINED})
 QUARANTINE_OFF: Final = frozenset({DecisionKind.QUARANTINE_RELEASED})
@@ -98,6 +102,11 @@ def on_report(ctx: context.Ctx, r: MigrationReport) -> None:
         _policy(ctx),
     )
     publish(ctx, outcomes)
+
+
+def on_evidence(ctx: context.Ctx, r: MigrationEvidence) -> None:
+    """A non-recoverable migration's evidence (:mod:`services.domain.migration.evidence`)."""
+    publish(ctx, evidence.on_evidence(ctx.state.fleet.migrations, r, _at(ctx, r.reported_at)))
 
 
 def after_step(ctx: context.Ctx) -> None:

@@ -120,6 +120,7 @@ class GovernorState:
         self.dirty_nodes.clear()
         self.touched_quarantines.clear()
         self.fleet.migrations.dirty_workloads.clear()
+        self.fleet.migrations.pending_evidence.clear()
 
     def rebuild_timers(self, grace_seconds: float) -> None:
         """Recreate the timer heap from device and node state (after a restore).

@@ -246,6 +246,11 @@ class MigrationBook:
     dirty_workloads: set[WorkloadKey] = field(default_factory=set)
     """Facts added, changed or removed since the last write (their rows are written with the
     batch: the facts are rows of their own, not part of the fleet snapshot)."""
+    evidence: dict[str, list[str]] = field(default_factory=dict)
+    """Per migration kept whole, the Pod UIDs whose evidence is stored (the first accepted per
+    Pod is kept: :mod:`.evidence`)."""
+    pending_evidence: list[dict[str, Any]] = field(default_factory=list)
+    """``migration_evidence`` rows accepted since the last write (written with the batch)."""
 
     def empty(self) -> bool:
         return not (self.workloads or self.quarantined or self.migrations or self.finished_ids)
@@ -269,6 +274,8 @@ class MigrationBook:
             self.finished_ids.append(key)
         del self.finished_ids[: max(0, len(self.finished_ids) - FINISHED_IDS_REMEMBERED)]
         self.finished_set = set(self.finished_ids)
+        for key in [k for k in self.evidence if k not in self.migrations]:
+            del self.evidence[key]
         self.owners = {m.scope: m.migration_id for m in self.active()}
         due = [t for m in self.active() for t in m.deadlines()]
         self.next_due = min(due) if due else None
@@ -318,7 +325,7 @@ class MigrationBook:
             "nodeBuckets": {n: b.to_json() for n, b in sorted(self.node_buckets.items())},
             "retryAt": _t(self.retry_at),
             "finishedIDs": list(self.finished_ids),
-        }
+        } | ({"evidence": dict(sorted(self.evidence.items()))} if self.evidence else {})
 
     @classmethod
     def from_json(cls, obj: dict[str, Any] | None) -> MigrationBook:
@@ -339,6 +346,7 @@ class MigrationBook:
             },
             retry_at=_pt(obj.get("retryAt")),
             finished_ids=list(obj.get("finishedIDs") or ()),
+            evidence={k: list(v) for k, v in (obj.get("evidence") or {}).items()},
         )
         book.reindex()
         return book

@@ -29,6 +29,7 @@ class OutcomeKind(StrEnum):
     COMPLETED = "MigrationCompleted"
     FAILED = "MigrationFailed"
     EVIDENCE_KEPT = "MigrationEvidenceKept"
+    EVIDENCE_STORED = "MigrationEvidenceStored"
     CANCELLED = "MigrationCancelled"
     REPORT_REJECTED = "MigrationReportRejected"
 

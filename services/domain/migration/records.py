@@ -5,6 +5,8 @@
   ``devicestate.io/migration-class``, ``devicestate.io/checkpoint-max-age-seconds``,
   ``devicestate.io/shard``; ``docs/migration.md``).
 - :class:`MigrationReport`: what a migration executor did (``POST /v1/migrations/{id}/reports``).
+- :class:`MigrationEvidence`: the last status of a non-recoverable migration's Pods
+  (``POST /v1/migrations/{id}/evidence``).
 
 Times are UTC; durations seconds. Wire form in :mod:`.wire`.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 
 class MigrationClass(StrEnum):
@@ -107,3 +110,29 @@ class MigrationReport:
     devices: tuple[tuple[str, str], ...] = ()
     detail: str = ""
     type: str = field(default="MigrationReport", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class EvidencePod:
+    """One Pod's evidence: its identity and its last ``.status`` (core/v1 ``PodStatus`` as the
+    API server served it, kept as JSON) at Pod ``resource_version``."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    status: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationEvidence:
+    """Executor ``holder`` collected the evidence of non-recoverable migration ``migration_id`` at
+    ``collected_at`` (UTC, the executor's clock); the API received it at ``reported_at`` (UTC,
+    the record's event time, as a report's). ``POST /v1/migrations/{id}/evidence``."""
+
+    migration_id: str
+    holder: str
+    collected_at: datetime
+    reported_at: datetime
+    pods: tuple[EvidencePod, ...]
+    type: str = field(default="MigrationEvidence", init=False)

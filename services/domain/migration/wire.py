@@ -20,13 +20,42 @@ from services.domain.codec import (
     time_field,
 )
 from services.domain.events import SCHEMA_VERSION, format_time
-from services.domain.migration.records import MigrationReport, ReportKind, WorkloadOnDevice
+from services.domain.migration.records import (
+    EvidencePod,
+    MigrationEvidence,
+    MigrationReport,
+    ReportKind,
+    WorkloadOnDevice,
+)
 
-TYPES = frozenset({"WorkloadOnDevice", "MigrationReport"})
+TYPES = frozenset({"WorkloadOnDevice", "MigrationReport", "MigrationEvidence"})
+EVIDENCE_VERSION = 1
+"""``version`` of the ``MigrationEvidence`` wire form (a newer one is refused, not misread)."""
+
+MigrationRecord = WorkloadOnDevice | MigrationReport | MigrationEvidence
 
 
-def to_dict(record: WorkloadOnDevice | MigrationReport) -> dict[str, Any]:
+def to_dict(record: MigrationRecord) -> dict[str, Any]:
     base: dict[str, Any] = {"schema": SCHEMA_VERSION, "type": record.type}
+    if isinstance(record, MigrationEvidence):
+        base.update(
+            version=EVIDENCE_VERSION,
+            migrationID=record.migration_id,
+            holder=record.holder,
+            collectedAt=format_time(record.collected_at),
+            reportedAt=format_time(record.reported_at),
+            pods=[
+                {
+                    "namespace": p.namespace,
+                    "name": p.name,
+                    "uid": p.uid,
+                    "resourceVersion": p.resource_version,
+                    "status": p.status,
+                }
+                for p in record.pods
+            ],
+        )
+        return base
     if isinstance(record, WorkloadOnDevice):
         base.update(
             node=record.node,
@@ -57,8 +86,37 @@ def to_dict(record: WorkloadOnDevice | MigrationReport) -> dict[str, Any]:
     return base
 
 
-def from_dict(obj: dict[str, Any]) -> WorkloadOnDevice | MigrationReport:
-    """The record of a ``WorkloadOnDevice`` or ``MigrationReport`` object."""
+def evidence_from_dict(obj: dict[str, Any]) -> MigrationEvidence:
+    """The record of a ``MigrationEvidence`` object (``version`` 1)."""
+    if obj.get("version") != EVIDENCE_VERSION:
+        raise EventDecodeError(f"MigrationEvidence version {obj.get('version')!r} is not 1")
+    pods = obj.get("pods")
+    if not isinstance(pods, list) or not all(
+        isinstance(p, dict) and isinstance(p.get("status"), dict) for p in pods
+    ):
+        raise EventDecodeError("field 'pods' must be a list of objects with a 'status' object")
+    return MigrationEvidence(
+        migration_id=str_field(obj, "migrationID"),
+        holder=str_field(obj, "holder"),
+        collected_at=time_field(obj, "collectedAt"),
+        reported_at=time_field(obj, "reportedAt"),
+        pods=tuple(
+            EvidencePod(
+                namespace=str_field(p, "namespace"),
+                name=str_field(p, "name"),
+                uid=str_field(p, "uid"),
+                resource_version=str_field(p, "resourceVersion", empty=True),
+                status=p["status"],
+            )
+            for p in pods
+        ),
+    )
+
+
+def from_dict(obj: dict[str, Any]) -> MigrationRecord:
+    """The record of a ``WorkloadOnDevice``, ``MigrationReport`` or ``MigrationEvidence`` object."""
+    if obj.get("type") == "MigrationEvidence":
+        return evidence_from_dict(obj)
     if obj.get("type") == "WorkloadOnDevice":
         raw = obj.get("statusVersion")
         version = None if raw is None else parse_resource_version(raw)

@@ -47,6 +47,7 @@ from services.processes.api import (
     routes_fleet_page,
     routes_governance,
     routes_inventory,
+    routes_migration_evidence,
     routes_migrations,
     routes_ops,
     routes_quarantines,
@@ -249,6 +250,7 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
     app.include_router(routes_adoption_report.router)
     app.include_router(routes_adoption.router)
     app.include_router(routes_migrations.router)
+    app.include_router(routes_migration_evidence.router)
     app.include_router(routes_ops.router)
     app.include_router(routes_fleet_page.router)  # HTML: /ui/fleet
     if settings.scheduler_extender:  # off by default: the route does not exist (404)

@@ -29,7 +29,7 @@ from services.adapters.kafka.topics import (
 )
 from services.domain.governance.input_codec import encode_input
 from services.domain.governance.inputs import OperatorCommand
-from services.domain.migration.records import MigrationReport
+from services.domain.migration.records import MigrationEvidence, MigrationReport
 from services.runtime.config import GovernanceTopicSettings
 
 log = structlog.get_logger(__name__)
@@ -135,7 +135,7 @@ class CommandPublisher:
             )
             self._topics_checked = True
 
-    async def publish(self, command: OperatorCommand | MigrationReport) -> None:
+    async def publish(self, command: OperatorCommand | MigrationReport | MigrationEvidence) -> None:
         """Append ``command`` and wait for its acknowledgement (``acks=all``). Raises
         :class:`CommandLogUnavailable` when that fails; the command may then still have been
         written (an unacknowledged send), which is harmless: the governor ignores a repeated
@@ -173,9 +173,9 @@ async def _stop_quietly(producer: Producer) -> None:
         log.debug("producer stop failed", error=repr(exc))
 
 
-def _record_key(record: OperatorCommand | MigrationReport) -> str:
+def _record_key(record: OperatorCommand | MigrationReport | MigrationEvidence) -> str:
     """The Kafka key of a record: a command's node (``fleet`` without one), a migration report's
-    migration ID (a migration executor's reports through ``POST /v1/migrations/{id}/reports``)."""
-    if isinstance(record, MigrationReport):
+    or evidence's migration ID (``POST /v1/migrations/{id}/reports`` and ``.../evidence``)."""
+    if isinstance(record, MigrationReport | MigrationEvidence):
         return record.migration_id
     return record.node or "fleet"
