@@ -259,6 +259,7 @@ class DeviceDedup:
                 history_retention_seconds=self.settings.device_history_retention_seconds,
                 dropped_early=dropped,
                 workloads=batch.workloads,
+                failures=batch.failures,
             )
             result, cancelled = await self.writer.write(
                 lambda: self.sink.apply_batch(logged, hook), len(selection.records)

@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 
 from services.adapters.kafka.headers import record_type
+from services.domain.adoption.failure_events import DRAFailureObserved
 from services.domain.batch import InventoryRecord
 from services.domain.event_time import append_time, bounded
 from services.domain.events import DeviceHealthObserved
@@ -61,6 +62,9 @@ class DecodedBatch:
     """Per partition, the most ``observedAt`` ran ahead of the Kafka timestamp (seconds)."""
     workloads: list[tuple[LogPosition, PodWorkloadObserved]] = field(default_factory=list)
     """The Pods' workload records (issue 13), in batch order: to ``pod_workloads`` only."""
+    failures: list[tuple[LogPosition, DRAFailureObserved]] = field(default_factory=list)
+    """The driver and claim failures (issue 16 item 3), in batch order: to ``dra_failures``
+    only (not forwarded to the governance topic)."""
 
 
 def decode_into(batch: DecodedBatch, event: Any, dead_letter: DeadLetter) -> None:
@@ -92,6 +96,9 @@ def decode_into(batch: DecodedBatch, event: Any, dead_letter: DeadLetter) -> Non
             batch.skews[part] = ahead
     if isinstance(decoded, PodWorkloadObserved):
         batch.workloads.append((position, decoded))
+        return
+    if isinstance(decoded, DRAFailureObserved):
+        batch.failures.append((position, decoded))
         return
     if isinstance(decoded, DeviceHealthObserved | InventoryObserved | NodeResourcesChanged):
         batch.items.append((position, decoded))
@@ -133,6 +140,7 @@ def early_event_times(
     event_times = [(r.position, times[r.position]) for r in dropped]
     event_times.extend((n.position, times[n.position]) for n in batch.node_events)
     event_times.extend((position, times[position]) for position, _ in batch.workloads)
+    event_times.extend((position, times[position]) for position, _ in batch.failures)
     if batch.clamped:
         counted = {position for position, _ in event_times}
         event_times.extend((p, times[p]) for p in batch.clamped if p not in counted)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeAlias
 
+from services.domain.adoption.failure_events import DRAFailureObserved
 from services.domain.device_ceiling import OverCeiling
 from services.domain.directory import Change
 from services.domain.events import DeviceHealthObserved
@@ -102,6 +103,10 @@ class LoggedBatch:
     workloads: Sequence[tuple[LogPosition, PodWorkloadObserved]] = ()
     """The batch's ``PodWorkloadObserved`` records with their positions, in log order (issue
     13): written to ``pod_workloads`` in the same transaction; their event times are in
+    ``event_times`` like the node events'."""
+    failures: Sequence[tuple[LogPosition, DRAFailureObserved]] = ()
+    """The batch's ``DRAFailureObserved`` records with their positions, in log order (issue 16
+    item 3): written to ``dra_failures`` in the same transaction; their event times are in
     ``event_times`` like the node events'."""
     dropped_early: Sequence[LoggedEvent] = ()
     """Observations the caller dropped before the store (its dedup table said the projection has

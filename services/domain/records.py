@@ -4,6 +4,8 @@ The topic carries :mod:`services.domain.events` (``DeviceHealthObserved``, ``Pod
 ``PodsListed``),
 :mod:`services.domain.workloads.events` (``PodWorkloadObserved``, issue 13: a Pod's controller
 chain and migration class; a consumer that predates it dead-letters it as an unknown type),
+:mod:`services.domain.adoption.failure_events` (``DRAFailureObserved``, issue 16 item 3: a
+classified driver or claim failure; likewise unknown to a consumer that predates it),
 :mod:`services.domain.node_events` (``NodeHeartbeat``, ``NodeResourcesChanged``, ``WatcherTick``)
 and :mod:`services.domain.inventory.events` (``InventoryObserved``: DRA ResourceSlices,
 ResourceClaims and DeviceClasses). Consumers call :func:`decode_record` and dispatch on the type.
@@ -29,6 +31,12 @@ from typing import Final, Literal, TypeAlias, overload
 
 import orjson
 
+from services.domain.adoption.failure_events import (
+    FAILURE_EVENT_TYPE,
+    DRAFailureObserved,
+    decode_failure,
+    encode_failure,
+)
 from services.domain.codec import EventDecodeError, body_type, type_mismatch
 from services.domain.event_codec import decode_event, encode_event
 from services.domain.events import DeviceHealthObserved, Event, PodDevicesReleased
@@ -46,10 +54,12 @@ from services.domain.node_events import (
 from services.domain.workloads.codec import decode_workload, encode_workload
 from services.domain.workloads.events import WORKLOAD_EVENT_TYPE, PodWorkloadObserved
 
-TopicRecord: TypeAlias = Event | NodeEvent | InventoryObserved | PodWorkloadObserved
+TopicRecord: TypeAlias = (
+    Event | NodeEvent | InventoryObserved | PodWorkloadObserved | DRAFailureObserved
+)
 """Every record of the topic (what the watcher publishes)."""
 
-DeviceOrNodeRecord: TypeAlias = Event | NodeEvent | PodWorkloadObserved
+DeviceOrNodeRecord: TypeAlias = Event | NodeEvent | PodWorkloadObserved | DRAFailureObserved
 """What :func:`decode_record` returns without ``inventory=True``."""
 
 INVENTORY_EVENT_TYPE: Final = "InventoryObserved"
@@ -62,6 +72,7 @@ INVENTORY_EVENT_TYPE: Final = "InventoryObserved"
 _NODE_MARKERS: Final = tuple(b'"type":"%s"' % name.encode() for name in sorted(NODE_EVENT_TYPES))
 _INVENTORY_MARKER: Final = b'"type":"%s"' % INVENTORY_EVENT_TYPE.encode()
 _WORKLOAD_MARKER: Final = b'"type":"%s"' % WORKLOAD_EVENT_TYPE.encode()
+_FAILURE_MARKER: Final = b'"type":"%s"' % FAILURE_EVENT_TYPE.encode()
 
 
 @overload
@@ -86,6 +97,8 @@ def decode_record(payload: bytes, *, inventory: bool = False) -> TopicRecord:
         return _inventory(payload, inventory)
     if _WORKLOAD_MARKER in payload:
         return decode_workload(payload)
+    if _FAILURE_MARKER in payload:
+        return decode_failure(payload)
     if any(marker in payload for marker in _NODE_MARKERS):
         return decode_node_event(payload)
     try:
@@ -102,6 +115,8 @@ def decode_record(payload: bytes, *, inventory: bool = False) -> TopicRecord:
             return _inventory(payload, inventory)
         if isinstance(obj, dict) and obj.get("type") == WORKLOAD_EVENT_TYPE:
             return decode_workload(payload)
+        if isinstance(obj, dict) and obj.get("type") == FAILURE_EVENT_TYPE:
+            return decode_failure(payload)
         raise
 
 
@@ -155,6 +170,7 @@ _DECODERS: Final[dict[str, Callable[[bytes], TopicRecord]]] = {
     "PodsListed": decode_event,
     **{name: decode_node_event for name in NODE_EVENT_TYPES},
     WORKLOAD_EVENT_TYPE: decode_workload,
+    FAILURE_EVENT_TYPE: decode_failure,
 }
 """Type header value -> decoder (``InventoryObserved`` apart: it depends on ``inventory``)."""
 
@@ -173,6 +189,8 @@ def encode_record(record: TopicRecord) -> bytes:
         return encode_inventory(record)
     if isinstance(record, PodWorkloadObserved):
         return encode_workload(record)
+    if isinstance(record, DRAFailureObserved):
+        return encode_failure(record)
     if isinstance(record, NodeHeartbeat | NodeResourcesChanged | WatcherTick):
         return encode_node_event(record)
     return encode_event(record)

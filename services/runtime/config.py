@@ -142,6 +142,14 @@ class WatchSettings(SettingsGroup):
         description="Watch ResourceSlices, ResourceClaims and DeviceClasses (resource.k8s.io/v1) "
         "and publish InventoryObserved events.",
     )
+    watch_events: bool = Field(
+        True,
+        description="Watch Warning Events about Pods (core/v1) and read the Pods' PodScheduled "
+        "conditions for driver and claim failures (FailedPrepareDynamicResources, "
+        "FailedUnprepareDynamicResources, FailedScheduling/Unschedulable with a DRA message) and "
+        "publish them, classified, as DRAFailureObserved (issue 16 item 3). Needs RBAC list/watch "
+        "of events.",
+    )
     watch_workloads: bool = Field(
         True,
         description="Live mode: resolve the controller chain (GET of the owners) and migration "

@@ -337,8 +337,13 @@ WATCHER_MAY = [
     *[("get", r, "batch", "ml-team") for r in ("jobs", "cronjobs")],
     ("get", "jobsets", "jobset.x-k8s.io", "ml-team"),
     ("get", "leaderworkersets", "leaderworkerset.x-k8s.io", "ml-team"),
+    # Warning Events about Pods: driver and claim failures (issue 16 item 3).
+    *[(v, "events", "", "") for v in ("list", "watch")],
+    ("list", "events", "", "ml-team"),
 ]
 WATCHER_MAY_NOT = [
+    *[(v, "events", "", "ml-team") for v in ("create", "patch", "delete")],
+    ("create", "events", "events.k8s.io", "ml-team"),
     ("list", "replicasets", "apps", ""),
     ("watch", "jobs", "batch", ""),
     ("update", "deployments", "apps", "ml-team"),

@@ -28,6 +28,9 @@ ALERTS_WANTED = {
     "DevicestateAdoptionRollback",
     "DevicestateWatchStale",  # issue 15 item 3
     "DevicestateNodeIncidentOpen",  # issue 15 item 5
+    "DRADriverFailuresRetryable",  # issue 16 item 3: one per driver and claim failure class
+    "DRAClaimsNonRetryable",
+    "DRAClaimsNeedCleanup",
 }
 """Issue 14 item 3: quarantined, Unknown beyond its window, breaker, lag/staleness, dead letters,
 recovery failing, watcher silent."""

@@ -16,6 +16,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+import services.adapters.projection.failure_tables  # (the imports register their tables on ``metadata``)
 import services.adapters.projection.governance_tables  # (the imports register their tables on ``metadata``)
 import services.adapters.projection.inventory_tables
 import services.adapters.projection.workload_tables  # noqa: F401
@@ -114,15 +115,20 @@ async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
         "partition_progress",
         "pod_tombstones",
         "pod_workloads",
+        "dra_failures",
         *GOVERNANCE_TABLES,
         *INVENTORY_TABLES,
     }
     current = await asyncio.to_thread(alembic_cli, database_url, schema_name, "current")
-    assert "0011_migration_workloads (head)" in current.stdout
+    assert "0012_dra_failures (head)" in current.stdout
     assert {"last_observed_at", "partition"} <= await columns_of(
         engine, schema_name, "device_identities"
     )
     assert "frozen" in await columns_of(engine, schema_name, "device_history")
+
+    back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
+    assert back.returncode == 0, back.stderr
+    assert "dra_failures" not in await tables_in(engine, schema_name)  # 0012
 
     back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
     assert back.returncode == 0, back.stderr
@@ -194,7 +200,7 @@ async def test_migrate_is_idempotent_and_safe_to_run_concurrently(
         version = await conn.execute(
             text(f'SELECT version_num FROM "{schema_name}".alembic_version')
         )
-        assert [r[0] for r in version] == ["0011_migration_workloads"]
+        assert [r[0] for r in version] == ["0012_dra_failures"]
 
 
 async def test_revisions_match_the_table_metadata(engine: AsyncEngine, fresh_schema: str) -> None:

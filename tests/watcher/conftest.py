@@ -20,6 +20,7 @@ from tests.watcher.test_kube_source import FakeApiServer, pod
 LEASES_PATH = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 NODES_PATH = "/api/v1/nodes"
 PODS_PATH = "/api/v1/pods"
+EVENTS_PATH = "/api/v1/events"
 DRA_PATH = "/apis/resource.k8s.io/v1"
 SLICES_PATH = f"{DRA_PATH}/resourceslices"
 CLAIMS_PATH = f"{DRA_PATH}/resourceclaims"
@@ -42,8 +43,8 @@ def publisher() -> FakePublisher:
 
 @dataclass
 class FakeCluster:
-    """One fake API server with six resources, each a :class:`FakeApiServer` (its LIST and
-    scripted WATCHes): ``pods``, ``leases`` (in kube-node-lease) and ``nodes``, and the DRA
+    """One fake API server with seven resources, each a :class:`FakeApiServer` (its LIST and
+    scripted WATCHes): ``pods``, ``leases`` (in kube-node-lease), ``nodes``, ``events``, and the DRA
     ``slices``, ``claims`` and ``classes`` (resource.k8s.io/v1), served only when ``dra_served``
     (by default, like a cluster without DRA, every request there gets a 404 Status; the requests
     are recorded all the same)."""
@@ -54,13 +55,25 @@ class FakeCluster:
     slices: FakeApiServer = field(default_factory=lambda: FakeApiServer(pods=[]))
     claims: FakeApiServer = field(default_factory=lambda: FakeApiServer(pods=[]))
     classes: FakeApiServer = field(default_factory=lambda: FakeApiServer(pods=[]))
+    events: FakeApiServer = field(
+        default_factory=lambda: FakeApiServer(pods=[], watch_script=[["hold"]])
+    )
+    """core/v1 Events (issue 16 item 3): none, one quiet WATCH."""
     dra_served: bool = False
     host: str = ""
     port: int = 0
 
     @property
     def servers(self) -> tuple[FakeApiServer, ...]:
-        return (self.pods, self.leases, self.nodes, self.slices, self.claims, self.classes)
+        return (
+            self.pods,
+            self.leases,
+            self.nodes,
+            self.slices,
+            self.claims,
+            self.classes,
+            self.events,
+        )
 
     def dra(self, server: FakeApiServer) -> Any:
         """The handler of a DRA resource: ``server``'s, or 404 unless ``dra_served``."""
@@ -102,6 +115,7 @@ async def fake_cluster() -> AsyncIterator[FakeCluster]:
     app.router.add_get(PODS_PATH, cluster.pods.handle)
     app.router.add_get(LEASES_PATH, cluster.leases.handle)
     app.router.add_get(NODES_PATH, cluster.nodes.handle)
+    app.router.add_get(EVENTS_PATH, cluster.events.handle)
     app.router.add_get(SLICES_PATH, cluster.dra(cluster.slices))
     app.router.add_get(CLAIMS_PATH, cluster.dra(cluster.claims))
     app.router.add_get(CLASSES_PATH, cluster.dra(cluster.classes))

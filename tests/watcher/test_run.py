@@ -251,6 +251,7 @@ async def test_live_mode_runs_pods_leases_nodes_and_ticks_and_stops_on_sigterm(
     async with asyncio.timeout(30):
         for server in (fake_cluster.pods, fake_cluster.leases, fake_cluster.nodes):
             await server.holding.wait()  # listed, watched, now idle in the second watch
+        await fake_cluster.events.holding.wait()  # listed (none), watched, idle
     os.kill(os.getpid(), signal.SIGTERM)
     summary = await asyncio.wait_for(watching, 30)
     # The fake cluster serves no resource.k8s.io/v1 nor v1beta2 (404): each DRA loop (and the
@@ -272,7 +273,11 @@ async def test_live_mode_runs_pods_leases_nodes_and_ticks_and_stops_on_sigterm(
     }
     assert (summary.ticks_sent, summary.heartbeats_coarsened) == (PARTITIONS, 1)
     assert summary.resource_version == "102"
-    assert summary.object_versions == {"Lease": "53", "Node": "100"}
+    assert summary.object_versions == {"Lease": "53", "Node": "100", "Event": "100"}
+    # The Events are the Warnings about Pods (issue 16 item 3), filtered by the API server.
+    assert (
+        fake_cluster.events.requests[0]["fieldSelector"] == "involvedObject.kind=Pod,type=Warning"
+    )
     assert summary.pods_tracked == 3 and summary.nodes_tracked == 3
     assert [r.get("resourceVersion") for r in fake_cluster.pods.requests if r.get("watch")] == [
         "100",
@@ -325,7 +330,8 @@ async def test_live_mode_without_lease_and_node_watches(
     os.kill(os.getpid(), signal.SIGTERM)
     summary = await asyncio.wait_for(watching, 30)
     assert fake_cluster.leases.requests == [] and fake_cluster.nodes.requests == []
-    assert [s.requests for s in fake_cluster.servers[3:]] == [[], [], []]
+    assert [s.requests for s in fake_cluster.servers[3:6]] == [[], [], []]
+    assert len(fake_cluster.events.requests) >= 1  # Events are watched unless told not to
     assert summary.events_published == {"DeviceHealthObserved": 3, "PodsListed": 1}
     assert summary.not_served == []
 
@@ -405,11 +411,12 @@ async def test_live_mode_watches_the_dra_inventory_and_relists_after_410(
             "tick_interval_seconds": 3600.0,
             "watch_leases": False,
             "watch_nodes": False,
+            "watch_events": False,
         }
     )
     watching = asyncio.create_task(run_watch(live))
     async with asyncio.timeout(30):
-        for server in (fake_cluster.pods, *fake_cluster.servers[3:]):
+        for server in (fake_cluster.pods, *fake_cluster.servers[3:6]):
             await server.holding.wait()
     os.kill(os.getpid(), signal.SIGTERM)
     summary = await asyncio.wait_for(watching, 30)

@@ -159,3 +159,28 @@ def device_taint_rule_api(
         settings,
         page_size=page_size,
     )
+
+
+EVENT: Final = "Event"
+EVENT_FIELD_SELECTOR: Final = "involvedObject.kind=Pod,type=Warning"
+"""The Events the watcher reads: Warnings about Pods (the kubelet's
+``FailedPrepareDynamicResources``/``FailedUnprepareDynamicResources``, the scheduler's
+``FailedScheduling``); the API server filters, so Normal Events and other kinds' never reach the
+watcher's memory."""
+
+
+def event_api(
+    api_client: ApiClient, settings: WatchSettings, *, page_size: int = LIST_PAGE_SIZE
+) -> KubernetesObjectApi:
+    """Warning Events about Pods in all namespaces (``CoreV1Api.list_event_for_all_namespaces``,
+    core/v1, field selector :data:`EVENT_FIELD_SELECTOR`). core/v1 rather than
+    events.k8s.io/v1: the same objects (one storage), and the kubelet writes through the core/v1
+    recorder (``count``, ``source.host`` = its node) while the scheduler's events.k8s.io/v1
+    ``series`` shows there as ``series.count``; both readable in one shape."""
+    return KubernetesObjectApi(
+        EVENT,
+        k8s_client.CoreV1Api(api_client).list_event_for_all_namespaces,
+        settings,
+        page_size=page_size,
+        params={"field_selector": EVENT_FIELD_SELECTOR},
+    )

@@ -79,3 +79,5 @@ class PreparedBatch:
     """Each partition's watermark after the batch (``last_event_at``)."""
     workload_rows: dict[str, str] | None = None
     """The ``pod_workloads`` rows to upsert (:mod:`services.adapters.projection.workload_sql`)."""
+    failure_rows: dict[str, str] | None = None
+    """The ``dra_failures`` rows to upsert (:mod:`services.adapters.projection.failure_sql`)."""

@@ -2,7 +2,7 @@
 (and ``--governance --verify``, over :data:`GOVERNANCE_COMPARED_TABLES`).
 
 Replaying the same log must give identical ``devices``, ``device_history``, ``pod_tombstones``
-and ``pod_workloads`` rows, and identical
+``pod_workloads`` and ``dra_failures`` rows, and identical
 inventory rows (``inventory_objects``, ``node_resources``, ``device_identities``,
 ``inventory_conflicts``), every column; ``partition_progress`` is left out: its ``updated_at`` is
 wall-clock time. PostgreSQL finds the
@@ -18,6 +18,7 @@ from typing import Any, Final
 from sqlalchemy import Table, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from services.adapters.projection.failure_tables import dra_failures
 from services.adapters.projection.governance_tables import (
     device_governance,
     governance_decisions,
@@ -52,6 +53,7 @@ COMPARED_TABLES: Final = (
     pod_tombstones,
     *INVENTORY_COMPARED_TABLES,
     pod_workloads,
+    dra_failures,
 )
 """Tables whose rows a replay of the health topic must reproduce exactly."""
 

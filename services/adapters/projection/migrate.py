@@ -20,6 +20,7 @@ from typing import Final
 from alembic import command
 from alembic.config import Config
 
+import services.adapters.projection.failure_tables  # (the imports register their tables on ``metadata``)
 import services.adapters.projection.governance_tables  # (the imports register their tables on ``metadata``)
 import services.adapters.projection.inventory_tables
 import services.adapters.projection.workload_tables  # noqa: F401

@@ -29,6 +29,7 @@ DEFERRED_INDEX_TABLES: Final = (
     "device_identities",
     "inventory_conflicts",
     "pod_workloads",
+    "dra_failures",
 )
 """Tables whose secondary indexes a replay into a new schema builds at the end."""
 HEALTH_TABLES: Final = (
@@ -39,6 +40,7 @@ HEALTH_TABLES: Final = (
     "device_identities",
     "inventory_conflicts",
     "pod_workloads",
+    "dra_failures",
 )
 """Tables built from the health topic (what an in-place replay truncates and rebuilds)."""
 

@@ -37,6 +37,11 @@ from services.adapters.projection.batch_sql import BatchStatements, device_rows,
 from services.adapters.projection.cache import DeviceCache
 from services.adapters.projection.early_drops_sql import check_early_drops
 from services.adapters.projection.errors import ProjectionConflictError
+from services.adapters.projection.failure_sql import (
+    FailureStatements,
+    fresh_failure_rows,
+    write_failures,
+)
 from services.adapters.projection.inventory_store import (
     InventoryProjection,
     fresh_items,
@@ -91,6 +96,7 @@ class ProjectionStore:
         self._tombstones = TombstoneStatements(schema)
         self._retention = RetentionStatements(schema)
         self._workloads = WorkloadStatements(schema)
+        self._failures = FailureStatements(schema)
         self.inventory = InventoryProjection(schema)
         """The inventory this store maintains when batches carry :attr:`LoggedBatch.inventory`."""
 
@@ -189,6 +195,8 @@ class ProjectionStore:
             await prune_history(conn, self._retention, clock[1], retention)
             rows = fresh_rows(batch.workloads, applied_through.get)
             await write_workloads(conn, self._workloads, rows)
+            failures = fresh_failure_rows(batch.failures, applied_through.get)
+            await write_failures(conn, self._failures, failures)
             inventory = None
             if inventory_items is not None:
                 inventory = await self.inventory.apply(
@@ -281,6 +289,7 @@ class ProjectionStore:
         }
         return PreparedBatch(
             workload_rows=fresh_rows(batch.workloads, lambda part: cache.offset(*part)),
+            failure_rows=fresh_failure_rows(batch.failures, lambda part: cache.offset(*part)),
             written=plan.written,
             offsets=offsets,
             stats=batch_stats(plan, len(plan.written), len(records) - len(fresh), len(refused)),
@@ -310,6 +319,7 @@ class ProjectionStore:
             if prepared.tombstones:
                 await write_tombstones(conn, self._tombstones, prepared.tombstones)
             await write_workloads(conn, self._workloads, prepared.workload_rows)
+            await write_failures(conn, self._failures, prepared.failure_rows)
         return prepared.stats
 
     async def prune_history(

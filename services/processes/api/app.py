@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse
 
 from services.adapters.projection.engine import create_engine
 from services.adapters.projection.errors import DatabaseError
+from services.adapters.projection.failure_sql import FailureReads
 from services.adapters.projection.reads_adoption import AdoptionReads
 from services.adapters.projection.reads_changes import ChangeReads
 from services.adapters.projection.reads_devices import DeviceReads
@@ -176,6 +177,7 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
         app.state.inventory = InventoryReads(engine, settings.database_schema)
         app.state.adoption = AdoptionReads(engine, settings.database_schema)
         app.state.workloads = WorkloadReads(engine, settings.database_schema)
+        app.state.failures = FailureReads(engine, settings.database_schema)
         app.state.migrations = MigrationReads(engine, settings.database_schema)
         publisher = CommandPublisher(settings)
         app.state.publisher = publisher

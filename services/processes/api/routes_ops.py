@@ -21,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, gen
 from services.adapters.kafka.lag import PartitionLag
 from services.adapters.projection.errors import DatabaseError
 from services.adapters.projection.reads_governance import FleetStatus, GovernanceReads
+from services.processes.api.failure_metrics import failure_metrics
 from services.processes.api.readiness import LagUnavailable, lag_problem
 from services.processes.api.routes_devices import Store
 from services.processes.api.routes_extender import extender_metrics
@@ -148,7 +149,9 @@ async def metrics(
     total/allocated/idle/unavailable/fragmented; the node view unless ``capacityNodeView=false``),
     ``devicestate_capacity_request_size``, ``devicestate_inventory_divergence{node,resource}``
     (ResourceSlice devices minus Node capacity where both offer the resource),
-    ``devicestate_api_inventory_up``. With the scheduler extender enabled:
+    ``devicestate_api_inventory_up``. Driver and claim failures (issue 16 item 3):
+    ``devicestate_dra_failures_total{class,reason,namespace}`` summed from the projection,
+    ``devicestate_api_dra_failures_up``. With the scheduler extender enabled:
     ``devicestate_scheduler_extender_calls_total{outcome}`` and
     ``devicestate_scheduler_extender_failed_nodes_total``. With the point GETs' in-memory copy
     (``DEVICESTATE_API_READ_CACHE``): ``devicestate_api_read_cache_ready``,
@@ -199,6 +202,7 @@ async def metrics(
     await _lag_gauges(request, registry, clock())
     await _governance_gauges(request, registry, clock())
     await inventory_gauges(request, registry, capacity_node_view, DATABASE_ERRORS)
+    await failure_metrics(request, registry, DATABASE_ERRORS)
     if request.app.state.settings.scheduler_extender:
         extender_metrics(request, registry)
     warm = getattr(request.app.state, "warm_devices", None)

@@ -14,6 +14,7 @@ from typing import Final
 from services.adapters.kafka.headers import record_type
 from services.adapters.kafka.reader import TopicMissing, TopicSnapshot
 from services.adapters.kafka.reader import topic_partitions as kafka_topic_partitions
+from services.domain.adoption.failure_events import DRAFailureObserved
 from services.domain.batch import InventoryRecord
 from services.domain.event_time import append_time, bounded
 from services.domain.events import DeviceHealthObserved, PodDevicesReleased, PodsListed
@@ -62,6 +63,8 @@ class LogBatch:
     events', and device events' whose ``observedAt`` was clamped to the broker's clock."""
     workloads: list[tuple[LogPosition, PodWorkloadObserved]] = field(default_factory=list)
     """The Pods' workload records (:attr:`LoggedBatch.workloads`), in read order."""
+    failures: list[tuple[LogPosition, DRAFailureObserved]] = field(default_factory=list)
+    """The driver and claim failures (:attr:`LoggedBatch.failures`), in read order."""
 
 
 async def read_log(
@@ -103,6 +106,7 @@ async def read_log(
             items: list[tuple[LogPosition, InventoryRecord]] = []
             times: list[tuple[LogPosition, datetime]] = []
             workloads: list[tuple[LogPosition, PodWorkloadObserved]] = []
+            failures: list[tuple[LogPosition, DRAFailureObserved]] = []
             undecodable = read = node_events = 0
             # A batch is gathered from small reads with a yield to the event loop after each:
             # decoding then runs while PostgreSQL works on the previous batch, and the writer
@@ -141,6 +145,8 @@ async def read_log(
                             at, clamped = bounded(event.observed_at, appended, skew_seconds)
                         if isinstance(event, PodWorkloadObserved):
                             workloads.append((position, event))
+                        if isinstance(event, DRAFailureObserved):
+                            failures.append((position, event))
                         if not isinstance(
                             event, DeviceHealthObserved | PodDevicesReleased | PodsListed
                         ):
@@ -152,7 +158,9 @@ async def read_log(
                         records.append(LoggedEvent(position, event))
                 await asyncio.sleep(0)
             if read:
-                yield LogBatch(records, undecodable, read, node_events, items, times, workloads)
+                yield LogBatch(
+                    records, undecodable, read, node_events, items, times, workloads, failures
+                )
 
 
 async def topic_partitions(bootstrap_servers: str, topic: str) -> list[int]:

@@ -268,6 +268,7 @@ async def _rebuild(
                         inventory=batch.items,
                         max_devices_per_node=max_devices_per_node,
                         workloads=batch.workloads,
+                        failures=batch.failures,
                     )
                     prepared = await asyncio.to_thread(
                         functools.partial(store.prepare_batch, logged, cache)

@@ -2,7 +2,7 @@
 SIGINT, or until one of them fails; then all of them stop.
 
 The loops (which resources to watch): Pods; node Leases unless ``watch_leases`` is off; Nodes
-unless ``watch_nodes`` is off; DeviceClasses, ResourceSlices and ResourceClaims unless
+unless ``watch_nodes`` is off; Warning Events about Pods (core/v1) unless ``watch_events`` is off; DeviceClasses, ResourceSlices and ResourceClaims unless
 ``watch_dra`` is off, and DeviceTaintRules (resource.k8s.io/v1beta2) -- each of those is
 *optional*: it ends by itself, with a warning, on a cluster that does not serve it. The ticker sends a ``WatcherTick`` to every
 partition every ``tick_interval_seconds`` of wall clock. Every item goes to one
@@ -27,6 +27,7 @@ from services.adapters.kube.watch_apis import (
     KubernetesPodApi,
     device_class_api,
     device_taint_rule_api,
+    event_api,
     lease_api,
     node_api,
     resource_claim_api,
@@ -104,6 +105,17 @@ def _live_tasks(
                     silence_seconds=silence,
                 ),
                 "Node",
+            )
+        )
+    if settings.watch_events:
+        sources.append(
+            (
+                ObjectSource(
+                    event_api(api_client, settings),
+                    on_restart=restarts("events"),
+                    silence_seconds=silence,
+                ),
+                "Event",
             )
         )
     if settings.watch_dra:

@@ -65,6 +65,14 @@ class WatcherMetrics:
             "above 2**53, for dashboards only).",
             registry=self.registry,
         )
+        self.dra_failures = Counter(
+            "devicestate_watcher_dra_failures_published",
+            "DRAFailureObserved records published, by failure class and Event or condition "
+            "reason (this process only, from its start: the count of record is the API's "
+            "devicestate_dra_failures_total).",
+            ["class", "reason"],
+            registry=self.registry,
+        )
         self.heartbeats_published = Counter(
             "devicestate_watcher_heartbeats_published",
             "NodeHeartbeat events published (node Lease renewals kept by the coarsening).",

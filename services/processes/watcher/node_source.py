@@ -38,6 +38,7 @@ PLURALS: Final = {
     "ResourceClaim": "resourceclaims",
     "DeviceClass": "deviceclasses",
     "DeviceTaintRule": "devicetaintrules",
+    "Event": "events",
 }
 """The API's plural resource name of each object kind (logs, metrics, dead-letter sources)."""
 

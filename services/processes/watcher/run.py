@@ -29,6 +29,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_never, wait_random_
 from services.adapters.kafka.clients import is_retriable
 from services.adapters.kafka.producer import EventPublisher
 from services.adapters.kafka.topics import TopicRole, ensure_topics
+from services.domain.watch.failure_tracker import EVENT_KIND, FailureTracker
 from services.domain.watch.inventory_tracker import INVENTORY_KINDS
 from services.domain.watch.node_tracker import NodeTracker
 from services.processes.watcher.file_source import read_watch_file, source_of
@@ -80,6 +81,8 @@ def _file_kinds(settings: WatchSettings) -> frozenset[str]:
         kinds.add("Node")
     if settings.watch_dra:
         kinds |= INVENTORY_KINDS
+    if settings.watch_events:
+        kinds.add(EVENT_KIND)
     return frozenset(kinds)
 
 
@@ -146,7 +149,10 @@ async def run_watch(
         )
     )
     processor = WatchProcessor(max_message_bytes=settings.max_message_bytes)
-    session = WatchSession(publisher, metrics, summary, processor=processor, nodes=nodes)
+    failures = FailureTracker() if settings.watch_events else None
+    session = WatchSession(
+        publisher, metrics, summary, processor=processor, nodes=nodes, failures=failures
+    )
     try:
         if from_file is not None:
             await run_file(session, from_file, settings)

@@ -3,7 +3,9 @@ order, through the processors, and what they produced to the publisher, counted 
 :class:`~services.processes.watcher.summary.WatchSummary` and the metrics.
 
 Pods go through :class:`WatchProcessor`, node Leases and Nodes through :class:`NodeProcessor`,
-DRA ResourceSlices, ResourceClaims and DeviceClasses through :class:`InventoryProcessor`; a
+DRA ResourceSlices, ResourceClaims and DeviceClasses through :class:`InventoryProcessor`, core/v1
+Events and the Pods' ``PodScheduled`` conditions through the
+:class:`~services.domain.watch.failure_tracker.FailureTracker` (driver and claim failures); a
 ``_CLOCK`` directive of a recorded stream sets the clock and sends a ``WatcherTick`` to every
 partition (time comes from the log, issue 3).
 """
@@ -20,6 +22,7 @@ from services.domain.inventory.events import InventoryKind, InventoryObserved
 from services.domain.inventory.objects import ResourceClaimInfo
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 from services.domain.records import TopicRecord
+from services.domain.watch.failure_tracker import EVENT_KIND, FailureOutcome, FailureTracker
 from services.domain.watch.inventory_tracker import INVENTORY_KINDS
 from services.domain.watch.lifecycle_tracker import LifecycleTracker
 from services.domain.watch.node_tracker import NodeTracker
@@ -94,6 +97,7 @@ class WatchSession:
         nodes: NodeProcessor | None = None,
         inventory: InventoryProcessor | None = None,
         lifecycle: LifecycleTracker | None = None,
+        failures: FailureTracker | None = None,
     ) -> None:
         self.publisher = publisher
         self.metrics = metrics
@@ -103,6 +107,8 @@ class WatchSession:
         self.nodes = nodes or NodeProcessor(NodeTracker(DEFAULT_HEARTBEAT_INTERVAL))
         self.inventory = inventory or InventoryProcessor()
         self.lifecycle = lifecycle if lifecycle is not None else LifecycleTracker()
+        self.failures = failures
+        """Driver and claim failures of Events and Pod conditions (``None``: not watched)."""
         self.workloads: WorkloadResolver | None = None
         """Set by live mode (issue 13): the Pods holding devices are filed there."""
         self.deliveries = WatchDeliveries((POD_STREAM,))
@@ -218,6 +224,16 @@ class WatchSession:
         for kind, count in self.summary.inventory_tracked.items():
             self.metrics.inventory_tracked.labels(kind).set(count)
 
+    async def _apply_failures(self, outcome: FailureOutcome, source: str) -> None:
+        for problem in outcome.problems:
+            log.warning("unreadable failure Event or Pod", source=source, problem=problem)
+            self._problem("failure-unreadable")
+        for reason in outcome.ignored:
+            self.summary.ignored[f"{EVENT_KIND} {reason}"] += 1
+        for record in outcome.records:
+            await self._publish(record)
+            self.metrics.dra_failures.labels(record.failure_class.value, record.reason).inc()
+
     async def _publish_inventory(self, event: InventoryObserved) -> None:
         await self._publish(event)
         change = "deleted" if event.deleted else "observed"
@@ -261,7 +277,17 @@ class WatchSession:
             self.deliveries.delivered(stream, item.now)
         elif not isinstance(item, Directive):  # what the watch itself delivered
             self.deliveries.delivered(stream, self.clock.now())
-        if isinstance(item, ObjectChange) and item.object_kind in INVENTORY_KINDS:
+        if isinstance(item, ObjectChange | ObjectsListed) and item.object_kind == EVENT_KIND:
+            if self.failures is not None:
+                now = self.clock.now()
+                if isinstance(item, ObjectChange):
+                    found = self.failures.event(item.kind, item.obj, now)
+                else:
+                    found = self.failures.events_listed(item.items, now)
+                await self._apply_failures(found, source)
+            if isinstance(item, ObjectsListed) or stream != POD_STREAM:
+                self._object_resume_point(EVENT_KIND, item.resource_version)
+        elif isinstance(item, ObjectChange) and item.object_kind in INVENTORY_KINDS:
             inventory = self.inventory.object_event(
                 item.kind, item.object_kind, item.obj, item.raw, source, self.clock.now()
             )
@@ -295,6 +321,9 @@ class WatchSession:
                 item.kind, item.pod, item.raw, source, self.clock.now()
             )
             await self._apply(outcome, source, pod)
+            if self.failures is not None:
+                found = self.failures.pod(item.kind, item.pod, self.clock.now())
+                await self._apply_failures(found, source)
             self._observe_lifecycle(item.kind, item.pod, pod)
             self._file_workload(item.kind, item.pod)
             self._resume_point(item.resource_version)
@@ -307,6 +336,9 @@ class WatchSession:
                 self.nodes.tracker.known_nodes(),
             )
             await self._apply(outcome, source, f"{len(item.pods)} listed")
+            if self.failures is not None:
+                found = self.failures.pods_listed(item.pods, self.clock.now())
+                await self._apply_failures(found, source)
             self.lifecycle.listed(item.pods)
             if self.workloads is not None:
                 self.workloads.relisted()
