@@ -19,6 +19,7 @@ from services.processes.alerts.cli import alerts
 from services.processes.api.cli import api
 from services.processes.enforcement.admission_cli import adoption_enforce
 from services.processes.enforcement.cli import enforce
+from services.processes.migration.cli import migrate
 from services.processes.recovery.cli import recovery
 from services.processes.replay.cli import replay
 from services.processes.watcher.cli import watch
@@ -41,6 +42,7 @@ register_operator_commands(app)  # quarantine, automation, breaker, governance, 
 app.command("alerts")(alerts)
 app.command("recovery")(recovery)
 app.command("enforce")(enforce)
+app.command("migrate")(migrate)
 adoption_app.command("enforce")(adoption_enforce)  # `devicestate adoption enforce` (issue 16)
 app.add_typer(topics)
 

@@ -521,6 +521,34 @@ class EnforcementSettings(SettingsGroup):
     )
 
 
+class MigrationExecutorSettings(SettingsGroup):
+    """The migration executor of ``devicestate migrate`` (docs/migration.md, "The executor"):
+    dry-run by default (it prints what it would do, Kubernetes writes go with ``dryRun=All`` and
+    no report is posted). Its lease period and checkpoint deadline are the governor's
+    (``DEVICESTATE_MIGRATION_LEASE_SECONDS``, ``..._CHECKPOINT_TIMEOUT_SECONDS``)."""
+
+    migrate_dry_run: bool = Field(
+        True, description="Only print what the executor would do (--apply turns it off)."
+    )
+    migrate_api_url: str | None = Field(
+        None,
+        description="Base URL of the devicestate API it follows and reports to (unset: "
+        "http://DEVICESTATE_API_HOST:DEVICESTATE_API_PORT).",
+    )
+    migrate_api_token: str | None = Field(
+        None, description="Bearer token of the operator role (reports and evidence are writes)."
+    )
+    migrate_api_token_file: str | None = Field(
+        None, description="File holding that token (e.g. a mounted Secret); wins over the value."
+    )
+    migrate_holder: str | None = Field(
+        None, description="The executor's lease holder name (unset: <hostname>-<pid>)."
+    )
+    migrate_poll_seconds: float = Field(
+        5.0, gt=0, description="Seconds between passes over GET /v1/migrations."
+    )
+
+
 class ApiFeatureSettings(SettingsGroup):
     """Optional parts of the directory API: the scheduler-extender endpoint (off: the route does
     not exist until a deployment asks for it), the request size of the capacity view's
@@ -667,6 +695,13 @@ class EnforcementProcessSettings(
     its DeviceTaintRules go to."""
 
 
+class MigrationProcessSettings(
+    KubeSettings, ApiSettings, PolicySettings, MigrationExecutorSettings, LoggingSettings
+):
+    """``devicestate migrate``: the API it follows and reports to, the cluster its Pods run in,
+    the governor's lease period and checkpoint deadline."""
+
+
 class ReplayProcessSettings(
     GovernanceTopicSettings,
     DatabaseSettings,
@@ -687,6 +722,7 @@ class Settings(
     AlertsProcessSettings,
     RecoveryProcessSettings,
     EnforcementProcessSettings,
+    MigrationProcessSettings,
     ReplayProcessSettings,
 ):
     """Every setting of every process (every group). Defaults suit the local stack started by
@@ -708,6 +744,7 @@ GROUPS: Final[tuple[type[SettingsGroup], ...]] = (
     ApiAuthSettings,
     AlertSettings,
     EnforcementSettings,
+    MigrationExecutorSettings,
     ApiFeatureSettings,
     AdoptionSettings,
     LoggingSettings,

@@ -49,8 +49,11 @@ class Outcome:
 
 
 def view(m: Migration) -> dict[str, Any]:
-    """The migration fields every decision carries: ``GET /v1/migrations`` serves the latest."""
+    """The migration fields every decision carries: ``GET /v1/migrations`` serves the latest.
+    ``pods`` are ``namespace/name``; ``podUIDs`` the same Pods' UIDs, in the same order (the
+    executor evicts only these Pods, never a replacement created under the same name)."""
     obj = m.to_json()
+    obj["podUIDs"] = [p["uid"] for p in obj["pods"]]
     obj["pods"] = [f"{p['namespace']}/{p['name']}" for p in obj["pods"]]
     return obj
 

@@ -1,0 +1,257 @@
+"""``devicestate migrate`` live: the executor against the real kube-apiserver, the real API app
+on the real PostgreSQL and Kafka, and the real governor fold (tests/kubeapi/migration_harness.py).
+
+A checkpointed Pod on a quarantined device: condition False, the handshake answered by the test,
+checkpoint-committed, the Pod evicted through the Eviction API (it is gone), released; a
+PodDisruptionBudget that blocks: eviction-refused; dry-run: nothing changes; two executors at
+once: one eviction; a non-recoverable Pod: a Warning Event, no eviction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes_asyncio import client
+
+from services.adapters.kube.pods import KubernetesPods
+from services.domain.events import format_time
+from services.processes.migration.api import HttpMigrationsApi
+from services.processes.migration.executor import EVENT_REASON, EVIDENCE_DONE, MigrationExecutor
+from tests.api.conftest import (  # noqa: F401 (fixtures)
+    ApiFactory,
+    Governor,
+    api_settings,
+    bearer,
+    governance_topic,
+    governor,
+    make_api,
+)
+from tests.kubeapi.conftest import NAMESPACE
+from tests.kubeapi.migration_harness import (
+    LEASE_SECONDS,
+    Clock,
+    CountingPods,
+    Governed,
+    create_pod,
+    drive,
+    pod_manifest,
+    relay,
+    serving,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def api(make_api: ApiFactory, clock: Clock) -> AsyncIterator[httpx.AsyncClient]:  # noqa: F811
+    async with make_api(clock=clock) as http:
+        http.headers.update(bearer("operator"))
+        yield http
+
+
+@pytest.fixture
+async def governed(
+    governor: Governor,  # noqa: F811
+    kafka_bootstrap: str,
+    governance_topic: str,  # noqa: F811
+) -> AsyncIterator[Governed]:
+    g = Governed(governor)
+    async with relay(kafka_bootstrap, governance_topic, g):
+        yield g
+
+
+def executor(
+    api: httpx.AsyncClient, pods: KubernetesPods, holder: str, clock: Clock, dry_run: bool = False
+) -> MigrationExecutor:
+    return MigrationExecutor(
+        HttpMigrationsApi.over(api),
+        pods,
+        holder,
+        dry_run=dry_run,
+        lease_seconds=LEASE_SECONDS,
+        clock=clock,
+    )
+
+
+async def read(pods: KubernetesPods, name: str) -> dict[str, Any] | None:
+    return await pods.read_pod(NAMESPACE, name)
+
+
+async def test_a_checkpointed_pod_is_asked_checkpointed_and_evicted(
+    admin_client: client.ApiClient, api: httpx.AsyncClient, governed: Governed, clock: Clock
+) -> None:
+    pods = CountingPods(admin_client)
+    pod = await create_pod(admin_client, pod_manifest("train-ckpt"))
+    mid = await governed.plan(pod, "checkpointed", max_age=600)
+    a = executor(api, pods, "exec-a", clock)
+
+    async def asked() -> bool:
+        found = await read(pods, "train-ckpt")
+        annotations = (found or {}).get("metadata", {}).get("annotations") or {}
+        return annotations.get("devicestate.io/checkpoint-request") == mid
+
+    await drive([a], asked)
+    assert governed.phase(mid) == "checkpoint-requested"
+    current = await read(pods, "train-ckpt")
+    assert current is not None and serving(current) == "False"  # out of the Service endpoints
+    assert pods.evictions == 0  # nothing evicted before the checkpoint
+
+    taken = clock()
+    answer = {"migrationID": mid, "checkpointID": "ckpt-7", "checkpointAt": format_time(taken)}
+    await client.CoreV1Api(admin_client).patch_namespaced_pod(
+        "train-ckpt",
+        NAMESPACE,
+        {"metadata": {"annotations": {"devicestate.io/checkpoint-response": json.dumps(answer)}}},
+    )
+
+    async def committed() -> bool:
+        return governed.phase(mid) != "checkpoint-requested"
+
+    await drive([a], committed)
+    assert governed.phase(mid) == "eviction-requested"
+    m = governed.run.state.fleet.migrations.migrations[mid]
+    assert m.checkpoint_id == "ckpt-7"
+
+    # A restart (kill -9: nothing in memory) resumes from the governor's record.
+    b = executor(api, pods, "exec-a", clock)
+
+    async def released() -> bool:
+        return governed.phase(mid) == "released"
+
+    await drive([b], released)
+    assert await read(pods, "train-ckpt") is None  # evicted: the Pod is gone
+    assert pods.evictions == 1
+    kinds = [r.kind.value for r in governed.reports]
+    assert kinds[0] == "lease-requested"
+    assert kinds.count("checkpoint-committed") == 1 and kinds.count("evicted") == 1
+    history = (await api.get(f"/v1/migrations/{mid}")).json()
+    assert history["migration"]["phase"] == "released"
+    assert "MigrationReportRejected" not in [d["kind"] for d in history["decisions"]]
+
+
+async def test_a_pod_disruption_budget_refuses_the_eviction(
+    admin_client: client.ApiClient, api: httpx.AsyncClient, governed: Governed, clock: Clock
+) -> None:
+    pods = CountingPods(admin_client)
+    labels = {"app": "shard-pdb"}
+    pod = await create_pod(admin_client, pod_manifest("shard-pdb-0", labels))
+    # Running (as a kubelet would write it): a Pending Pod is evicted whatever the budget says.
+    await client.CoreV1Api(admin_client).patch_namespaced_pod_status(
+        "shard-pdb-0", NAMESPACE, {"status": {"phase": "Running"}}
+    )
+    policy = client.PolicyV1Api(admin_client)
+    pdb = {
+        "metadata": {"name": "shard-pdb", "namespace": NAMESPACE},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}},
+    }
+    await policy.create_namespaced_pod_disruption_budget(NAMESPACE, pdb)
+    try:
+        mid = await governed.plan(pod, "sharded")
+
+        async def finished() -> bool:
+            return governed.phase(mid) == "failed"
+
+        await drive([executor(api, pods, "exec-a", clock)], finished)
+    finally:
+        await policy.delete_namespaced_pod_disruption_budget("shard-pdb", NAMESPACE)
+    m = governed.run.state.fleet.migrations.migrations[mid]
+    assert m.reason is not None and m.reason.value == "pdb-refused"
+    assert "disruption budget" in m.detail
+    assert await read(pods, "shard-pdb-0") is not None and pods.evictions == 0
+
+
+async def test_dry_run_changes_nothing(
+    admin_client: client.ApiClient, api: httpx.AsyncClient, governed: Governed, clock: Clock
+) -> None:
+    pods = CountingPods(admin_client)
+    pod = await create_pod(admin_client, pod_manifest("dry-0"))
+    mid = await governed.plan(pod, "sharded")
+    dry = executor(api, pods, "exec-dry", clock, dry_run=True)
+    result = await dry.run_pass()
+    assert result.actions == [f"would request the lease of {mid} as exec-dry"]
+    # Another executor holds the lease now, in eviction-requested: the dry run shows the steps.
+    response = await api.post(
+        f"/v1/migrations/{mid}/reports", json={"kind": "lease-requested", "holder": "exec-a"}
+    )
+    assert response.status_code == 202, response.text
+
+    async def granted() -> bool:
+        return governed.phase(mid) == "eviction-requested"
+
+    await drive([], granted)
+    before = await read(pods, "dry-0")
+    result = await dry.run_pass()
+    assert result.errors == [], result.errors
+    assert result.actions == [
+        "would set devicestate.io/serving=False on " + f"{NAMESPACE}/dry-0",
+        f"would evict {NAMESPACE}/dry-0 (policy/v1 Eviction)",
+        f"would report evicted for {mid}",
+    ]
+    after = await read(pods, "dry-0")
+    assert after is not None and before is not None
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert serving(after) is None and pods.evictions == 0
+    assert [r.holder for r in governed.reports] == ["exec-a"]  # the dry run posted nothing
+
+
+async def test_two_executors_at_once_evict_once(
+    admin_client: client.ApiClient, api: httpx.AsyncClient, governed: Governed, clock: Clock
+) -> None:
+    pods = CountingPods(admin_client)
+    pod = await create_pod(admin_client, pod_manifest("race-0"))
+    mid = await governed.plan(pod, "sharded")
+    a, b = executor(api, pods, "exec-a", clock), executor(api, pods, "exec-b", clock)
+
+    async def released() -> bool:
+        return governed.phase(mid) == "released"
+
+    await drive([a, b], released)
+    assert await read(pods, "race-0") is None
+    assert pods.evictions == 1
+    m = governed.run.state.fleet.migrations.migrations[mid]
+    evicted = [r for r in governed.reports if r.kind.value == "evicted"]
+    assert [r.holder for r in evicted] == [m.holder] and m.fencing_token == 1
+    requests = {r.holder for r in governed.reports if r.kind.value == "lease-requested"}
+    assert requests == {"exec-a", "exec-b"}  # both asked; one was granted
+
+
+async def test_a_non_recoverable_pod_gets_a_warning_event_and_is_not_evicted(
+    admin_client: client.ApiClient, api: httpx.AsyncClient, governed: Governed, clock: Clock
+) -> None:
+    pods = CountingPods(admin_client)
+    pod = await create_pod(admin_client, pod_manifest("infer-0"))
+    mid = await governed.plan(pod, "non-recoverable")
+    assert governed.phase(mid) == "evidence-kept"
+    result = await executor(api, pods, "exec-a", clock).run_pass()
+    assert result.errors == [], result.errors
+    events = await client.CoreV1Api(admin_client).list_namespaced_event(
+        NAMESPACE, field_selector=f"involvedObject.uid={pod['metadata']['uid']}"
+    )
+    (event,) = [e for e in events.items if e.reason == EVENT_REASON]
+    assert event.type == "Warning" and event.involved_object.kind == "Pod"
+    assert mid in event.message and "node-1/GPU-0" in event.message
+    current = await read(pods, "infer-0")
+    assert current is not None and pods.evictions == 0 and serving(current) is None
+    # The evidence route (branch migration-evidence) may not be served here yet: the Pod is
+    # marked done only when the API accepted the evidence (its body: test_api_client.py).
+    served = (
+        "/v1/migrations/{migrationID}/evidence"
+        in (await api.get("/openapi.json")).json()["paths"]
+    )
+    marked = (current["metadata"].get("annotations") or {}).get(EVIDENCE_DONE)
+    assert marked == (mid if served else None)
+    # A second pass writes no second Event.
+    await executor(api, pods, "exec-a", clock).run_pass()
+    again = await client.CoreV1Api(admin_client).list_namespaced_event(
+        NAMESPACE, field_selector=f"involvedObject.uid={pod['metadata']['uid']}"
+    )
+    assert [e.count for e in again.items if e.reason == EVENT_REASON] == [1]
