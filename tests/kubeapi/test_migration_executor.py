@@ -244,8 +244,7 @@ async def test_a_non_recoverable_pod_gets_a_warning_event_and_is_not_evicted(
     # The evidence route (branch migration-evidence) may not be served here yet: the Pod is
     # marked done only when the API accepted the evidence (its body: test_api_client.py).
     served = (
-        "/v1/migrations/{migrationID}/evidence"
-        in (await api.get("/openapi.json")).json()["paths"]
+        "/v1/migrations/{migrationID}/evidence" in (await api.get("/openapi.json")).json()["paths"]
     )
     marked = (current["metadata"].get("annotations") or {}).get(EVIDENCE_DONE)
     assert marked == (mid if served else None)

@@ -66,6 +66,9 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 SCHEDULER = "devicestate-migration"
 POLICY = {"breaker_min_devices": 1000, "breaker_min_nodes": 1000}
+LEASE_SECONDS = 10.0
+"""The migration lease of the takeover case (event time), so another executor takes over
+soon."""
 
 
 @contextlib.asynccontextmanager
@@ -73,7 +76,11 @@ async def _served(settings: Settings) -> AsyncIterator[str]:
     """The real API (scheduler extender on, test tokens) over HTTP: its URL."""
     app = create_app(
         settings.model_copy(
-            update={"api_tokens": tokens_json(), "api_read_cache": False, "scheduler_extender": True}
+            update={
+                "api_tokens": tokens_json(),
+                "api_read_cache": False,
+                "scheduler_extender": True,
+            }
         )
     )
     port = free_port()
@@ -117,28 +124,49 @@ async def _extender_scheduler(plane: ControlPlaneEnv, api_url: str) -> AsyncIter
 
 
 class Executor:
-    """``devicestate migrate --apply`` as a subprocess, against the API and the cluster."""
+    """``devicestate migrate --apply`` as a subprocess against the API and the cluster; output
+    appended to ``log``."""
 
     def __init__(self, plane: ControlPlaneEnv, api_url: str, holder: str, log: Path) -> None:
+        self.plane, self.api_url, self.holder, self.log = plane, api_url, holder, log
+        self.process: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICESTATE_")}
         env.update(
             {
-                "DEVICESTATE_KUBECONFIG": str(plane.api.kubeconfig_admin),
-                "DEVICESTATE_API_URL": api_url,
-                "DEVICESTATE_API_TOKEN": TOKENS["operator"],
+                "DEVICESTATE_KUBECONFIG": str(self.plane.api.kubeconfig_admin),
+                "DEVICESTATE_MIGRATE_API_URL": self.api_url,
+                "DEVICESTATE_MIGRATE_API_TOKEN": TOKENS["operator"],
                 "PYTHONPATH": str(REPO),
             }
         )
-        self.log = log
-        self._out = log.open("ab")
-        self.process = asyncio.create_subprocess_exec(
-            *[sys.executable, "-m", "services.cli.main", "migrate", "--apply"],
-            *["--holder", holder],
-            env=env,
-            cwd=REPO,
-            stdout=self._out,
-            stderr=self._out,
-        )
+        with self.log.open("ab") as out:
+            self.process = await asyncio.create_subprocess_exec(
+                *[sys.executable, "-m", "services.cli.main", "migrate", "--apply"],
+                *["--holder", self.holder, "--interval", "0.5"],
+                env=env,
+                cwd=REPO,
+                stdout=out,
+                stderr=out,
+            )
+
+    def check_running(self) -> None:
+        assert self.process is not None
+        if self.process.returncode is not None:
+            raise AssertionError(f"the executor exited:\n{self.log.read_text()[-4000:]}")
+
+    async def kill(self) -> None:
+        """kill -9: no clean-up of any kind."""
+        assert self.process is not None
+        self.process.kill()
+        await self.process.wait()
+
+    async def stop(self) -> int:
+        assert self.process is not None
+        if self.process.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(self.process.wait(), 30)
 
 
 async def _decisions(governed: Governed, kind: str) -> list[Json]:
@@ -156,7 +184,27 @@ async def _one(governed: Governed, kind: str, what: str, within: float = 60) -> 
     return await eventually(what, probe, within)
 
 
+async def _uncordon(rest: KubeREST, node: str, unschedulable: bool = False) -> None:
+    await rest.request(
+        "PATCH",
+        f"/api/v1/nodes/{node}",
+        body={"spec": {"unschedulable": unschedulable}},
+        content_type="application/merge-patch+json",
+    )
+
+
+async def _pod_or_none(rest: KubeREST, s: MigrationScene, name: str) -> Json | None:
+    answer = await rest.request("GET", s.pod(name), ok=(200, 404))
+    return None if answer.status == 404 else dict(answer.body)
+
+
+@pytest.mark.parametrize(
+    ("kill_at", "takeover"),
+    [(None, False), ("checkpoint-requested", False), ("released", False), ("released", True)],
+)
 async def test_a_checkpointed_job_migrates_off_a_failing_gpu(
+    kill_at: str | None,
+    takeover: bool,
     kube_control_plane: ControlPlaneEnv,
     control_plane_rest: KubeREST,
     stream_settings: Settings,
@@ -164,23 +212,22 @@ async def test_a_checkpointed_job_migrates_off_a_failing_gpu(
     worker_process: Any,
     tmp_path: Path,
 ) -> None:
+    """The whole flow; with ``kill_at``, the executor is killed (-9) once the migration reaches
+    that phase and a new one finishes it: the same holder (the restarted container) resumes
+    under its lease; with ``takeover`` another holder takes the lease once it expired on event
+    time (a higher fencing token)."""
     rest, s = control_plane_rest, MigrationScene()
-    settings = with_governance_topics(stream_settings).model_copy(update=POLICY)
+    policy = {**POLICY, "migration_lease_seconds": LEASE_SECONDS} if takeover else POLICY
+    settings = with_governance_topics(stream_settings).model_copy(update=policy)
     await make_cluster(rest, s)
-    watcher = None
+    watcher = executor = None
     try:
         async with (
             node_heartbeats(rest, [s.first, s.spare]),
             _served(settings) as api_url,
             _extender_scheduler(kube_control_plane, api_url),
         ):
-            # The spare node is cordoned until the first Pod runs, so the first lands on `first`.
-            await rest.request(
-                "PATCH",
-                f"/api/v1/nodes/{s.spare}",
-                body={"spec": {"unschedulable": True}},
-                content_type="application/merge-patch+json",
-            )
+            await _uncordon(rest, s.spare, unschedulable=True)  # the first Pod lands on `first`
             worker = worker_process(settings)
             watcher = WatcherProcess(
                 settings, kube_control_plane.api.kubeconfig_admin, tmp_path / "watcher.log"
@@ -208,29 +255,78 @@ async def test_a_checkpointed_job_migrates_off_a_failing_gpu(
             planned = await _one(governed, "MigrationPlanned", "the migration planned")
             assert (await governed.devices())[sick] == "Quarantined"
             details = planned["details"]
-            assert details["migrationClass"] == "checkpointed", planned
+            assert (details["migrationClass"], details["pods"]) == (
+                "checkpointed",
+                [f"{s.namespace}/{name}"],
+            )
             assert details["workloadUID"] == first["metadata"]["ownerReferences"][0]["uid"]
-            await rest.request(
-                "PATCH",
-                f"/api/v1/nodes/{s.spare}",
-                body={"spec": {"unschedulable": False}},
-                content_type="application/merge-patch+json",
-            )
-            await rest.request(
-                "POST",
-                f"{s.pod(name)}/eviction",
-                body={
-                    "apiVersion": "policy/v1",
-                    "kind": "Eviction",
-                    "metadata": {"name": name, "namespace": s.namespace},
-                },
-                ok=(201,),
-            )
+            migration = details["migrationID"]
+            await _uncordon(rest, s.spare)
+
+            # --- 2. the executor: lease, readiness gate False, checkpoint ----------------------
+            executor = Executor(kube_control_plane, api_url, "executor-0", tmp_path / "exec.log")
+            await executor.start()
+
+            async def serving_false() -> Json | None:
+                assert executor is not None
+                executor.check_running()
+                pod = await _pod_or_none(rest, s, name)
+                return pod if pod is not None and condition(pod, SERVING) == "False" else None
+
+            await eventually("the readiness gate's condition False", serving_false, 60)
+            if kill_at == "checkpoint-requested":
+                await _one(governed, "MigrationCheckpointRequested", "the checkpoint requested")
+                await executor.kill()
+                await executor.start()
+            answer = await answer_checkpoint(rest, s, name)
+            assert answer["migrationID"] == migration
+            committed = await _one(governed, "MigrationCheckpointCommitted", "the checkpoint")
+            assert committed["details"]["checkpointID"] == answer["checkpointID"]
+
+            # --- 3. eviction through the Eviction API; the Job controller replaces the Pod ----
+            async def evicted() -> bool | None:
+                assert executor is not None
+                executor.check_running()
+                return True if await _pod_or_none(rest, s, name) is None else None
+
+            await eventually(f"Pod {name} evicted", evicted, 60)
+            if kill_at == "released":
+                await _one(governed, "MigrationDeviceReleased", "the device released")
+                await executor.kill()
+                if takeover:
+                    executor = Executor(
+                        kube_control_plane, api_url, "executor-1", tmp_path / "exec-1.log"
+                    )
+                await executor.start()
             replacement = await placed(rest, s, {name})
-            pytest.fail(f"EXPERIMENT: {replacement['spec']['nodeName']} {s.spare}")
-            assert condition(first, SERVING) is None
-            await answer_checkpoint(rest, s, name)
-            assert await job_pods(rest, s)
+            assert replacement["spec"]["nodeName"] == s.spare
+            spare_devices = [s.device(s.spare, i) for i in range(GPUS)]
+
+            # --- 4. kubelet runs it on the spare node's GPUs: the migration completes ----------
+            await kubelet_runs(rest, s, replacement["metadata"]["name"], spare_devices)
+            done = await _one(governed, "MigrationCompleted", "the migration completed", 90)
+            assert sorted(d[1] for d in done["details"]["replacementDevices"]) == sorted(
+                spare_devices
+            ), done
+            assert await executor.stop() == 0
+            executor = None
+            # Exactly one eviction: the Job lost one Pod and runs its replacement.
+            status = (
+                await rest.request("GET", f"/apis/batch/v1/namespaces/{s.namespace}/jobs/{s.job}")
+            ).body["status"]
+            assert (status.get("failed"), status.get("active")) == (1, 1), status
+            assert [p["metadata"]["name"] for p in await job_pods(rest, s)] == [
+                replacement["metadata"]["name"]
+            ]
+            for kind in ("MigrationDeviceReleased", "MigrationCompleted"):
+                assert len(await _decisions(governed, kind)) == 1, kind
+            assert not await _decisions(governed, "MigrationFailed")
+            if takeover:
+                grants = await _decisions(governed, "MigrationLeaseGranted")
+                # Renewals are grants too (same holder and token): the distinct leases, in order.
+                leases = [(g["details"]["holder"], g["details"]["fencingToken"]) for g in grants]
+                assert list(dict.fromkeys(leases)) == [("executor-0", 1), ("executor-1", 2)]
+                assert await _decisions(governed, "MigrationLeaseExpired")
 
         # --- 5. the same decisions from the log --------------------------------------------------
         assert watcher.stop() == 0
@@ -245,6 +341,8 @@ async def test_a_checkpointed_job_migrates_off_a_failing_gpu(
         finally:
             await drop(engine, replayed)
     finally:
+        if executor is not None:
+            await executor.stop()
         if watcher is not None:
             watcher.stop()
         await rest.request("DELETE", f"/api/v1/namespaces/{s.namespace}", ok=(200, 202))
