@@ -384,6 +384,37 @@ def test_device_plugin_loss_makes_that_resources_plugin_devices_unknown() -> Non
     assert states(run, (N1, G0), (N1, G1)) == [GovState.AVAILABLE, GovState.AVAILABLE]
 
 
+def test_a_device_reported_unhealthy_explains_its_gap_in_allocatable() -> None:
+    """kubelet's allocatable counts the plugin's healthy devices: one GPU Unhealthy in its Pod's
+    status and one missing from allocatable is that GPU's fault, not a lost plugin; the node's
+    other GPUs stay Available, in either order of the two records."""
+    capacity, fewer = {"nvidia.com/gpu": 2}, {"nvidia.com/gpu": 1}
+    for resources_first in (False, True):
+        run = gov()
+        run.feed(watermark(0))
+        run.feed(transition(N1, G0, H, 1, 0))
+        run.feed(transition(N1, G1, H, 1, 0))
+        run.feed(resources(N1, capacity, capacity, 5))
+        if resources_first:
+            opened = one(run.feed(resources(N1, capacity, fewer, 10)), K.NODE_INCIDENT_OPENED)
+            decisions = run.feed(transition(N1, G0, U, 2, 11))
+            assert one(decisions, K.NODE_INCIDENT_CLOSED).incident == opened.incident
+        else:
+            run.feed(transition(N1, G0, U, 2, 10))
+            assert K.NODE_INCIDENT_OPENED not in kinds(run.feed(resources(N1, capacity, fewer, 11)))
+        assert states(run, (N1, G0), (N1, G1)) == [GovState.QUARANTINED, GovState.AVAILABLE]
+        # A second device missing, that nobody reports Unhealthy: the plugin lost it.
+        zero = {"nvidia.com/gpu": 0}
+        opened = one(run.feed(resources(N1, capacity, zero, 20)), K.NODE_INCIDENT_OPENED)
+        assert (opened.details["missing"], opened.details["resourceName"]) == (1, "nvidia.com/gpu")
+        assert states(run, (N1, G1)) == [GovState.UNKNOWN_TOLERATED]
+        # The Unhealthy one recovers while still missing from allocatable: now unexplained too,
+        # the incident stays open (one per resource).
+        assert K.NODE_INCIDENT_OPENED not in kinds(run.feed(transition(N1, G0, H, 3, 25)))
+        closed = one(run.feed(resources(N1, capacity, capacity, 30)), K.NODE_INCIDENT_CLOSED)
+        assert closed.incident == opened.incident
+
+
 # --- staged recovery ----------------------------------------------------------------------------
 
 

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from services.domain.directory import version_rank
-from services.domain.events import Health
+from services.domain.events import DeviceSource, Health
 from services.domain.governance import (
     adoption_verdicts,
     clock,
@@ -214,6 +214,11 @@ def on_transition(ctx: context.Ctx, t: HealthTransition) -> None:
     if t.health is Health.UNHEALTHY and previous is not Health.UNHEALTHY:
         # Before the device's own decisions: its alert is marked with the incident at once.
         node_faults.on_fault(ctx, device, t.observed_at)
+    if device.source is DeviceSource.DEVICE_PLUGIN and (
+        (t.health is Health.UNHEALTHY) is not (previous is Health.UNHEALTHY)
+    ):
+        # An Unhealthy device explains one device missing from the node's allocatable.
+        nodes.sync_plugin_loss(ctx, device.node, t.observed_at, frozenset({device.resource_name}))
     rules.evaluate(ctx, device, t.observed_at)
     nodes.check_escalation(ctx, device.node, t.observed_at)
 

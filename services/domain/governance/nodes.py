@@ -3,12 +3,15 @@ circuit breaker's signals."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from services.domain.events import DeviceSource, format_time
+from services.domain.events import DeviceSource, Health, format_time
 from services.domain.governance import context, limits, rules
 from services.domain.governance.decisions import AlertAction, DecisionKind, Severity
+from services.domain.governance.fleet_state import NodeGov
 from services.domain.governance.state import (
     TimerKind,
 )
@@ -82,50 +85,94 @@ def on_resources(ctx: context.Ctx, r: NodeResourcesChanged) -> None:
     node = context.node_of(ctx, r.node)
     node.capacity = dict(r.capacity)
     node.allocatable = dict(r.allocatable)
-    missing = r.missing()
+    sync_plugin_loss(ctx, r.node, r.observed_at)
+
+
+def unexplained_loss(
+    ctx: context.Ctx, node: NodeGov, names: Iterable[str] | None = None
+) -> dict[str, int]:
+    """Per extended resource (``names``, or all), how many devices are in the node's capacity but
+    not allocatable, less those the governor knows Unhealthy (> 0 only).
+
+    kubelet's allocatable counts a device plugin's *healthy* devices (its ListAndWatch health),
+    capacity all of them: a device the plugin reports Unhealthy is missing from allocatable and
+    shows Unhealthy in the Pod holding it (KEP-4680). That gap is the device's own fault, not a
+    plugin that lost devices, so it opens no node incident. A device Unhealthy that no Pod holds
+    is not known here and still reads as lost (conservative). Scans the node's devices only
+    while something is missing."""
+    missing = {
+        name: count - node.allocatable.get(name, 0)
+        for name, count in node.capacity.items()
+        if count > node.allocatable.get(name, 0) and (names is None or name in names)
+    }
+    if not missing:
+        return {}
+    unhealthy: Counter[str] = Counter(
+        d.resource_name
+        for d in ctx.state.devices_on(node.node)
+        if d.source is DeviceSource.DEVICE_PLUGIN
+        and d.resource_name in missing
+        and d.observed_health is Health.UNHEALTHY
+    )
+    return {n: c - unhealthy[n] for n, c in sorted(missing.items()) if c > unhealthy[n]}
+
+
+def sync_plugin_loss(
+    ctx: context.Ctx, name: str, at: datetime, names: frozenset[str] | None = None
+) -> None:
+    """Open or close the node's ``device-plugin-lost`` incidents (of ``names``, or every
+    resource) from its last capacity and allocatable and the devices known Unhealthy, and
+    re-evaluate the device-plugin devices of each resource that changed. Called on a node's
+    resources and when a device-plugin device turns Unhealthy or stops being so."""
+    node = ctx.state.nodes.get(name)
+    if node is None:
+        return  # no resources recorded for the node: nothing is missing
+    lost = unexplained_loss(ctx, node, names)
     changed: set[str] = set()
-    for name, count in sorted(missing.items()):
-        if name in node.plugin_lost:
+    for resource, count in lost.items():
+        if resource in node.plugin_lost:
             continue
-        node.plugin_lost[name] = r.observed_at
-        node.plugin_incidents[name] = f"device-plugin/{r.node}/{name}/{format_time(r.observed_at)}"
-        changed.add(name)
+        node.plugin_lost[resource] = at
+        node.plugin_incidents[resource] = f"device-plugin/{name}/{resource}/{format_time(at)}"
+        changed.add(resource)
         ctx.emit(
             DecisionKind.NODE_INCIDENT_OPENED,
-            r.observed_at,
-            node=r.node,
-            incident=node.plugin_incidents[name],
+            at,
+            node=name,
+            incident=node.plugin_incidents[resource],
             alert=AlertAction.FIRING,
             severity=Severity.WARNING,
-            summary=f"node {r.node}: {count} of {dict(r.capacity)[name]} {name} not allocatable "
+            summary=f"node {name}: {count} of {node.capacity[resource]} {resource} not allocatable "
             "(device plugin lost devices)",
             reason=context.REASON_PLUGIN,
-            resourceName=name,
+            resourceName=resource,
             missing=count,
-            capacity=dict(r.capacity)[name],
+            capacity=node.capacity[resource],
         )
-        signal(ctx, r.observed_at, r.node, "")
-    for name in sorted(set(node.plugin_lost) - set(missing)):
-        since = node.plugin_lost.pop(name)
+        signal(ctx, at, name, "")
+    for resource in sorted(set(node.plugin_lost) - set(lost)):
+        if names is not None and resource not in names:
+            continue
+        since = node.plugin_lost.pop(resource)
         ctx.emit(
             DecisionKind.NODE_INCIDENT_CLOSED,
-            r.observed_at,
-            node=r.node,
-            incident=node.plugin_incidents.pop(name, None),
+            at,
+            node=name,
+            incident=node.plugin_incidents.pop(resource, None),
             alert=AlertAction.RESOLVED,
             severity=Severity.INFO,
-            summary=f"node {r.node}: {name} allocatable again",
+            summary=f"node {name}: {resource} allocatable again",
             reason=context.REASON_PLUGIN,
-            resourceName=name,
+            resourceName=resource,
             lostSince=since,
-            lostSeconds=(r.observed_at - since).total_seconds(),
+            lostSeconds=(at - since).total_seconds(),
         )
-        changed.add(name)
+        changed.add(resource)
     if not changed:
         return  # nothing to re-evaluate: no scan of the node per resource record (issue 11)
-    for device in ctx.state.devices_on(r.node):
+    for device in ctx.state.devices_on(name):
         if device.resource_name in changed and device.source is DeviceSource.DEVICE_PLUGIN:
-            rules.evaluate(ctx, device, r.observed_at)
+            rules.evaluate(ctx, device, at)
 
 
 def check_escalation(ctx: context.Ctx, name: str, at: datetime) -> None:
