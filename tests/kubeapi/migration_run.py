@@ -185,8 +185,11 @@ class MigrationRun:
     async def decisions(self, kind: str) -> list[Json]:
         """The governor's decisions of ``kind``, in log order (payloads)."""
         assert kind.isalnum(), kind  # a decision kind (a constant of the tests), never input
+        # Only this scene's nodes: the watcher also sees what other tests left on the cluster.
+        nodes = f"'{self.scene.first}', '{self.scene.spare}'"
         rows = await self.governed.rows(
-            f"SELECT payload FROM {{s}}.governance_decisions WHERE kind = '{kind}' ORDER BY seq, idx"
+            f"SELECT payload FROM {{s}}.governance_decisions WHERE kind = '{kind}' "
+            f"AND node IN ({nodes}) ORDER BY seq, idx"
         )
         return [r.payload for r in rows]
 
@@ -286,3 +289,10 @@ async def migration_run(
             if run.watcher is not None:
                 run.watcher.stop()
         await rest.request("DELETE", f"/api/v1/namespaces/{s.namespace}", ok=(200, 202))
+
+        async def deleted() -> bool | None:
+            answer = await rest.request("GET", f"/api/v1/namespaces/{s.namespace}", ok=(200, 404))
+            return True if answer.status == 404 else None
+
+        # Gone before the next test's watcher LISTs the cluster (its Pods read Unhealthy).
+        await eventually(f"namespace {s.namespace} deleted", deleted, 120)

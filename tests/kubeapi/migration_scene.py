@@ -60,20 +60,18 @@ class MigrationScene:
         return f"GPU-{node}-{index}"
 
 
-def job(s: MigrationScene, scheduler: str) -> Json:
-    """The checkpointed training Job: one Pod of 8 GPUs, replaced by the Job controller when it
-    is evicted (``backoffLimit``), grace 0 (no kubelet confirms a graceful deletion here)."""
-    template = {
-        "metadata": {
-            "labels": {"app": s.job},
-            "annotations": {
-                "devicestate.io/migration-class": "checkpointed",
-                "devicestate.io/checkpoint-max-age-seconds": "600",
-            },
-        },
+CHECKPOINTED = {
+    "devicestate.io/migration-class": "checkpointed",
+    "devicestate.io/checkpoint-max-age-seconds": "600",
+}
+
+
+def _template(s: MigrationScene, scheduler: str, annotations: dict[str, str], restart: str) -> Json:
+    return {
+        "metadata": {"labels": {"app": s.job}, "annotations": annotations},
         "spec": {
             "schedulerName": scheduler,
-            "restartPolicy": "Never",
+            "restartPolicy": restart,
             "terminationGracePeriodSeconds": 0,
             "readinessGates": [{"conditionType": SERVING}],
             "containers": [
@@ -81,11 +79,43 @@ def job(s: MigrationScene, scheduler: str) -> Json:
             ],
         },
     }
+
+
+def job(s: MigrationScene, scheduler: str) -> Json:
+    """The checkpointed training Job: one Pod of 8 GPUs, replaced by the Job controller when it
+    is evicted (``backoffLimit``), grace 0 (no kubelet confirms a graceful deletion here)."""
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": s.job, "namespace": s.namespace},
-        "spec": {"backoffLimit": 4, "template": template},
+        "spec": {
+            "backoffLimit": 4,
+            "template": _template(s, scheduler, CHECKPOINTED, "Never"),
+        },
+    }
+
+
+def deployment(s: MigrationScene, scheduler: str) -> Json:
+    """A Deployment of one 8-GPU Pod declaring no migration class: non-recoverable."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": s.job, "namespace": s.namespace},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": s.job}},
+            "template": _template(s, scheduler, {}, "Always"),
+        },
+    }
+
+
+def disruption_budget(s: MigrationScene) -> Json:
+    """A PodDisruptionBudget keeping the workload's one Pod: no eviction is allowed."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": s.job, "namespace": s.namespace},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": s.job}}},
     }
 
 
@@ -97,10 +127,8 @@ async def make_cluster(rest: KubeREST, s: MigrationScene) -> None:
 
 
 async def job_pods(rest: KubeREST, s: MigrationScene) -> list[Json]:
-    """The Job's Pods not being deleted, oldest first."""
-    listed = await rest.request(
-        "GET", s.pods(), params={"labelSelector": f"batch.kubernetes.io/job-name={s.job}"}
-    )
+    """The workload's Pods not being deleted, oldest first."""
+    listed = await rest.request("GET", s.pods(), params={"labelSelector": f"app={s.job}"})
     pods = [p for p in listed.body["items"] if not p["metadata"].get("deletionTimestamp")]
     return sorted(pods, key=lambda p: str(p["metadata"]["creationTimestamp"]))
 
@@ -115,7 +143,7 @@ async def placed(rest: KubeREST, s: MigrationScene, excluding: set[str]) -> Json
                 return pod
         return None
 
-    return await eventually(f"a Pod of Job {s.namespace}/{s.job} placed", probe, 90)
+    return await eventually(f"a Pod of workload {s.namespace}/{s.job} placed", probe, 90)
 
 
 def _container(devices: list[str], unhealthy: str | None) -> Json:
