@@ -172,6 +172,23 @@ FLEET: Final = (
         sql=f"SELECT released, released_without_fault, false_rate FROM {VIEWS}.false_quarantines",
         unit="percentunit",
     ),
+    Panel(
+        "DRA against plugin: bound to Ready p95",
+        "Seconds from PodScheduled to Ready (p95) per DeviceClass, adoption pool and path, from the"
+        " API's comparison report (docs/dra-adoption.md); a figure with too few samples has none.",
+        "timeseries",
+        promql='devicestate_adoption_stage_seconds{stage="bound_to_ready",quantile="0.95"}',
+        unit="s",
+        legend="{{class}} {{pool}} {{path}}",
+    ),
+    Panel(
+        "DRA against plugin: idle device-hours",
+        "Device-hours idle over the report window (capacity minus allocated) per DeviceClass,"
+        " adoption pool and path.",
+        "timeseries",
+        promql='devicestate_adoption_device_hours{state="idle"}',
+        legend="{{class}} {{pool}} {{path}}",
+    ),
 )
 
 PIPELINE: Final = (

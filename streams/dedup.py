@@ -260,6 +260,7 @@ class DeviceDedup:
                 dropped_early=dropped,
                 workloads=batch.workloads,
                 failures=batch.failures,
+                lifecycles=batch.lifecycles,
             )
             result, cancelled = await self.writer.write(
                 lambda: self.sink.apply_batch(logged, hook), len(selection.records)

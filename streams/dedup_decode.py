@@ -24,6 +24,7 @@ from services.domain.batch import InventoryRecord
 from services.domain.event_time import append_time, bounded
 from services.domain.events import DeviceHealthObserved
 from services.domain.inventory.events import InventoryObserved
+from services.domain.lifecycle_events import PodLifecycleObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
 from services.domain.records import check_key, decode_typed_record
@@ -65,6 +66,8 @@ class DecodedBatch:
     failures: list[tuple[LogPosition, DRAFailureObserved]] = field(default_factory=list)
     """The driver and claim failures (issue 16 item 3), in batch order: to ``dra_failures``
     only (not forwarded to the governance topic)."""
+    lifecycles: list[tuple[LogPosition, PodLifecycleObserved]] = field(default_factory=list)
+    """The Pods' lifecycle stages (issue 16), in batch order: to ``pod_lifecycle_stages`` only."""
 
 
 def decode_into(batch: DecodedBatch, event: Any, dead_letter: DeadLetter) -> None:
@@ -99,6 +102,9 @@ def decode_into(batch: DecodedBatch, event: Any, dead_letter: DeadLetter) -> Non
         return
     if isinstance(decoded, DRAFailureObserved):
         batch.failures.append((position, decoded))
+        return
+    if isinstance(decoded, PodLifecycleObserved):
+        batch.lifecycles.append((position, decoded))
         return
     if isinstance(decoded, DeviceHealthObserved | InventoryObserved | NodeResourcesChanged):
         batch.items.append((position, decoded))
@@ -141,6 +147,7 @@ def early_event_times(
     event_times.extend((n.position, times[n.position]) for n in batch.node_events)
     event_times.extend((position, times[position]) for position, _ in batch.workloads)
     event_times.extend((position, times[position]) for position, _ in batch.failures)
+    event_times.extend((position, times[position]) for position, _ in batch.lifecycles)
     if batch.clamped:
         counted = {position for position, _ in event_times}
         event_times.extend((p, times[p]) for p in batch.clamped if p not in counted)

@@ -1,6 +1,7 @@
-"""``devicestate adoption set|status``: DRA adoption pools through the API (issue 16). ``set``
-is a governance command (``POST /v1/adoption``, :func:`.writes.submit`); ``status`` reads
-``GET /v1/adoption``: each pool's phase, the nodes it matches and the gate with its reasons."""
+"""``devicestate adoption set|status|report``: DRA adoption pools through the API (issue 16).
+``set`` is a governance command (``POST /v1/adoption``, :func:`.writes.submit`); ``status`` reads
+``GET /v1/adoption``: each pool's phase, the nodes it matches and the gate with its reasons;
+``report`` reads ``GET /v1/adoption/report``: DRA against the device plugin per pool."""
 
 from __future__ import annotations
 
@@ -121,3 +122,89 @@ def adoption_status(
     if rows:
         print_table(make_table(["POOL", "REASON", "VERDICT", "FIGURES", "DETAIL"], rows), console)
     console.print(f"\n{len(pools)} pools, gate at event time {cell(body.get('eventTime'))}")
+
+
+def _value(figure: dict[str, Any], unit: str = "", scale: float = 1.0) -> str:
+    """A figure's value with its sample count, or ``-`` (``n=3``) when it has none."""
+    value = figure.get("value")
+    shown = "-" if value is None else f"{value * scale:.3g}{unit}"
+    return f"{shown} (n={figure.get('samples', 0)})"
+
+
+@adoption_app.command("report")
+def adoption_report(
+    device_class: Annotated[
+        str, typer.Option("--class", help="The DeviceClass compared (DRA side).")
+    ],
+    pool: Annotated[
+        str | None, typer.Option(help="Only this adoption pool (or unpooled, or *).")
+    ] = None,
+    window: Annotated[
+        int, typer.Option(help="Window in seconds before the event time.", min=60)
+    ] = 7 * 86400,
+    min_samples: Annotated[
+        int, typer.Option("--min-samples", help="Fewest samples of a figure.", min=1)
+    ] = 20,
+    resource: Annotated[
+        str | None,
+        typer.Option(help="The plugin's extended resource (default: extendedResourceName)."),
+    ] = None,
+    output: ReadFormat = Output.TABLE,
+    api_url: ApiUrl = None,
+    token: Token = None,
+) -> None:
+    """DRA against the device plugin, per pool: allocation success, Pending-to-bound and
+    bound-to-Ready p50/p95, fragmentation, device-hours allocated/idle, job retry rate; "-" is
+    insufficient data (n = samples). Example:
+    devicestate adoption report --class gpu.nvidia.com --window 86400
+    """
+    params: dict[str, Any] = {"class": device_class, "window": window, "minSamples": min_samples}
+    if pool is not None:
+        params["pool"] = pool
+    if resource is not None:
+        params["resource"] = resource
+    body = get_json(api_url, token, "/v1/adoption/report", **params)
+    if output is Output.JSON:
+        print_json(body)
+        return
+    console = make_console()
+    columns = [
+        "POOL", "PATH", "CLASS", "ALLOC OK", "BOUND P50", "BOUND P95", "READY P50", "READY P95",
+        "FRAGMENTED", "DEV-H ALLOC", "DEV-H IDLE", "RETRIES",
+    ]  # fmt: skip
+    rows = [
+        [
+            r["pool"],
+            r["path"],
+            r["deviceClass"],
+            _value(r["allocationSuccess"], "%", 100),
+            _value(r["pendingToBound"]["p50"], "s"),
+            _value(r["pendingToBound"]["p95"], "s"),
+            _value(r["boundToReady"]["p50"], "s"),
+            _value(r["boundToReady"]["p95"], "s"),
+            _value(r["fragmentation"]),
+            _value(r["deviceHours"]["allocated"]),
+            _value(r["deviceHours"]["idle"]),
+            _value(r["retryRate"], "%", 100),
+        ]
+        for r in body["rows"]
+    ]
+    print_table(make_table(columns, rows), console)
+    notes = sorted(
+        {
+            f"{r['pool']}/{r['path']} {name}: {f['note']}"
+            for r in body["rows"]
+            for name, f in (
+                ("allocation success", r["allocationSuccess"]),
+                ("fragmentation", r["fragmentation"]),
+            )
+            if f.get("note")
+        }
+    )
+    for note in notes:
+        console.print(cell(note))
+    console.print(
+        f"\n{body['deviceClass']} against {cell(body.get('pluginResource')) or '(no plugin resource)'}"
+        f", window {body['windowStart']} to {body['windowEnd']}, at least "
+        f"{body['minSamples']} samples per figure"
+    )

@@ -21,6 +21,7 @@ from services.domain.directory import Change
 from services.domain.events import DeviceHealthObserved
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.fold import InventoryPlan
+from services.domain.lifecycle_events import PodLifecycleObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.migration.records import WorkloadOnDevice
 from services.domain.node_events import NodeResourcesChanged
@@ -108,6 +109,10 @@ class LoggedBatch:
     """The batch's ``DRAFailureObserved`` records with their positions, in log order (issue 16
     item 3): written to ``dra_failures`` in the same transaction; their event times are in
     ``event_times`` like the node events'."""
+    lifecycles: Sequence[tuple[LogPosition, PodLifecycleObserved]] = ()
+    """The batch's ``PodLifecycleObserved`` records with their positions, in log order (issue
+    16 item 5): written to ``pod_lifecycle_stages`` in the same transaction (first wins); their
+    event times are in ``event_times`` like the workload records'."""
     dropped_early: Sequence[LoggedEvent] = ()
     """Observations the caller dropped before the store (its dedup table said the projection has
     them), in log order: the store checks those after the recorded offsets against the

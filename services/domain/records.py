@@ -6,6 +6,8 @@ The topic carries :mod:`services.domain.events` (``DeviceHealthObserved``, ``Pod
 chain and migration class; a consumer that predates it dead-letters it as an unknown type),
 :mod:`services.domain.adoption.failure_events` (``DRAFailureObserved``, issue 16 item 3: a
 classified driver or claim failure; likewise unknown to a consumer that predates it),
+:mod:`services.domain.lifecycle_events` (``PodLifecycleObserved``, issue 16: a Pod's claim
+lifecycle stages; the same for a consumer that predates it),
 :mod:`services.domain.node_events` (``NodeHeartbeat``, ``NodeResourcesChanged``, ``WatcherTick``)
 and :mod:`services.domain.inventory.events` (``InventoryObserved``: DRA ResourceSlices,
 ResourceClaims and DeviceClasses). Consumers call :func:`decode_record` and dispatch on the type.
@@ -41,6 +43,12 @@ from services.domain.codec import EventDecodeError, body_type, type_mismatch
 from services.domain.event_codec import decode_event, encode_event
 from services.domain.events import DeviceHealthObserved, Event, PodDevicesReleased
 from services.domain.inventory.events import InventoryObserved, decode_inventory, encode_inventory
+from services.domain.lifecycle_events import (
+    LIFECYCLE_EVENT_TYPE,
+    PodLifecycleObserved,
+    decode_lifecycle,
+    encode_lifecycle,
+)
 from services.domain.node_events import (
     NODE_EVENT_TYPES,
     NodeEvent,
@@ -55,11 +63,18 @@ from services.domain.workloads.codec import decode_workload, encode_workload
 from services.domain.workloads.events import WORKLOAD_EVENT_TYPE, PodWorkloadObserved
 
 TopicRecord: TypeAlias = (
-    Event | NodeEvent | InventoryObserved | PodWorkloadObserved | DRAFailureObserved
+    Event
+    | NodeEvent
+    | InventoryObserved
+    | PodWorkloadObserved
+    | DRAFailureObserved
+    | PodLifecycleObserved
 )
 """Every record of the topic (what the watcher publishes)."""
 
-DeviceOrNodeRecord: TypeAlias = Event | NodeEvent | PodWorkloadObserved | DRAFailureObserved
+DeviceOrNodeRecord: TypeAlias = (
+    Event | NodeEvent | PodWorkloadObserved | DRAFailureObserved | PodLifecycleObserved
+)
 """What :func:`decode_record` returns without ``inventory=True``."""
 
 INVENTORY_EVENT_TYPE: Final = "InventoryObserved"
@@ -73,6 +88,7 @@ _NODE_MARKERS: Final = tuple(b'"type":"%s"' % name.encode() for name in sorted(N
 _INVENTORY_MARKER: Final = b'"type":"%s"' % INVENTORY_EVENT_TYPE.encode()
 _WORKLOAD_MARKER: Final = b'"type":"%s"' % WORKLOAD_EVENT_TYPE.encode()
 _FAILURE_MARKER: Final = b'"type":"%s"' % FAILURE_EVENT_TYPE.encode()
+_LIFECYCLE_MARKER: Final = b'"type":"%s"' % LIFECYCLE_EVENT_TYPE.encode()
 
 
 @overload
@@ -99,6 +115,8 @@ def decode_record(payload: bytes, *, inventory: bool = False) -> TopicRecord:
         return decode_workload(payload)
     if _FAILURE_MARKER in payload:
         return decode_failure(payload)
+    if _LIFECYCLE_MARKER in payload:
+        return decode_lifecycle(payload)
     if any(marker in payload for marker in _NODE_MARKERS):
         return decode_node_event(payload)
     try:
@@ -117,6 +135,8 @@ def decode_record(payload: bytes, *, inventory: bool = False) -> TopicRecord:
             return decode_workload(payload)
         if isinstance(obj, dict) and obj.get("type") == FAILURE_EVENT_TYPE:
             return decode_failure(payload)
+        if isinstance(obj, dict) and obj.get("type") == LIFECYCLE_EVENT_TYPE:
+            return decode_lifecycle(payload)
         raise
 
 
@@ -171,6 +191,7 @@ _DECODERS: Final[dict[str, Callable[[bytes], TopicRecord]]] = {
     **{name: decode_node_event for name in NODE_EVENT_TYPES},
     WORKLOAD_EVENT_TYPE: decode_workload,
     FAILURE_EVENT_TYPE: decode_failure,
+    LIFECYCLE_EVENT_TYPE: decode_lifecycle,
 }
 """Type header value -> decoder (``InventoryObserved`` apart: it depends on ``inventory``)."""
 
@@ -191,6 +212,8 @@ def encode_record(record: TopicRecord) -> bytes:
         return encode_workload(record)
     if isinstance(record, DRAFailureObserved):
         return encode_failure(record)
+    if isinstance(record, PodLifecycleObserved):
+        return encode_lifecycle(record)
     if isinstance(record, NodeHeartbeat | NodeResourcesChanged | WatcherTick):
         return encode_node_event(record)
     return encode_event(record)

@@ -26,6 +26,8 @@ from services.domain.device_ceiling import within_ceiling
 from services.domain.directory import DeviceKey, DeviceRecord, fold
 from services.domain.early_drops import EarlyDropsUnjustified
 from services.domain.events import Health
+from services.domain.lifecycle import DevicePath, Stage
+from services.domain.lifecycle_events import PodLifecycleObserved, StageSample
 from services.domain.log import LogPosition
 from services.domain.workloads.events import PodWorkloadObserved
 from services.domain.workloads.migration import MigrationClass
@@ -60,6 +62,10 @@ class Harness(ABC):
     @abstractmethod
     async def workloads(self) -> dict[str, tuple[int | None, str]]:
         """``pod_workloads``: Pod UID -> (statusVersion, migration class)."""
+
+    @abstractmethod
+    async def lifecycle_stages(self) -> dict[tuple[str, str, str, str, str], float]:
+        """``pod_lifecycle_stages``: (Pod UID, stage, class, path, claim UID) -> seconds."""
 
 
 class Hook:
@@ -448,6 +454,42 @@ class BatchSinkContract:
         assert await harness.workloads() == {"a": (5, "sharded"), "b": (8, "non-recoverable")}
         assert (await harness.progress())[P0].offset == 5
 
+    async def test_lifecycle_records_keep_the_first_per_pod_and_skip_redeliveries(
+        self, harness: Harness
+    ) -> None:
+        def record(uid: str, seconds: float) -> PodLifecycleObserved:
+            stages = (
+                StageSample(Stage.POD_READY, "gpu.example.com", DevicePath.DRA, seconds),
+                StageSample(Stage.CLAIM_ALLOCATED, "gpu.example.com", DevicePath.DRA, 1.0, "c"),
+            )
+            return PodLifecycleObserved("gpu-node-a", "ml", uid, uid, T0, stages)
+
+        def ready(uid: str) -> tuple[str, str, str, str, str]:
+            return (uid, "pod_ready", "gpu.example.com", "dra", "")
+
+        first = [record("a", 5.0), record("a", 6.0), record("b", 7.0)]
+        positions = [LogPosition(TOPIC, 0, i) for i in range(3)]
+        await harness.sink.apply_batch(
+            LoggedBatch(
+                event_times=[(p, T0) for p in positions],
+                lifecycles=list(zip(positions, first, strict=True)),
+            )
+        )
+        stored = await harness.lifecycle_stages()
+        assert (stored[ready("a")], stored[ready("b")]) == (5.0, 7.0)
+        assert stored[("a", "claim_allocated", "gpu.example.com", "dra", "c")] == 1.0
+        assert len(stored) == 4
+        # A redelivery (offset 2) and a re-publish (offset 3) change nothing.
+        at = [LogPosition(TOPIC, 0, i) for i in (2, 3)]
+        again = [record("b", 70.0), record("a", 50.0)]
+        await harness.sink.apply_batch(
+            LoggedBatch(
+                event_times=[(p, T0) for p in at], lifecycles=list(zip(at, again, strict=True))
+            )
+        )
+        assert await harness.lifecycle_stages() == stored
+        assert (await harness.progress())[P0].offset == 3
+
 
 class FakeHarness(Harness):
     def __init__(self) -> None:
@@ -472,6 +514,9 @@ class FakeHarness(Harness):
             uid: (r.status_version, r.migration_class.value)
             for uid, r in self.projection.workloads.items()
         }
+
+    async def lifecycle_stages(self) -> dict[tuple[str, str, str, str, str], float]:
+        return dict(self.projection.lifecycle_stages)
 
 
 class StoreHarness(Harness):
@@ -505,6 +550,16 @@ class StoreHarness(Harness):
                 uid: (None if version is None else int(version), klass)
                 for uid, version, klass in result
             }
+
+    async def lifecycle_stages(self) -> dict[tuple[str, str, str, str, str], float]:
+        async with self.engine.connect() as conn:
+            result = await conn.execute(
+                text(
+                    "SELECT pod_uid, stage, device_class, path, claim_uid, seconds "
+                    f'FROM "{self.schema}".pod_lifecycle_stages'
+                )
+            )
+            return {(u, st, c, p, cl): sec for u, st, c, p, cl, sec in result}
 
 
 class TestFakeSink(BatchSinkContract):

@@ -48,6 +48,8 @@ class FakeProjection:
     tombstones: dict[str, Tombstone] = field(default_factory=dict)
     workloads: dict[str, PodWorkloadObserved] = field(default_factory=dict)
     """The ``pod_workloads`` rows: the kept record per Pod UID."""
+    lifecycle_stages: dict[tuple[str, str, str, str, str], float] = field(default_factory=dict)
+    """The ``pod_lifecycle_stages`` rows: (Pod UID, stage, class, path, claim UID) -> seconds."""
 
 
 class FakeSink:
@@ -167,6 +169,10 @@ class FakeSink:
             kept = stored.workloads.get(record.pod_uid)
             if kept is None or supersedes(record.status_version, kept.status_version):
                 stored.workloads[record.pod_uid] = record
+        for _, lifecycle in (item for item in batch.lifecycles if fresh(item[0])):
+            for s in lifecycle.stages:
+                key = (lifecycle.pod_uid, s.stage.value, s.device_class, s.path.value, s.claim_uid)
+                stored.lifecycle_stages.setdefault(key, s.seconds)  # first wins
         stored.devices, stored.offsets, stored.last_event_at = devices, offsets, newest
         stored.tombstones = retained(tombstones) if left else tombstones
         for part, highwater in batch.highwaters.items():

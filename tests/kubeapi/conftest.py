@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 NAMESPACE = kubeapi.SERVICE_NAMESPACE
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-OVERLAYS = ("dev", "production", "enforcement", "adoption-enforcement")
+OVERLAYS = ("dev", "production", "enforcement", "adoption-enforcement", "migration")
 """deploy/overlays/*, each rendered and applied by the tests."""
 
 

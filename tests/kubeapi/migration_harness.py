@@ -24,12 +24,19 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from services.adapters.kube.pods import KubernetesPods
 from services.adapters.projection.governance_rows import decision_row
 from services.adapters.projection.governance_tables import governance_decisions
-from services.domain.events import Health
+from services.adapters.projection.store import ProjectionStore
+from services.domain.batch import LoggedBatch
+from services.domain.events import ContainerRef, DeviceHealthObserved, DeviceSource, Health
 from services.domain.governance.input_codec import decode_input
 from services.domain.governance.inputs import GovernanceInput
+from services.domain.log import LogPosition
 from services.domain.migration.records import MigrationReport, WorkloadOnDevice
+from services.domain.workloads.events import PodWorkloadObserved
+from services.domain.workloads.migration import MigrationClass as WorkloadClass
+from services.domain.workloads.owners import OwnerLink
 from services.processes.migration.executor import MigrationExecutor, PassResult
 from tests.api.conftest import Governor
+from tests.conftest import TOPIC, as_log
 from tests.governance.migration_builders import N1, N2, POLICY, gov, quarantine
 from tests.governance.strategies import T0, at, transition
 from tests.kubeapi.conftest import NAMESPACE
@@ -55,6 +62,7 @@ class Governed:
         self.run = gov()
         self.written = 0
         self.reports: list[MigrationReport] = []
+        self.served: dict[str, str] = {}
         self.lock = asyncio.Lock()
 
     async def feed(self, *records: GovernanceInput) -> None:
@@ -65,6 +73,10 @@ class Governed:
             self.written = len(self.run.decisions)
             if rows:
                 await self.governor._insert(governance_decisions, rows)
+            # What the API serves from now on (the phases are read only once written).
+            self.served = {
+                mid: m.phase.value for mid, m in self.run.state.fleet.migrations.migrations.items()
+            }
 
     async def plan(self, pod: dict[str, Any], cls: str, max_age: int | None = None) -> str:
         """The Pod holds ``node-1/GPU-0`` and the device is quarantined: the migration's ID."""
@@ -89,7 +101,8 @@ class Governed:
         return str(mid)
 
     def phase(self, mid: str) -> str:
-        return str(self.run.state.fleet.migrations.migrations[mid].phase.value)
+        """The migration's phase as the API serves it (its decisions are written)."""
+        return self.served[mid]
 
 
 @contextlib.asynccontextmanager
@@ -180,3 +193,42 @@ def serving(pod: dict[str, Any]) -> str | None:
         if condition["type"] == "devicestate.io/serving":
             return str(condition["status"])
     return None
+
+
+async def replacement_in_directory(
+    store: ProjectionStore, pod_name: str, pod_uid: str, workload_uid: str
+) -> None:
+    """The replacement Pod of workload ``workload_uid`` holds ``node-2/GPU-0`` in the directory,
+    written by ``apply_batch`` as the worker writes it (an observation and its workload)."""
+    observed = T0 + timedelta(seconds=30)
+    event = DeviceHealthObserved(
+        node=N2,
+        namespace=NAMESPACE,
+        pod_name=pod_name,
+        pod_uid=pod_uid,
+        containers=(ContainerRef("main"),),
+        resource_name="nvidia.com/gpu",
+        resource_id="GPU-0",
+        source=DeviceSource.DEVICE_PLUGIN,
+        health=Health.HEALTHY,
+        status_version=40,
+        observed_at=observed,
+    )
+    record = PodWorkloadObserved(
+        node=N2,
+        namespace=NAMESPACE,
+        pod_name=pod_name,
+        pod_uid=pod_uid,
+        status_version=41,
+        observed_at=observed,
+        chain=(OwnerLink("Job", "train", workload_uid, "batch/v1"),),
+        migration_class=WorkloadClass.CHECKPOINTED,
+    )
+    position = LogPosition(TOPIC, 0, 1)
+    await store.apply_batch(
+        LoggedBatch(
+            as_log([event]),
+            event_times=[(position, observed)],
+            workloads=[(position, record)],
+        )
+    )

@@ -42,12 +42,15 @@ COMPONENTS = {
 """Component label -> the devicestate subcommand its Deployment runs (every overlay)."""
 ENFORCER = {"enforcer": "enforce"}
 """What the enforcement overlay adds."""
-API_CLIENTS = ("watcher", "recovery", "enforcer")
+MIGRATOR = {"migrator": "migrate"}
+"""What the migration overlay adds (its RBAC: tests/kubeapi/test_deploy_migration.py)."""
+API_CLIENTS = ("watcher", "recovery", "enforcer", "migrator")
 """The processes that call the Kubernetes API (the only ones with a ServiceAccount token)."""
 
 
 def components(overlay: str) -> dict[str, str]:
-    return {**COMPONENTS, **(ENFORCER if overlay == "enforcement" else {})}
+    added = {"enforcement": ENFORCER, "migration": MIGRATOR}.get(overlay, {})
+    return {**COMPONENTS, **added}
 
 
 Manifests = list[dict[str, Any]]
@@ -88,6 +91,13 @@ def test_overlays_hold_the_same_workloads_and_only_enforcement_adds_rights(
                 "ClusterRole devicestate-enforcer",
                 "ClusterRoleBinding devicestate-enforcer",
                 f"Deployment {NS}/devicestate-enforcer",
+            }
+        elif overlay == "migration":
+            assert extra == {
+                f"ServiceAccount {NS}/devicestate-migrator",
+                "ClusterRole devicestate-migrator",
+                "ClusterRoleBinding devicestate-migrator",
+                f"Deployment {NS}/devicestate-migrator",
             }
         elif overlay == "adoption-enforcement":
             assert extra == {
@@ -163,7 +173,7 @@ def test_deployments_are_hardened_and_probed(rendered: Rendered, overlay: str) -
         assert "/tmp" in mounts, where
         volumes = {v["name"]: v for v in pod["volumes"]}
         assert all(name in volumes for name in mounts.values()), where
-    for single in ("watcher", "enforcer"):
+    for single in ("watcher", "enforcer", "migrator"):
         if single in workloads:
             spec = workloads[single]["spec"]
             assert (spec["replicas"], spec["strategy"]) == (1, {"type": "Recreate"}), single
@@ -188,6 +198,8 @@ def _settings_env(manifests: Manifests, deployment: dict[str, Any]) -> dict[str,
     for item in container.get("env", []):
         if "value" in item:
             env[item["name"]] = item["value"]
+        elif "fieldRef" in item["valueFrom"]:  # the downward API: a Pod's name, as example
+            env[item["name"]] = f"{deployment['metadata']['name']}-7d9f8c6b5-x2x4q"
         else:
             ref = item["valueFrom"]["secretKeyRef"]
             secret = secrets.get(ref["name"])
@@ -506,7 +518,8 @@ def test_every_deployment_runs_a_devicestate_command(rendered: Rendered) -> None
     from services.cli.main import app
 
     commands = {c.name or c.callback.__name__: c for c in app.registered_commands if c.callback}
-    for component, deployment in deployments(rendered["enforcement"]).items():
+    every = {**deployments(rendered["enforcement"]), **deployments(rendered["migration"])}
+    for component, deployment in every.items():
         args = _container(deployment)["args"]
         assert args[0] in commands, component
         command = typer.main.get_command_from_info(

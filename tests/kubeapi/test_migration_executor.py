@@ -18,9 +18,12 @@ import pytest
 from kubernetes_asyncio import client
 
 from services.adapters.kube.pods import KubernetesPods
+from services.adapters.projection.store import ProjectionStore
 from services.domain.events import format_time
 from services.processes.migration.api import HttpMigrationsApi
-from services.processes.migration.executor import EVENT_REASON, EVIDENCE_DONE, MigrationExecutor
+from services.processes.migration.events import EVENT_REASON, EVICTION_REASON
+from services.processes.migration.executor import EVIDENCE_DONE, MigrationExecutor
+from services.processes.migration.plan import ACTIONABLE_PHASES, MigrationView
 from tests.api.conftest import (  # noqa: F401 (fixtures)
     ApiFactory,
     Governor,
@@ -40,6 +43,7 @@ from tests.kubeapi.migration_harness import (
     drive,
     pod_manifest,
     relay,
+    replacement_in_directory,
     serving,
 )
 
@@ -86,11 +90,43 @@ async def read(pods: KubernetesPods, name: str) -> dict[str, Any] | None:
     return await pods.read_pod(NAMESPACE, name)
 
 
-async def test_a_checkpointed_pod_is_asked_checkpointed_and_evicted(
-    admin_client: client.ApiClient, api: httpx.AsyncClient, governed: Governed, clock: Clock
+class Killed(Exception):
+    """The executor process died here."""
+
+
+class CrashBefore(HttpMigrationsApi):
+    """The real HTTP calls, but the process dies instead of posting a report of ``kind``."""
+
+    def __init__(self, kind: str, http: httpx.AsyncClient) -> None:
+        self._client, self.kind = http, kind
+
+    async def report(self, migration_id: str, body: dict[str, Any]) -> None:
+        if body["kind"] == self.kind:
+            raise Killed(self.kind)
+        await super().report(migration_id, body)
+
+
+async def listed(api: httpx.AsyncClient, mid: str) -> tuple[MigrationView, dict[str, Any]]:
+    """The migration as ``GET /v1/migrations`` lists it (what a pass acts on)."""
+    (item,) = [
+        i
+        for phase in ACTIONABLE_PHASES
+        for i in (await api.get("/v1/migrations", params={"phase": phase})).json()["items"]
+        if i["migrationID"] == mid
+    ]
+    return MigrationView.of(item), item
+
+
+async def test_a_checkpointed_pod_is_asked_checkpointed_evicted_and_replaced(
+    admin_client: client.ApiClient,
+    api: httpx.AsyncClient,
+    governed: Governed,
+    clock: Clock,
+    store: ProjectionStore,
 ) -> None:
     pods = CountingPods(admin_client)
     pod = await create_pod(admin_client, pod_manifest("train-ckpt"))
+    pod_uid = pod["metadata"]["uid"]
     mid = await governed.plan(pod, "checkpointed", max_age=600)
     a = executor(api, pods, "exec-a", clock)
 
@@ -121,20 +157,42 @@ async def test_a_checkpointed_pod_is_asked_checkpointed_and_evicted(
     m = governed.run.state.fleet.migrations.migrations[mid]
     assert m.checkpoint_id == "ckpt-7"
 
-    # A restart (kill -9: nothing in memory) resumes from the governor's record.
+    # Killed (kill -9) after the eviction, before its report: nothing was reported.
+    crashing = executor(api, pods, "exec-a", clock)
+    crashing.api = CrashBefore("evicted", api)
+    with pytest.raises(Killed):
+        await crashing.act(*await listed(api, mid))
+    assert await read(pods, "train-ckpt") is None  # evicted: the Pod is gone
+    assert pods.evictions == 1 and governed.phase(mid) == "eviction-requested"
+    events = await client.CoreV1Api(admin_client).list_namespaced_event(
+        NAMESPACE, field_selector=f"involvedObject.uid={pod['metadata']['uid']}"
+    )
+    assert [e.reason for e in events.items if e.type == "Normal"] == [EVICTION_REASON]
+
+    # Restarted (nothing in memory): it resumes from the governor's record, without a second
+    # eviction, and finds its marker Event: evicted, not workload-gone.
     b = executor(api, pods, "exec-a", clock)
 
     async def released() -> bool:
         return governed.phase(mid) == "released"
 
     await drive([b], released)
-    assert await read(pods, "train-ckpt") is None  # evicted: the Pod is gone
     assert pods.evictions == 1
     kinds = [r.kind.value for r in governed.reports]
     assert kinds[0] == "lease-requested"
     assert kinds.count("checkpoint-committed") == 1 and kinds.count("evicted") == 1
+
+    # The replacement (same workload UID) holds node-2/GPU-0 in the directory: completed.
+    await replacement_in_directory(store, "train-ckpt-2", "uid-replacement", f"w-{pod_uid}")
+
+    async def completed() -> bool:
+        return governed.phase(mid) == "completed"
+
+    await drive([b], completed)
+    (observed,) = [r for r in governed.reports if r.kind.value == "replacement-observed"]
+    assert observed.devices == (("node-2", "GPU-0"),)
     history = (await api.get(f"/v1/migrations/{mid}")).json()
-    assert history["migration"]["phase"] == "released"
+    assert history["migration"]["phase"] == "completed"
     assert "MigrationReportRejected" not in [d["kind"] for d in history["decisions"]]
 
 
@@ -220,8 +278,9 @@ async def test_two_executors_at_once_evict_once(
     m = governed.run.state.fleet.migrations.migrations[mid]
     evicted = [r for r in governed.reports if r.kind.value == "evicted"]
     assert [r.holder for r in evicted] == [m.holder] and m.fencing_token == 1
-    requests = {r.holder for r in governed.reports if r.kind.value == "lease-requested"}
-    assert requests == {"exec-a", "exec-b"}  # both asked; one was granted
+    # The other one at most asked for the lease (denied): it reported no step.
+    other = {"exec-a", "exec-b"} - {m.holder}
+    assert {r.kind.value for r in governed.reports if r.holder in other} <= {"lease-requested"}
 
 
 async def test_a_non_recoverable_pod_gets_a_warning_event_and_is_not_evicted(

@@ -31,6 +31,7 @@ from uuid import uuid4
 import pytest
 from aiokafka import AIOKafkaConsumer
 from kubernetes_asyncio import client, config
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from devtools.testenv import kubeapi
@@ -50,6 +51,8 @@ from services.domain.inventory.objects import (
     ResourceClaimInfo,
     ResourceSliceInfo,
 )
+from services.domain.lifecycle import DevicePath, Stage
+from services.domain.lifecycle_events import PodLifecycleObserved
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 from services.domain.records import TopicRecord, decode_record
 from services.runtime.config import Settings
@@ -220,6 +223,11 @@ def inventory(records: list[TopicRecord], kind: type, name: str) -> list[Invento
 def _micro(moment: datetime) -> str:
     """A MicroTime as the API writes it (RFC 3339, microseconds)."""
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _z(at: datetime) -> str:
+    """RFC 3339 with a Z, second precision (as the API server writes condition times)."""
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _container_status(name: str, allocated: list[dict[str, Any]] | None) -> dict[str, Any]:
@@ -597,6 +605,33 @@ async def test_live_watcher_publishes_what_the_cluster_does(
         assert [r.device_id for r in allocated.obj.results] == [dra_device]
         assert allocated.obj.reserved_for == ((dra_pod, dra_uid),)
 
+        # --- the DRA Pod turns Ready: its claim lifecycle stages are published (issue 16) --------
+        scheduled_at = datetime.now(UTC).replace(microsecond=0)
+        await cluster.status(
+            namespace,
+            dra_pod,
+            conditions=[
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": _z(scheduled_at)},
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "lastTransitionTime": _z(scheduled_at + timedelta(seconds=5)),
+                },
+            ],
+        )
+        records = await tail.wait_for(
+            lambda rs: any(
+                isinstance(r, PodLifecycleObserved) and r.pod_uid == dra_uid for r in rs
+            ),
+            "the DRA Pod's lifecycle stages",
+        )
+        (stages,) = [r for r in records if isinstance(r, PodLifecycleObserved)]
+        assert (stages.node, stages.namespace, stages.pod_name) == (node_b, namespace, dra_pod)
+        ready = [s for s in stages.stages if s.stage is Stage.POD_READY]
+        assert [(s.device_class, s.path, s.seconds) for s in ready] == [
+            (device_class, DevicePath.DRA, 5.0)
+        ]
+
         # --- the Pods end: deleted, and terminated (phase Succeeded) -----------------------------
         await cluster.delete_pod(namespace, "trainer")
         await cluster.status(namespace, dra_pod, phase="Succeeded")
@@ -638,6 +673,15 @@ async def test_live_watcher_publishes_what_the_cluster_does(
                     f"the directory did not catch up; worker:\n{worker.log_text()[-4000:]}"
                 )
             await asyncio.sleep(0.2)
+        async with engine.connect() as conn:
+            result = await conn.execute(
+                text(
+                    f'SELECT stage, device_class, path, seconds FROM "{settings.database_schema}"'
+                    ".pod_lifecycle_stages WHERE pod_uid = :uid AND stage = 'pod_ready'"
+                ),
+                {"uid": dra_uid},
+            )
+            assert [tuple(r) for r in result] == [("pod_ready", device_class, "dra", 5.0)]
         device = await reads.get_device(node_a, gpu0)
         assert device is not None
         assert (device.health, device.source, device.resource_name) == (

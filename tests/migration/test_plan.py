@@ -11,6 +11,7 @@ from services.processes.migration.plan import (
     MigrationView,
     Step,
     checkpoint_overdue,
+    lease_lost,
     next_step,
     renew_due,
 )
@@ -82,3 +83,25 @@ def test_next_step(phase: str, holder: str | None, expires_in: float | None, ste
 def test_renewal_is_due_at_half_the_lease_period() -> None:
     assert not renew_due(MigrationView.of(_item("checkpoint-requested", ME, 61)), NOW, 120)
     assert renew_due(MigrationView.of(_item("checkpoint-requested", ME, 60)), NOW, 120)
+
+
+@pytest.mark.parametrize(
+    ("holder", "token", "reason", "lost"),
+    [
+        (ME, 3, "the lease expired", True),
+        (ME, 3, "stale lease: token 3 of exec-a, current 4 held by exec-b", True),
+        (ME, 2, "the lease expired", False),  # an older lease of ours: the record moved on
+        (OTHER, 3, "the lease expired", False),  # another executor's report
+        (ME, 3, "not expected in phase eviction-requested", False),  # not about the lease
+        (ME, 3, "checkpoint too old", False),
+    ],
+)
+def test_a_refused_report_stops_the_work_only_for_a_lease_reason(
+    holder: str, token: int, reason: str, lost: bool
+) -> None:
+    item = _item("eviction-requested", ME, 30)
+    item["lastDecision"] = "MigrationReportRejected"
+    item["details"].update(reportHolder=holder, reportFencingToken=token, rejectReason=reason)
+    assert lease_lost(item, ME, 3) is lost
+    item["lastDecision"] = "MigrationLeaseGranted"
+    assert lease_lost(item, ME, 3) is False

@@ -12,13 +12,14 @@ import typer
 
 from services.adapters.projection.governance_rows import decision_row
 from services.adapters.projection.governance_tables import governance_decisions
+from services.adapters.projection.store import ProjectionStore
 from services.domain.governance.adoption import AdoptionDeclaration, Phase, PoolSelector
 from services.domain.governance.inputs import CommandAction
 from services.domain.governance.machine import step
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from tests.api.conftest import Governor, InventoryWriter, read_commands
-from tests.conftest import T0
+from tests.conftest import T0, LogFactory, ObservationFactory
 from tests.operator_cli.test_operator_cli import run
 
 pytestmark = pytest.mark.integration
@@ -86,3 +87,30 @@ def test_adoption_set_needs_one_selector_and_a_known_phase(cli: typer.Typer) -> 
     phase = run(cli, "adoption", "set", "p", "half", "--driver", "d", "-r", "x")
     assert phase.exit_code != 0
     assert "phase must be one of plugin, canary, dra, rolled-back" in phase.output
+
+
+async def test_adoption_report_prints_a_table_and_json(
+    cli: typer.Typer,
+    api_url: str,
+    governor: Governor,
+    inventory_writer: InventoryWriter,
+    store: ProjectionStore,
+    observation: ObservationFactory,
+    logged: LogFactory,
+) -> None:
+    from tests.api.inventory_scenario import load_fleet
+
+    await load_fleet(inventory_writer, store, governor, observation, logged)
+    args = ("--class", "gpu.example.com", "--resource", "nvidia.com/gpu", "--min-samples", "1")
+    table = run(cli, "adoption", "report", *args, "--api-url", api_url, role="viewer")
+    assert table.exit_code == 0, table.output
+    assert "FRAGMENTED" in table.stdout and "device-plugin" in table.stdout
+    assert "no source of failed device-plugin allocations" in table.stdout
+    assert "gpu.example.com against nvidia.com/gpu, window" in table.stdout
+    out = run(cli, "adoption", "report", *args, "-o", "json", "--api-url", api_url, role="viewer")
+    assert out.exit_code == 0, out.output
+    rows = {(r["pool"], r["path"]): r for r in orjson.loads(out.stdout)["rows"]}
+    assert rows[("*", "device-plugin")]["fragmentation"]["value"] == 0.2
+    unknown = run(cli, "adoption", "report", "--class", "nope", "--api-url", api_url, role="viewer")
+    assert unknown.exit_code != 0
+    assert "unknown DeviceClass" in unknown.output

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 import services.adapters.projection.failure_tables  # (the imports register their tables on ``metadata``)
 import services.adapters.projection.governance_tables  # (the imports register their tables on ``metadata``)
 import services.adapters.projection.inventory_tables
+import services.adapters.projection.lifecycle_tables
 import services.adapters.projection.workload_tables  # noqa: F401
 from services.adapters.projection.migrate import REPO_ROOT, migrate
 from services.adapters.projection.tables import check_schema_name, metadata
@@ -116,15 +117,20 @@ async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
         "pod_tombstones",
         "pod_workloads",
         "dra_failures",
+        "pod_lifecycle_stages",
         *GOVERNANCE_TABLES,
         *INVENTORY_TABLES,
     }
     current = await asyncio.to_thread(alembic_cli, database_url, schema_name, "current")
-    assert "0012_dra_failures (head)" in current.stdout
+    assert "0013_pod_lifecycle_stages (head)" in current.stdout
     assert {"last_observed_at", "partition"} <= await columns_of(
         engine, schema_name, "device_identities"
     )
     assert "frozen" in await columns_of(engine, schema_name, "device_history")
+
+    back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
+    assert back.returncode == 0, back.stderr
+    assert "pod_lifecycle_stages" not in await tables_in(engine, schema_name)  # 0013
 
     back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
     assert back.returncode == 0, back.stderr
@@ -200,7 +206,7 @@ async def test_migrate_is_idempotent_and_safe_to_run_concurrently(
         version = await conn.execute(
             text(f'SELECT version_num FROM "{schema_name}".alembic_version')
         )
-        assert [r[0] for r in version] == ["0012_dra_failures"]
+        assert [r[0] for r in version] == ["0013_pod_lifecycle_stages"]
 
 
 async def test_revisions_match_the_table_metadata(engine: AsyncEngine, fresh_schema: str) -> None:

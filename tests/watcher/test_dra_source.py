@@ -381,7 +381,10 @@ async def test_stream_05b_publishes_its_claim_keyed_by_node_before_the_pod_event
         "ocr-6d5f7c9b4-dd2ef",
     ]
     assert inventory.observed_at == datetime(2026, 11, 29, 13, 0, tzinfo=UTC)  # the _CLOCK
-    assert {r.type for r in records[1:]} == {"DeviceHealthObserved"}
+    # Besides the device events, each Ready Pod's claim lifecycle stages (issue 16 item 5).
+    assert {r.type for r in records[1:]} == {"DeviceHealthObserved", "PodLifecycleObserved"}
+    lifecycles = [r for r in records if r.type == "PodLifecycleObserved"]
+    assert sorted(r.pod_name for r in lifecycles) == ["ocr-6d5f7c9b4-aa1bc", "ocr-6d5f7c9b4-dd2ef"]
     summary = session.summary
     assert summary.events_published["InventoryObserved"] == 1
     assert summary.inventory_tracked == {"ResourceSlice": 0, "ResourceClaim": 1, "DeviceClass": 0}

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from services.adapters.kube.list_watch import ObjectList
+from services.domain.lifecycle_events import PodLifecycleObserved
 from services.processes.watcher.file_source import HarnessClock
 from services.processes.watcher.metrics import WatcherMetrics
 from services.processes.watcher.pod_source import KubeSource
@@ -153,6 +154,18 @@ async def test_live_observes_each_pod_once_and_never_after_a_relist(
     assert histogram(session, "pod_bound", "gpu.example.com", "dra") == (1, 1.0)
     assert histogram(session, "pod_ready", "gpu.example.com", "dra") == (1, 30.0)
     assert unknown_claims(session) == 0
+    # The same stages, published once per Pod as PodLifecycleObserved (issue 16 item 5).
+    published = [r for r in publisher.records if isinstance(r, PodLifecycleObserved)]
+    assert [r.pod_uid for r in published] == ["b", "d"]
+    assert {
+        (s.stage.value, s.device_class, s.path.value, s.seconds) for s in published[1].stages
+    } == {
+        ("claim_allocated", "gpu.example.com", "dra", 3.0),
+        ("pod_bound", "gpu.example.com", "dra", 1.0),
+        ("pod_ready", "gpu.example.com", "dra", 30.0),
+    }
+    assert published[1].observed_at == WALL and published[1].unknown_claims == 0
+    assert session.summary.events_published["PodLifecycleObserved"] == 2
     # a, b, d, e remembered (c deleted); the buckets suit scheduling: 1 s is in le=1.
     assert len(session.lifecycle) == 4 and "c" not in session.lifecycle
     bucket = session.metrics.registry.get_sample_value(
@@ -176,6 +189,9 @@ async def test_live_claim_not_known_yet_observes_pod_ready_and_counts_it(
     )
     assert all_counts(session) == {("pod_ready", "unknown", "dra"): 1}
     assert unknown_claims(session) == 1
+    [record] = [r for r in publisher.records if isinstance(r, PodLifecycleObserved)]
+    assert record.unknown_claims == 1
+    assert [(s.stage.value, s.device_class) for s in record.stages] == [("pod_ready", "unknown")]
     # The claim turning up later does not make the Pod count again.
     await session.handle(ObjectsListed("ResourceClaim", [claim()], "30"), "test")
     await run_live(

@@ -108,23 +108,27 @@ def ticks_by_partition(values: list[TopicRecord]) -> dict[int, list[str]]:
 async def test_demo_stream_is_published_with_dead_letters(settings: Settings) -> None:
     path = BUNDLED / "demo-stream.jsonl"
     summary = await asyncio.wait_for(run_watch(settings, from_file=path), 60)
-    assert summary.events_published == {"DeviceHealthObserved": 23, "PodDevicesReleased": 1}
+    assert summary.events_published == {
+        "DeviceHealthObserved": 23,
+        "PodDevicesReleased": 1,
+        "PodLifecycleObserved": 17,  # each Ready Pod's claim lifecycle stages (issue 16)
+    }
     assert summary.dead_lettered == 2
     assert summary.problems["missing-node-name"] == 1
     assert summary.problems["conflicting-health"] == 1
     assert summary.problems["unknown-event-type"] == 1
     assert summary.problems["watch-error"] == 1
     assert summary.resource_version == "95021"
-    assert "24 events published" in summary.line()
+    assert "41 events published" in summary.line()
     clocks = [
         line for line in path.read_bytes().splitlines() if line.startswith(b'{"type":"_CLOCK"')
     ]
     # one round per _CLOCK, and one just after the end (the governor's merge needs it)
     assert summary.ticks_sent == (len(clocks) + 1) * PARTITIONS
 
-    values = decoded(await read_all(settings, settings.topic, 24 + summary.ticks_sent))
+    values = decoded(await read_all(settings, settings.topic, 41 + summary.ticks_sent))
     events = [v for v in values if not isinstance(v, WatcherTick)]
-    assert len(events) == 24
+    assert len(events) == 41
     # observedAt comes from the stream's _CLOCK lines, not from the wall clock.
     unhealthy = next(
         e
@@ -152,7 +156,7 @@ async def test_truncated_line_is_dead_lettered_with_its_line_number(settings: Se
     path = BUNDLED / "stream-10b-truncated-line.jsonl"
     summary = await asyncio.wait_for(run_watch(settings, from_file=path), 60)
     assert summary.problems == {"broken-line": 1}
-    assert summary.events_published == {"DeviceHealthObserved": 2}
+    assert summary.events_published == {"DeviceHealthObserved": 2, "PodLifecycleObserved": 1}
     (letter,) = await read_all(settings, settings.dead_letter_topic, 1)
     headers = dict(letter.headers)
     assert headers["devicestate-source"] == f"file:{path}:3".encode()
@@ -164,9 +168,13 @@ async def test_stream_03b_publishes_node_allocatable_8_0_8_and_ticks(settings: S
     path = SHARED / "stream-03b-plugin-unregistered-observed-kubelet.jsonl"
     expected = orjson.loads(path.with_suffix("").with_suffix(".expected.json").read_bytes())
     summary = await asyncio.wait_for(run_watch(settings, from_file=path), 60)
-    assert summary.events_published == {"DeviceHealthObserved": 8, "NodeResourcesChanged": 3}
+    assert summary.events_published == {
+        "DeviceHealthObserved": 8,
+        "NodeResourcesChanged": 3,
+        "PodLifecycleObserved": 1,
+    }
     assert summary.ticks_sent == (3 + 1) * PARTITIONS  # the _CLOCKs' and the end's
-    records = await read_all(settings, settings.topic, 11 + summary.ticks_sent)
+    records = await read_all(settings, settings.topic, 12 + summary.ticks_sent)
     values = decoded(records)
     changes = [v for v in values if isinstance(v, NodeResourcesChanged)]
     assert [(c.node, c.capacity, c.allocatable, format_z(c.observed_at)) for c in changes] == [
@@ -192,6 +200,7 @@ async def test_stream_03b_publishes_node_allocatable_8_0_8_and_ticks(settings: S
     assert [v.type for v in on_partition] == [
         "WatcherTick",
         *["DeviceHealthObserved"] * 8,
+        "PodLifecycleObserved",  # the Pod first seen Ready (after its devices)
         "NodeResourcesChanged",
         "WatcherTick",
         "NodeResourcesChanged",
@@ -378,7 +387,7 @@ async def test_file_mode_slice_and_claim_land_keyed_by_their_node(
         if r.partition == node_slice.partition and r.key == b"gpu-node-a" and r.value
     ]
     assert on_partition[:2] == ["InventoryObserved", "InventoryObserved"]
-    assert set(on_partition[2:]) == {"DeviceHealthObserved"}
+    assert set(on_partition[2:]) == {"DeviceHealthObserved", "PodLifecycleObserved"}
     slice_value = next(
         v for v in inventory if isinstance(v.obj, ResourceSliceInfo) and v.key == "gpu-node-a"
     )

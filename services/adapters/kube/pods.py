@@ -1,6 +1,6 @@
 """The Pod calls of the migration executor (``devicestate migrate``): read and list Pods, set a
 condition through the status subresource, annotate, evict through the Eviction API and write
-Events. :class:`KubernetesPods` implements its port (``migration.kube.PodApi``), raw JSON dicts
+Events. :class:`KubernetesPods` implements its port (``migration.kube.MigrationPods``), raw JSON dicts
 in and out, errors as :class:`~services.adapters.kube.errors.KubeApiError`.
 
 RBAC it needs (``deploy/components/migration``): ``get``/``list``/``watch``/``patch`` pods,
@@ -86,9 +86,14 @@ class KubernetesPods:
             body["deleteOptions"]["dryRun"] = ["All"]
         await request_json(self._core.create_namespaced_pod_eviction, name, namespace, body)
 
-    async def create_event(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def create_event(
+        self, namespace: str, body: dict[str, Any], dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Create a core/v1 Event. 409: one of that name exists (also with ``dry_run``: the
+        server checks the name, so a dry-run create tells whether the Event is there)."""
+        extra: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
         created: dict[str, Any] = await request_json(
-            self._core.create_namespaced_event, namespace, body
+            self._core.create_namespaced_event, namespace, body, **extra
         )
         return created
 

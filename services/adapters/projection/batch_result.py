@@ -81,3 +81,5 @@ class PreparedBatch:
     """The ``pod_workloads`` rows to upsert (:mod:`services.adapters.projection.workload_sql`)."""
     failure_rows: dict[str, str] | None = None
     """The ``dra_failures`` rows to upsert (:mod:`services.adapters.projection.failure_sql`)."""
+    lifecycle_rows: dict[str, str] | None = None
+    """The ``pod_lifecycle_stages`` rows to insert (:mod:`.lifecycle_sql`), first wins."""

@@ -1,8 +1,8 @@
 """Compare two projection schemas row by row: the check behind ``devicestate replay --verify``
 (and ``--governance --verify``, over :data:`GOVERNANCE_COMPARED_TABLES`).
 
-Replaying the same log must give identical ``devices``, ``device_history``, ``pod_tombstones``
-``pod_workloads`` and ``dra_failures`` rows, and identical
+Replaying the same log must give identical ``devices``, ``device_history``, ``pod_tombstones``,
+``pod_workloads``, ``dra_failures`` and ``pod_lifecycle_stages`` rows, and identical
 inventory rows (``inventory_objects``, ``node_resources``, ``device_identities``,
 ``inventory_conflicts``), every column; ``partition_progress`` is left out: its ``updated_at`` is
 wall-clock time. PostgreSQL finds the
@@ -31,6 +31,7 @@ from services.adapters.projection.inventory_tables import (
     inventory_objects,
     node_resources,
 )
+from services.adapters.projection.lifecycle_tables import pod_lifecycle_stages
 from services.adapters.projection.tables import (
     device_history,
     devices,
@@ -54,6 +55,7 @@ COMPARED_TABLES: Final = (
     *INVENTORY_COMPARED_TABLES,
     pod_workloads,
     dra_failures,
+    pod_lifecycle_stages,  # the claim lifecycle stages (issue 16)
 )
 """Tables whose rows a replay of the health topic must reproduce exactly."""
 

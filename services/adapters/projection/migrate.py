@@ -23,6 +23,7 @@ from alembic.config import Config
 import services.adapters.projection.failure_tables  # (the imports register their tables on ``metadata``)
 import services.adapters.projection.governance_tables  # (the imports register their tables on ``metadata``)
 import services.adapters.projection.inventory_tables
+import services.adapters.projection.lifecycle_tables
 import services.adapters.projection.workload_tables  # noqa: F401
 from services.adapters.projection.tables import check_schema_name
 

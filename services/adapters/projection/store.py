@@ -47,6 +47,11 @@ from services.adapters.projection.inventory_store import (
     fresh_items,
     write_plan,
 )
+from services.adapters.projection.lifecycle_sql import (
+    LifecycleStatements,
+    fresh_lifecycle_rows,
+    write_lifecycles,
+)
 from services.adapters.projection.retention_sql import (
     RetentionStatements,
     batch_event_times,
@@ -97,6 +102,7 @@ class ProjectionStore:
         self._retention = RetentionStatements(schema)
         self._workloads = WorkloadStatements(schema)
         self._failures = FailureStatements(schema)
+        self._lifecycles = LifecycleStatements(schema)
         self.inventory = InventoryProjection(schema)
         """The inventory this store maintains when batches carry :attr:`LoggedBatch.inventory`."""
 
@@ -197,6 +203,8 @@ class ProjectionStore:
             await write_workloads(conn, self._workloads, rows)
             failures = fresh_failure_rows(batch.failures, applied_through.get)
             await write_failures(conn, self._failures, failures)
+            lifecycles = fresh_lifecycle_rows(batch.lifecycles, applied_through.get)
+            await write_lifecycles(conn, self._lifecycles, lifecycles)
             inventory = None
             if inventory_items is not None:
                 inventory = await self.inventory.apply(
@@ -290,6 +298,7 @@ class ProjectionStore:
         return PreparedBatch(
             workload_rows=fresh_rows(batch.workloads, lambda part: cache.offset(*part)),
             failure_rows=fresh_failure_rows(batch.failures, lambda part: cache.offset(*part)),
+            lifecycle_rows=fresh_lifecycle_rows(batch.lifecycles, lambda part: cache.offset(*part)),
             written=plan.written,
             offsets=offsets,
             stats=batch_stats(plan, len(plan.written), len(records) - len(fresh), len(refused)),
@@ -320,6 +329,7 @@ class ProjectionStore:
                 await write_tombstones(conn, self._tombstones, prepared.tombstones)
             await write_workloads(conn, self._workloads, prepared.workload_rows)
             await write_failures(conn, self._failures, prepared.failure_rows)
+            await write_lifecycles(conn, self._lifecycles, prepared.lifecycle_rows)
         return prepared.stats
 
     async def prune_history(

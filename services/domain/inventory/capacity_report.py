@@ -176,17 +176,14 @@ def _plugin_capacity_devices(
     return result
 
 
-def build_capacity(
-    snapshot: Snapshot,
-    configured_request_size: int = 0,
-    directory: Sequence[InventoryDevice] | None = None,
-) -> CapacityReport:
-    """Capacity views over every device with a node: DRA devices of node-scoped slices
+def capacity_devices(
+    snapshot: Snapshot, directory: Sequence[InventoryDevice] | None = None
+) -> tuple[list[CapacityDevice], dict[tuple[str, str], str]]:
+    """Every device with a node: DRA devices of node-scoped slices
     (:meth:`InventoryState.dra_capacity_devices`) and device-plugin capacity
-    (:func:`_plugin_capacity_devices`). ``unavailable``: quarantined, recovering, restricted,
-    deferred, observed Unhealthy, tainted NoSchedule/NoExecute, or lost by the plugin; an
-    allocated device counts as allocated whatever its state, and a quarantined one is never
-    idle."""
+    (:func:`_plugin_capacity_devices`), with the reason of each unavailable one by
+    ``(node, device_id)``: quarantined, recovering, restricted, deferred, observed Unhealthy,
+    tainted NoSchedule/NoExecute, or lost by the plugin."""
     listed = build_directory(snapshot) if directory is None else directory
     by_key = {(d.node, d.device_id): d for d in listed if d.node}
     unavailable: dict[tuple[str, str], str] = {}
@@ -196,7 +193,16 @@ def build_capacity(
         if entry is not None and entry.unavailable:
             unavailable[(device.node, device.device_id)] = entry.unavailable
     plugin = _plugin_capacity_devices(snapshot, by_key, effective_identities(snapshot), unavailable)
+    return [*dra, *plugin], unavailable
+
+
+def build_capacity(
+    snapshot: Snapshot,
+    configured_request_size: int = 0,
+    directory: Sequence[InventoryDevice] | None = None,
+) -> CapacityReport:
+    """Capacity views over :func:`capacity_devices`: an allocated device counts as allocated
+    whatever its state, and a quarantined one is never idle."""
+    listed, unavailable = capacity_devices(snapshot, directory)
     size, source = request_size(snapshot, configured_request_size)
-    return CapacityReport(
-        capacity_views([*dra, *plugin], unavailable, size), size, source, unavailable
-    )
+    return CapacityReport(capacity_views(listed, unavailable, size), size, source, unavailable)

@@ -28,6 +28,7 @@ from services.adapters.projection.engine import create_engine
 from services.adapters.projection.errors import DatabaseError
 from services.adapters.projection.failure_sql import FailureReads
 from services.adapters.projection.reads_adoption import AdoptionReads
+from services.adapters.projection.reads_adoption_report import AdoptionReportReads
 from services.adapters.projection.reads_changes import ChangeReads
 from services.adapters.projection.reads_devices import DeviceReads
 from services.adapters.projection.reads_governance import GovernanceReads
@@ -38,6 +39,7 @@ from services.adapters.projection.reads_workloads import WorkloadReads
 from services.domain.events import now_utc
 from services.processes.api import (
     routes_adoption,
+    routes_adoption_report,
     routes_automation,
     routes_devices,
     routes_extender,
@@ -116,7 +118,9 @@ DeviceClass's `extendedResourceName` with the Node's capacity.
 
 **DRA adoption** (issue 16). `POST /v1/adoption` (operator) declares a pool's phase (`plugin`,
 `canary`, `dra`, `rolled-back`) as a governance command; `GET /v1/adoption` gives each pool's
-phase, history and the gate (`expand`, `hold`, `rollback`) with every reason and its figures.
+phase, history and the gate (`expand`, `hold`, `rollback`) with every reason and its figures. `GET /v1/adoption/report?class=` compares DRA
+against the device plugin per pool: allocation success, stage times, fragmentation, device-hours
+and job retries (issue 16 item 5).
 
 **Workload migration** (issue 13). `GET /v1/migrations` lists the migrations of the workloads on
 quarantined devices as the governor last decided them (`?phase=`); `GET /v1/migrations/{id}`
@@ -176,6 +180,7 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
         app.state.reads = GovernanceReads(engine, settings.database_schema)
         app.state.inventory = InventoryReads(engine, settings.database_schema)
         app.state.adoption = AdoptionReads(engine, settings.database_schema)
+        app.state.adoption_report = AdoptionReportReads(engine, settings.database_schema)
         app.state.workloads = WorkloadReads(engine, settings.database_schema)
         app.state.failures = FailureReads(engine, settings.database_schema)
         app.state.migrations = MigrationReads(engine, settings.database_schema)
@@ -225,6 +230,7 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
     app.state.idempotency_keys = KeyRegistry()
     app.state.governance_gauges = GovernanceGaugeCache()
     app.state.inventory_gauges = routes_inventory.InventoryGaugeCache()
+    app.state.adoption_report_gauges = routes_adoption_report.ReportGaugeCache()
     app.state.extender_stats = routes_extender.ExtenderStats()
     app.state.warm_devices = None  # the lifespan starts it (api_read_cache)
     app.state.warm_node_facts = None  # likewise, with the scheduler extender
@@ -238,6 +244,7 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
     app.include_router(routes_governance.router)
     app.include_router(routes_inventory.router)
     app.include_router(routes_workloads.router)
+    app.include_router(routes_adoption_report.router)
     app.include_router(routes_adoption.router)
     app.include_router(routes_migrations.router)
     app.include_router(routes_ops.router)

@@ -23,6 +23,7 @@ from services.adapters.projection.errors import DatabaseError
 from services.adapters.projection.reads_governance import FleetStatus, GovernanceReads
 from services.processes.api.failure_metrics import failure_metrics
 from services.processes.api.readiness import LagUnavailable, lag_problem
+from services.processes.api.routes_adoption_report import adoption_report_gauges
 from services.processes.api.routes_devices import Store
 from services.processes.api.routes_extender import extender_metrics
 from services.processes.api.routes_inventory import CAPACITY_NODE_VIEW_METRICS, inventory_gauges
@@ -151,7 +152,12 @@ async def metrics(
     (ResourceSlice devices minus Node capacity where both offer the resource),
     ``devicestate_api_inventory_up``. Driver and claim failures (issue 16 item 3):
     ``devicestate_dra_failures_total{class,reason,namespace}`` summed from the projection,
-    ``devicestate_api_dra_failures_up``. With the scheduler extender enabled:
+    ``devicestate_api_dra_failures_up``. The DRA adoption comparison (read at most every 60 s,
+    per DeviceClass: ``docs/dra-adoption.md``): ``devicestate_adoption_stage_seconds{class,pool,path,
+    stage,quantile}``, ``devicestate_adoption_fragmentation{class,pool,path}``,
+    ``devicestate_adoption_device_hours{class,pool,path,state}``,
+    ``devicestate_adoption_allocation_success{...}``, ``devicestate_adoption_retry_rate{...}``.
+    With the scheduler extender enabled:
     ``devicestate_scheduler_extender_calls_total{outcome}`` and
     ``devicestate_scheduler_extender_failed_nodes_total``. With the point GETs' in-memory copy
     (``DEVICESTATE_API_READ_CACHE``): ``devicestate_api_read_cache_ready``,
@@ -203,6 +209,7 @@ async def metrics(
     await _governance_gauges(request, registry, clock())
     await inventory_gauges(request, registry, capacity_node_view, DATABASE_ERRORS)
     await failure_metrics(request, registry, DATABASE_ERRORS)
+    await adoption_report_gauges(request, registry, DATABASE_ERRORS)
     if request.app.state.settings.scheduler_extender:
         extender_metrics(request, registry)
     warm = getattr(request.app.state, "warm_devices", None)

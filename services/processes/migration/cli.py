@@ -27,6 +27,9 @@ def migrate(
         help="Seconds between passes (DEVICESTATE_MIGRATE_POLL_SECONDS).",
     ),
     once: bool = typer.Option(False, "--once", help="One pass, then exit (1 if a step failed)."),
+    metrics_port: int = typer.Option(
+        9112, "--metrics-port", help="Port of the Prometheus /metrics endpoint (0: off)."
+    ),
 ) -> None:
     """Carry out the governor's workload migrations off quarantined devices.
 
@@ -59,7 +62,7 @@ def migrate(
             typer.echo(f"error: {error}", err=True)
 
     try:
-        result = run(run_executor(settings, once=once, on_result=show))
+        result = run(run_executor(settings, once=once, metrics_port=metrics_port, on_result=show))
     except (KubeConfigUnavailable, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -29,12 +29,21 @@ from services.processes.migration.api import (
     evidence_body,
     report_body,
 )
-from services.processes.migration.kube import PodApi
+from services.processes.migration.events import (
+    EVENT_REASON,
+    EVICTION_REASON,
+    event_body,
+    eviction_message,
+    evidence_message,
+)
+from services.processes.migration.kube import MigrationPods
+from services.processes.migration.metrics import ExecutorMetrics
 from services.processes.migration.plan import (
     ACTIONABLE_PHASES,
     MigrationView,
     Step,
     checkpoint_overdue,
+    lease_lost,
     next_step,
     renew_due,
 )
@@ -43,10 +52,6 @@ log = structlog.get_logger(__name__)
 
 EVIDENCE_DONE: Final = "devicestate.io/evidence-kept"
 """Annotation on a non-recoverable Pod: the migration whose evidence and Event are written."""
-EVENT_REASON: Final = "DeviceQuarantinedNoMigration"
-COMPONENT: Final = "devicestate-migrate"
-LEASE_LOST: Final = ("stale lease", "the lease expired")
-"""How the governor's ``rejectReason`` begins when the lease is no longer ours."""
 DRY_STEPS: Final = {
     "planned": Step.REQUEST_LEASE,
     "checkpoint-requested": Step.CHECKPOINT,
@@ -76,14 +81,17 @@ class MigrationExecutor:
     def __init__(
         self,
         api: MigrationsApi,
-        pods: PodApi,
+        pods: MigrationPods,
         holder: str,
         *,
         dry_run: bool = True,
         lease_seconds: float = 60.0,
         clock: Callable[[], datetime] = utc_now,
+        metrics: ExecutorMetrics | None = None,
     ) -> None:
         self.api, self.pods, self.holder = api, pods, holder
+        self.metrics = metrics or ExecutorMetrics()
+        self.metrics.dry_run.set(1 if dry_run else 0)
         self.dry_run, self.lease_seconds, self.clock = dry_run, lease_seconds, clock
         self._reported: set[tuple[str, int, str]] = set()  # (migration, token, kind) posted
         self._requested: dict[str, datetime] = {}  # lease requests not decided yet
@@ -104,6 +112,9 @@ class MigrationExecutor:
                     mid = item.get("migrationID")
                     log.warning("migration step failed", migration=mid, error=str(exc))
                     self._result.errors.append(f"{mid}: {exc}")
+        self.metrics.passes.labels("partial" if self._result.errors else "ok").inc()
+        if not self._result.errors:
+            self.metrics.last_success.set(self.clock().timestamp())
         return self._result
 
     def _do(self, text: str) -> None:
@@ -131,6 +142,7 @@ class MigrationExecutor:
                 await self.api.report(
                     m.migration_id, report_body("lease-renewed", self.holder, m.fencing_token)
                 )
+                self.metrics.reports.labels("lease-renewed").inc()
         if step is Step.CHECKPOINT:
             await self._checkpoint(m, now)
         elif step is Step.EVICT:
@@ -144,13 +156,7 @@ class MigrationExecutor:
         key = (m.migration_id, m.fencing_token)
         if key in self._stopped:
             return True
-        details: dict[str, Any] = item.get("details") or {}
-        if (
-            item.get("lastDecision") == "MigrationReportRejected"
-            and details.get("reportHolder") == self.holder
-            and details.get("reportFencingToken") == m.fencing_token
-            and str(details.get("rejectReason", "")).startswith(LEASE_LOST)
-        ):
+        if lease_lost(item, self.holder, m.fencing_token):
             self._stopped.add(key)
             history = await self.api.get_migration(m.migration_id)
             last = (history or {}).get("decisions", [{}])[-1].get("summary", "")
@@ -170,6 +176,7 @@ class MigrationExecutor:
                 m.migration_id, report_body(kind, self.holder, m.fencing_token, **fields)
             )
             self._reported.add(key)
+            self.metrics.reports.labels(kind).inc()
 
     async def _request_lease(self, m: MigrationView, now: datetime) -> None:
         asked = self._requested.get(m.migration_id)
@@ -179,6 +186,7 @@ class MigrationExecutor:
         if not self.dry_run:
             await self.api.report(m.migration_id, report_body("lease-requested", self.holder, 0))
             self._requested[m.migration_id] = now
+            self.metrics.reports.labels("lease-requested").inc()
 
     async def _read(self, m: MigrationView) -> list[dict[str, Any] | None]:
         """The migration's Pods as they are now (``None``: gone, or another Pod of that name)."""
@@ -264,6 +272,8 @@ class MigrationExecutor:
                 evicted += 1  # evicted already (before a restart): terminating
                 continue
             await self._serving_off(m, pod)
+            if not self.dry_run:  # first the marker: it outlives the Pod (see below)
+                await self._event(m, pod, "Normal", EVICTION_REASON, eviction_message(m))
             self._do(f"evict {meta['namespace']}/{meta['name']} (policy/v1 Eviction)")
             try:
                 await self.pods.evict_pod(
@@ -275,14 +285,29 @@ class MigrationExecutor:
                 if exc.status in (404, 409):  # gone, or another Pod of that name (uid precondition)
                     continue
                 raise
+            self.metrics.evictions.labels(str(self.dry_run).lower()).inc()
             evicted += 1
         if evicted:
             return await self._report(m, "evicted")
-        # Every Pod is gone and none was ours to evict now: after a restart that followed our
-        # own eviction the workload lives on in other Pods (evicted); else it is gone.
-        if await self._replacements(m):
-            return await self._report(m, "evicted", detail="the Pods were gone; the workload runs")
+        # Every Pod is gone and none was left to evict: evicted by an executor of this
+        # migration (killed before its report) when its marker Event exists, else gone.
+        if await self._marked(m):
+            return await self._report(m, "evicted", detail="the Pods were evicted before")
         await self._report(m, "workload-gone", detail="every Pod of the migration is gone")
+
+    async def _marked(self, m: MigrationView) -> bool:
+        """Whether an eviction marker Event of ``m`` exists for one of its Pods: a dry-run
+        create of it is refused with 409 (the executor may create Events, not read them)."""
+        for namespace, name, uid in m.pods:
+            pod = {"metadata": {"namespace": namespace, "name": name, "uid": uid}}
+            body = event_body(m, pod, "Normal", EVICTION_REASON, eviction_message(m), self.clock())
+            try:
+                await self.pods.create_event(namespace, body, dry_run=True)
+            except KubeApiError as exc:
+                if exc.status == 409:
+                    return True
+                raise
+        return False
 
     async def _replacements(self, m: MigrationView) -> list[dict[str, Any]]:
         """Pods of the same workload (top-level owner UID) that are not the migrated ones and
@@ -315,12 +340,15 @@ class MigrationExecutor:
         if m.migration_id in self._evidence_done:
             return
         pods = [p for p in await self._read(m) if p is not None]
+        if not pods:  # gone since (an old migration): nothing left to collect or to tell
+            self._evidence_done.add(m.migration_id)
+            return
         todo = [
             p
             for p in pods
             if (p["metadata"].get("annotations") or {}).get(EVIDENCE_DONE) != m.migration_id
         ]
-        if pods and not todo:
+        if not todo:
             self._evidence_done.add(m.migration_id)
             return
         now = self.clock()
@@ -343,40 +371,21 @@ class MigrationExecutor:
             self._evidence_done.add(m.migration_id)
 
     async def _warn(self, m: MigrationView, pod: dict[str, Any], now: datetime) -> None:
-        """A Warning Event on the Pod (named after the Pod and the migration: written once)."""
+        """A Warning Event on the Pod: the tenant is told nothing moves."""
         meta = pod["metadata"]
         self._do(f"write a Warning Event {EVENT_REASON} on {meta['namespace']}/{meta['name']}")
         if self.dry_run:
             return
-        stamp = format_time(now.replace(microsecond=0))
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{meta['name']}.{m.migration_id}",
-                "namespace": meta["namespace"],
-            },
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": meta["namespace"],
-                "name": meta["name"],
-                "uid": meta.get("uid", ""),
-                "resourceVersion": meta.get("resourceVersion", ""),
-            },
-            "type": "Warning",
-            "reason": EVENT_REASON,
-            "message": (
-                f"device {m.node}/{m.resource_id} is quarantined and this workload is "
-                f"non-recoverable: migration {m.migration_id} evicts nothing; its evidence is kept"
-            ),
-            "source": {"component": COMPONENT},
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
+        await self._event(m, pod, "Warning", EVENT_REASON, evidence_message(m))
+
+    async def _event(
+        self, m: MigrationView, pod: dict[str, Any], kind: str, reason: str, message: str
+    ) -> None:
         try:
-            await self.pods.create_event(meta["namespace"], body)
+            await self.pods.create_event(
+                pod["metadata"]["namespace"],
+                event_body(m, pod, kind, reason, message, self.clock()),
+            )
         except KubeApiError as exc:
             if exc.status != 409:  # 409: written by an earlier pass
                 raise

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 
-class PodApi(Protocol):
+class MigrationPods(Protocol):
     """``read_pod`` returns ``None`` for 404; anything else that is not a success raises
     :class:`~services.adapters.kube.errors.KubeApiError` (``evict_pod``: 429 when a
     PodDisruptionBudget refuses, 404 when the Pod is gone)."""
@@ -27,4 +27,6 @@ class PodApi(Protocol):
 
     async def evict_pod(self, namespace: str, name: str, uid: str, dry_run: bool) -> None: ...
 
-    async def create_event(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
+    async def create_event(
+        self, namespace: str, body: dict[str, Any], dry_run: bool = False
+    ) -> dict[str, Any]: ...

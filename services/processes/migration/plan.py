@@ -17,6 +17,9 @@ WORKING_PHASES: Final = frozenset({"checkpoint-requested", "eviction-requested",
 """Phases in which the lease holder works (a lease is granted in ``planned``)."""
 ACTIONABLE_PHASES: Final = ("planned", *sorted(WORKING_PHASES), "evidence-kept")
 """The phases the executor lists (``GET /v1/migrations?phase=``), in this order."""
+LEASE_LOST: Final = ("stale lease", "the lease expired")
+"""How the governor's ``rejectReason`` begins when the lease is no longer the reporter's
+(``services/domain/migration/reports.py``)."""
 
 
 class Step(StrEnum):
@@ -121,3 +124,17 @@ def renew_due(m: MigrationView, now: datetime, lease_seconds: float) -> bool:
 def checkpoint_overdue(m: MigrationView, now: datetime) -> bool:
     """No fresh checkpoint by the governor's ``checkpointDue``: report ``checkpoint-timed-out``."""
     return m.checkpoint_due is not None and now >= m.checkpoint_due
+
+
+def lease_lost(item: dict[str, Any], holder: str, token: int) -> bool:
+    """Whether the governor's latest decision about the migration (an item of
+    ``GET /v1/migrations``) refused a report of ``holder`` under lease ``token`` for a lease
+    reason: the record may still name ``holder`` (the governor's event time is past the lease's
+    expiry while the executor's clock is not), so the executor stops working on it."""
+    details: dict[str, Any] = item.get("details") or {}
+    return (
+        item.get("lastDecision") == "MigrationReportRejected"
+        and details.get("reportHolder") == holder
+        and details.get("reportFencingToken") == token
+        and str(details.get("rejectReason", "")).startswith(LEASE_LOST)
+    )

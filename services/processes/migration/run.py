@@ -20,9 +20,10 @@ import structlog
 
 from services.processes.migration.api import ApiCallError, HttpMigrationsApi, MigrationsApi
 from services.processes.migration.executor import MigrationExecutor, PassResult
-from services.processes.migration.kube import PodApi
+from services.processes.migration.kube import MigrationPods
+from services.processes.migration.metrics import ExecutorMetrics
 from services.runtime.config import MigrationProcessSettings
-from services.runtime.loop import stop_on_signals
+from services.runtime.loop import serve_metrics, stop_on_signals
 
 log = structlog.get_logger(__name__)
 
@@ -46,8 +47,9 @@ async def run_executor(
     settings: MigrationProcessSettings,
     *,
     once: bool = False,
+    metrics_port: int = 0,
     api: MigrationsApi | None = None,
-    pods: PodApi | None = None,
+    pods: MigrationPods | None = None,
     stop: asyncio.Event | None = None,
     on_result: Callable[[PassResult], None] | None = None,
 ) -> PassResult | None:
@@ -55,6 +57,9 @@ async def run_executor(
     ``api``/``pods`` replace the HTTP client and the Kubernetes client ``settings`` name."""
     stop, remove_signal_handlers = stop_on_signals(stop)
     holder = settings.migrate_holder or default_holder()
+    metrics = ExecutorMetrics()
+    if not once:
+        serve_metrics(metrics.serve, metrics_port)
     try:
         async with contextlib.AsyncExitStack() as stack:
             if api is None:
@@ -71,6 +76,7 @@ async def run_executor(
                 holder,
                 dry_run=settings.migrate_dry_run,
                 lease_seconds=settings.migration_lease_seconds,
+                metrics=metrics,
             )
             log.info(
                 "migration executor started",
@@ -86,6 +92,7 @@ async def run_executor(
                 except ApiCallError as exc:
                     log.warning("cannot list the migrations", error=str(exc))
                     last = PassResult(settings.migrate_dry_run, errors=[str(exc)])
+                    metrics.passes.labels("failed").inc()
                 if on_result is not None:
                     on_result(last)
                 if once:

@@ -19,6 +19,7 @@ from services.domain.batch import InventoryRecord
 from services.domain.event_time import append_time, bounded
 from services.domain.events import DeviceHealthObserved, PodDevicesReleased, PodsListed
 from services.domain.inventory.events import InventoryObserved
+from services.domain.lifecycle_events import PodLifecycleObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeResourcesChanged
 from services.domain.records import check_key, decode_typed_record
@@ -65,6 +66,8 @@ class LogBatch:
     """The Pods' workload records (:attr:`LoggedBatch.workloads`), in read order."""
     failures: list[tuple[LogPosition, DRAFailureObserved]] = field(default_factory=list)
     """The driver and claim failures (:attr:`LoggedBatch.failures`), in read order."""
+    lifecycles: list[tuple[LogPosition, PodLifecycleObserved]] = field(default_factory=list)
+    """The Pods' lifecycle stages (:attr:`LoggedBatch.lifecycles`), in read order."""
 
 
 async def read_log(
@@ -107,6 +110,7 @@ async def read_log(
             times: list[tuple[LogPosition, datetime]] = []
             workloads: list[tuple[LogPosition, PodWorkloadObserved]] = []
             failures: list[tuple[LogPosition, DRAFailureObserved]] = []
+            lifecycles: list[tuple[LogPosition, PodLifecycleObserved]] = []
             undecodable = read = node_events = 0
             # A batch is gathered from small reads with a yield to the event loop after each:
             # decoding then runs while PostgreSQL works on the previous batch, and the writer
@@ -147,6 +151,8 @@ async def read_log(
                             workloads.append((position, event))
                         if isinstance(event, DRAFailureObserved):
                             failures.append((position, event))
+                        if isinstance(event, PodLifecycleObserved):
+                            lifecycles.append((position, event))
                         if not isinstance(
                             event, DeviceHealthObserved | PodDevicesReleased | PodsListed
                         ):
@@ -159,7 +165,15 @@ async def read_log(
                 await asyncio.sleep(0)
             if read:
                 yield LogBatch(
-                    records, undecodable, read, node_events, items, times, workloads, failures
+                    records,
+                    undecodable,
+                    read,
+                    node_events,
+                    items,
+                    times,
+                    workloads,
+                    failures,
+                    lifecycles,
                 )
 
 

@@ -269,6 +269,7 @@ async def _rebuild(
                         max_devices_per_node=max_devices_per_node,
                         workloads=batch.workloads,
                         failures=batch.failures,
+                        lifecycles=batch.lifecycles,
                     )
                     prepared = await asyncio.to_thread(
                         functools.partial(store.prepare_batch, logged, cache)

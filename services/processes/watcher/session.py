@@ -20,6 +20,7 @@ import structlog
 from services.domain.codec import parse_resource_version
 from services.domain.inventory.events import InventoryKind, InventoryObserved
 from services.domain.inventory.objects import ResourceClaimInfo
+from services.domain.lifecycle_events import lifecycle_record
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
 from services.domain.records import TopicRecord
 from services.domain.watch.failure_tracker import EVENT_KIND, FailureOutcome, FailureTracker
@@ -243,9 +244,13 @@ class WatchSession:
         form = self.inventory.tracker.form(InventoryKind.RESOURCE_CLAIM, f"{namespace}/{name}")
         return form if isinstance(form, ResourceClaimInfo) else None
 
-    def _observe_lifecycle(self, kind: WatchKind, pod: dict[str, Any], name: str) -> None:
-        """Claim lifecycle stages of a Pod first seen Ready (see :class:`LifecycleTracker`)."""
+    async def _observe_lifecycle(self, kind: WatchKind, pod: dict[str, Any], name: str) -> None:
+        """Claim lifecycle stages of a Pod first seen Ready (see :class:`LifecycleTracker`):
+        observed on the histograms and published as a ``PodLifecycleObserved``."""
         report = self.lifecycle.watched(kind, pod, self._claim)
+        record = lifecycle_record(pod, report, self.clock.now())
+        if record is not None:
+            await self._publish(record)
         for latency in report.latencies:
             self.metrics.claim_stage_seconds.labels(
                 latency.stage.value, latency.device_class, latency.path.value
@@ -324,7 +329,7 @@ class WatchSession:
             if self.failures is not None:
                 found = self.failures.pod(item.kind, item.pod, self.clock.now())
                 await self._apply_failures(found, source)
-            self._observe_lifecycle(item.kind, item.pod, pod)
+            await self._observe_lifecycle(item.kind, item.pod, pod)
             self._file_workload(item.kind, item.pod)
             self._resume_point(item.resource_version)
         elif isinstance(item, Relisted):
