@@ -120,7 +120,7 @@ class Executor:
         with self.log.open("ab") as out:
             self.process = await asyncio.create_subprocess_exec(
                 *[sys.executable, "-m", "services.cli.main", "migrate", "--apply"],
-                *["--holder", self.holder, "--interval", "0.5"],
+                *["--holder", self.holder, "--interval", "0.5", "--metrics-port", "0"],
                 env=env,
                 cwd=REPO,
                 stdout=out,
