@@ -62,12 +62,19 @@ soon."""
 
 
 @pytest.mark.parametrize(
-    ("kill_at", "takeover"),
-    [(None, False), ("checkpoint-requested", False), ("released", False), ("released", True)],
+    ("kill_at", "takeover", "racers"),
+    [
+        (None, False, 1),
+        (None, False, 2),
+        ("checkpoint-requested", False, 1),
+        ("released", False, 1),
+        ("released", True, 1),
+    ],
 )
 async def test_a_checkpointed_job_migrates_off_a_failing_gpu(
     kill_at: str | None,
     takeover: bool,
+    racers: int,
     kube_control_plane: ControlPlaneEnv,
     control_plane_rest: KubeREST,
     stream_settings: Settings,
@@ -78,7 +85,8 @@ async def test_a_checkpointed_job_migrates_off_a_failing_gpu(
     """The whole flow; with ``kill_at``, the executor is killed (-9) once the migration reaches
     that phase and a new one finishes it: the same holder (the restarted container) resumes
     under its lease; with ``takeover`` another holder takes the lease once it expired on event
-    time (a higher fencing token)."""
+    time (a higher fencing token). With two ``racers`` started at once, one wins the lease and
+    the Pod is evicted once."""
     rest = control_plane_rest
     policy = {**POLICY, "migration_lease_seconds": LEASE_SECONDS} if takeover else POLICY
     settings = with_governance_topics(stream_settings).model_copy(update=policy)
@@ -105,6 +113,8 @@ async def test_a_checkpointed_job_migrates_off_a_failing_gpu(
         # --- 2. the executor: lease, readiness gate False, checkpoint --------------------------
         executor = run.executor("executor-0")
         await executor.start()
+        if racers == 2:
+            await run.executor("executor-racer").start()
 
         async def serving_false() -> Json | None:
             executor.check_running()
@@ -152,6 +162,8 @@ async def test_a_checkpointed_job_migrates_off_a_failing_gpu(
         for kind in ("MigrationDeviceReleased", "MigrationCompleted"):
             assert len(await run.decisions(kind)) == 1, kind
         assert not await run.decisions("MigrationFailed")
+        holders = {g["details"]["holder"] for g in await run.decisions("MigrationLeaseGranted")}
+        assert len(holders) == (2 if takeover else 1), holders
         if takeover:
             grants = await run.decisions("MigrationLeaseGranted")
             # Renewals are grants too (same holder and token): the distinct leases, in order.
