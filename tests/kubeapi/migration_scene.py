@@ -95,6 +95,25 @@ def job(s: MigrationScene, scheduler: str) -> Json:
     }
 
 
+def sharded_job(s: MigrationScene, scheduler: str, shards: int, gpus: int) -> Json:
+    """An Indexed Job of ``shards`` Pods of ``gpus`` GPUs each, declared ``sharded`` (each Pod
+    its own shard, ``devicestate.io/shard`` unset): the Job controller recreates a lost index."""
+    template = _template(s, scheduler, {"devicestate.io/migration-class": "sharded"}, "Never")
+    template["spec"]["containers"][0]["resources"]["limits"][GPU] = str(gpus)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": s.job, "namespace": s.namespace},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": shards,
+            "parallelism": shards,
+            "backoffLimit": 4,
+            "template": template,
+        },
+    }
+
+
 def deployment(s: MigrationScene, scheduler: str) -> Json:
     """A Deployment of one 8-GPU Pod declaring no migration class: non-recoverable."""
     return {

@@ -51,11 +51,13 @@ from tests.kubeapi.migration_scene import (
     job_pods,
     kubelet_runs,
     placed,
+    sharded_job,
 )
 from tests.streams.conftest import with_governance_topics
 
 pytestmark = pytest.mark.integration
 
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 LEASE_SECONDS = 10.0
 """The migration lease of the takeover case (event time), so another executor takes over
 soon."""
@@ -172,4 +174,71 @@ async def test_a_checkpointed_job_migrates_off_a_failing_gpu(
             assert await run.decisions("MigrationLeaseExpired")
 
         # --- 5. the same decisions from the log ------------------------------------------------
+        await run.replay_identical()
+
+
+async def test_a_sharded_job_moves_only_the_shard_on_the_failing_gpu(
+    kube_control_plane: ControlPlaneEnv,
+    control_plane_rest: KubeREST,
+    stream_settings: Settings,
+    engine: AsyncEngine,
+    worker_process: Any,
+    tmp_path: Path,
+) -> None:
+    """An Indexed Job of two 4-GPU shards on the first node; a GPU of shard 0 fails: only shard
+    0 is evicted (no checkpoint: ``sharded``), the Job controller recreates index 0, the
+    scheduler places it on the spare node; shard 1 keeps running on its GPUs."""
+    rest = control_plane_rest
+    settings = with_governance_topics(stream_settings).model_copy(update=POLICY)
+    async with migration_run(
+        kube_control_plane, rest, settings, engine, worker_process, tmp_path
+    ) as run:
+        s = run.scene
+        await rest.create(sharded_job(s, SCHEDULER, shards=2, gpus=4))
+
+        async def both_placed() -> list[Json] | None:
+            pods = [p for p in await job_pods(rest, s) if p["spec"].get("nodeName")]
+            return pods if len(pods) == 2 else None
+
+        pods = await eventually("both shards placed", both_placed, 90)
+        pods.sort(key=lambda p: p["metadata"]["annotations"][COMPLETION_INDEX])
+        assert {p["spec"]["nodeName"] for p in pods} == {s.first}
+        held = {
+            p["metadata"]["name"]: [s.device(s.first, 4 * k + i) for i in range(4)]
+            for k, p in enumerate(pods)
+        }
+        for name, devices in held.items():
+            await kubelet_runs(rest, s, name, devices)
+        shard0, shard1 = (p["metadata"]["name"] for p in pods)
+
+        async def governed_devices() -> dict[str, str] | None:
+            found = await run.governed.devices()
+            return (
+                found if len(found.keys() & {d for ds in held.values() for d in ds}) == 8 else None
+            )
+
+        await eventually("the shards' 8 GPUs governed", governed_devices, 60)
+        await gpu_fails(rest, s, shard0, held[shard0], held[shard0][1])
+        planned = await run.first_decision("MigrationPlanned", "the shard's migration planned")
+        assert (planned["details"]["migrationClass"], planned["details"]["pods"]) == (
+            "sharded",
+            [f"{s.namespace}/{shard0}"],
+        )
+        await set_unschedulable(rest, s.spare, False)
+        await run.executor("executor-0").start()
+
+        replacement = await placed(rest, s, {shard0, shard1})
+        assert replacement["spec"]["nodeName"] == s.spare
+        assert replacement["metadata"]["annotations"][COMPLETION_INDEX] == "0"
+        spare = [s.device(s.spare, i) for i in range(4)]
+        await kubelet_runs(rest, s, replacement["metadata"]["name"], spare)
+        done = await run.first_decision("MigrationCompleted", "the shard's migration completed", 90)
+        assert sorted(d[1] for d in done["details"]["replacementDevices"]) == spare, done
+        # Shard 1 never moved: the same Pod, on its GPUs; one migration in all, no checkpoint.
+        still = await pod_or_none(rest, s, shard1)
+        assert still is not None and still["metadata"]["uid"] == pods[1]["metadata"]["uid"]
+        assert still["metadata"].get("deletionTimestamp") is None
+        assert condition(still, SERVING) is None
+        assert len(await run.decisions("MigrationPlanned")) == 1
+        assert not await run.decisions("MigrationCheckpointRequested")
         await run.replay_identical()
