@@ -57,6 +57,11 @@ def test_the_view_reads_the_pods_with_their_uids_and_the_checkpoint_fields() -> 
     assert checkpoint_overdue(m, NOW + timedelta(minutes=13))
 
 
+def test_the_view_reads_the_shard_of_a_sharded_migration() -> None:
+    assert MigrationView.of(_item("eviction-requested", ME, 60, shard="index-3")).shard == "index-3"
+    assert MigrationView.of(_item("eviction-requested", ME, 60, shard=None)).shard is None
+
+
 @pytest.mark.parametrize(
     ("phase", "holder", "expires_in", "step"),
     [

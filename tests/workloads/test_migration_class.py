@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from services.domain.workloads.migration import (
     CLASS_ANNOTATION,
+    COMPLETION_INDEX_ANNOTATION,
+    JOBSET_INDEX_ANNOTATION,
+    JOBSET_JOB_ANNOTATION,
     MAX_AGE_ANNOTATION,
     SHARD_ANNOTATION,
     Migration,
@@ -41,6 +44,17 @@ def test_sharded_shard_defaults_to_the_pod_name() -> None:
     assert read_migration("w-3", {CLASS_ANNOTATION: "sharded"}, {}).shard == "w-3"
     named = read_migration("w-3", {CLASS_ANNOTATION: "sharded", SHARD_ANNOTATION: "s2"}, {})
     assert named.shard == "s2" and named.reasons == ()
+
+
+def test_an_indexed_job_pods_shard_is_its_completion_index_which_its_replacement_shares() -> None:
+    sharded = {CLASS_ANNOTATION: "sharded", COMPLETION_INDEX_ANNOTATION: "3"}
+    assert read_migration("train-3-abcde", sharded, {}).shard == "index-3"
+    assert read_migration("train-3-xyz12", sharded, {}).shard == "index-3"  # the replacement
+    jobset = {**sharded, JOBSET_JOB_ANNOTATION: "workers", JOBSET_INDEX_ANNOTATION: "1"}
+    assert read_migration("js-workers-1-3-q", jobset, {}).shard == "workers-1-3"
+    declared = read_migration("p", {**sharded, SHARD_ANNOTATION: "rank-7"}, {})
+    assert declared.shard == "rank-7"  # a declared shard wins
+    assert read_migration("p", {**sharded, COMPLETION_INDEX_ANNOTATION: " "}, {}).shard == "p"
 
 
 def test_unknown_class_is_non_recoverable_with_a_reason() -> None:

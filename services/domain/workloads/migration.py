@@ -6,7 +6,8 @@ key by key.
   absent: ``non-recoverable``; another value: ``non-recoverable`` and a reason;
 - ``devicestate.io/checkpoint-max-age-seconds``: a positive integer (seconds), read for a
   ``checkpointed`` workload only;
-- ``devicestate.io/shard``: the shard's name of a ``sharded`` workload (default: the Pod's name).
+- ``devicestate.io/shard``: the shard's name of a ``sharded`` workload (default: the Pod's
+  completion index when it has one, :func:`default_shard`; else the Pod's name).
 
 Pure: plain mappings in, a :class:`Migration` out; a value that breaks the contract never raises,
 it is reported in :attr:`Migration.reasons`.
@@ -40,6 +41,12 @@ CLASS_ANNOTATION: Final = "devicestate.io/migration-class"
 MAX_AGE_ANNOTATION: Final = "devicestate.io/checkpoint-max-age-seconds"
 SHARD_ANNOTATION: Final = "devicestate.io/shard"
 
+COMPLETION_INDEX_ANNOTATION: Final = "batch.kubernetes.io/job-completion-index"
+"""Set by the Job controller on every Pod of an Indexed Job (batch/v1), JobSets' included."""
+JOBSET_JOB_ANNOTATION: Final = "jobset.sigs.k8s.io/replicatedjob-name"
+JOBSET_INDEX_ANNOTATION: Final = "jobset.sigs.k8s.io/job-index"
+"""Set by the JobSet controller on its Pods: which replicated Job, which of its Jobs."""
+
 MAX_AGE_LIMIT_SECONDS: Final = 10 * 365 * 86400
 """Largest checkpoint age accepted (ten years, seconds): keeps the value a 32-bit column."""
 
@@ -66,6 +73,21 @@ def annotations_of(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     metadata = obj.get("metadata")
     found = metadata.get("annotations") if isinstance(metadata, Mapping) else None
     return found if isinstance(found, Mapping) else {}
+
+
+def default_shard(pod_annotations: Mapping[str, Any], pod_name: str) -> str:
+    """The shard of a ``sharded`` Pod that declares none: its place in an Indexed Job, which the
+    Job controller gives the Pod that replaces it too (``index-<n>``; in a JobSet
+    ``<replicatedJob>-<jobIndex>-<n>``), so the replacement is recognised as the same shard;
+    the Pod's name for other Pods (a replacement then has another shard name)."""
+    index = pod_annotations.get(COMPLETION_INDEX_ANNOTATION)
+    if not isinstance(index, str) or not index.strip():
+        return pod_name
+    job = pod_annotations.get(JOBSET_JOB_ANNOTATION)
+    job_index = pod_annotations.get(JOBSET_INDEX_ANNOTATION)
+    if isinstance(job, str) and job and isinstance(job_index, str) and job_index:
+        return f"{job}-{job_index}-{index.strip()}"
+    return f"index-{index.strip()}"
 
 
 def _pick(
@@ -112,7 +134,8 @@ def read_migration(
     raw_shard, _ = _pick(SHARD_ANNOTATION, pod_annotations, owner_annotations)
     shard = None
     if migration_class is MigrationClass.SHARDED:
-        shard = raw_shard.strip() if raw_shard is not None and raw_shard.strip() else pod_name
+        declared = raw_shard.strip() if raw_shard is not None else ""
+        shard = declared or default_shard(pod_annotations, pod_name)
         if len(shard) > 253:
             reasons.append(f"{SHARD_ANNOTATION}: longer than 253 characters, the Pod's name used")
             shard = pod_name

@@ -56,6 +56,8 @@ class MigrationView:
     checkpoint_max_age_seconds: int | None
     checkpoint_requested_at: datetime | None
     checkpoint_due: datetime | None
+    shard: str | None = None
+    """The shard a ``sharded`` migration moves (its replacement is the Pod of that shard)."""
 
     @classmethod
     def of(cls, item: dict[str, Any]) -> MigrationView:
@@ -82,6 +84,7 @@ class MigrationView:
             lease_expires_at=_time(item.get("leaseExpiresAt")),
             checkpoint_max_age_seconds=None if max_age is None else int(max_age),
             checkpoint_requested_at=_time(details.get("checkpointRequestedAt")),
+            shard=None if details.get("shard") is None else str(details["shard"]),
             checkpoint_due=_time(details.get("checkpointDue")),
         )
 
