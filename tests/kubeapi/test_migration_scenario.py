@@ -69,6 +69,7 @@ soon."""
         (None, False, 1),
         (None, False, 2),
         ("checkpoint-requested", False, 1),
+        ("checkpoint-committed", False, 1),
         ("released", False, 1),
         ("released", True, 1),
     ],
@@ -132,6 +133,9 @@ async def test_a_checkpointed_job_migrates_off_a_failing_gpu(
         assert answer["migrationID"] == details["migrationID"]
         committed = await run.first_decision("MigrationCheckpointCommitted", "the checkpoint")
         assert committed["details"]["checkpointID"] == answer["checkpointID"]
+        if kill_at == "checkpoint-committed":  # the eviction may have been sent, or not yet
+            await executor.kill()
+            await executor.start()
 
         # --- 3. eviction through the Eviction API; the Job controller replaces the Pod --------
         async def evicted() -> bool | None:
