@@ -1,5 +1,5 @@
 """Grafana dashboards as code (issue 14 item 2): ``python -m devtools.grafana_dashboards`` writes
-``deploy/grafana/dashboards/{fleet,pipeline}.json`` with grafana-foundation-sdk's builders
+``deploy/grafana/dashboards/{fleet,pipeline,migrations}.json`` with grafana-foundation-sdk's builders
 (``--check``: exit 1 when the committed files differ from what this module generates;
 ``--markdown``: print the panel list of ``docs/operations.md``).
 
@@ -262,9 +262,59 @@ PIPELINE: Final = (
     ),
 )
 
+MIGRATIONS: Final = (
+    Panel(
+        "Migrations finished",
+        "Migrations off quarantined devices finished per hour, by outcome and failure reason"
+        " (docs/migration.md, Metrics and alerts).",
+        "timeseries",
+        promql="sum by (outcome, reason) (increase(devicestate_migrations_total[1h]))",
+        legend="{{outcome}} {{reason}}",
+    ),
+    Panel(
+        "Migrations waiting",
+        "Migrations waiting now, by what they wait for (a token bucket, the breaker, paused"
+        " automation).",
+        "timeseries",
+        promql="sum by (waiting_for) (devicestate_migrations_waiting)",
+        legend="{{waiting_for}}",
+    ),
+    Panel(
+        "Refused by limits",
+        "Migrations deferred per hour by the per-node and fleet limits (MigrationDeferred).",
+        "timeseries",
+        promql="sum by (waiting_for) (increase(devicestate_migrations_deferred_total[1h]))",
+        legend="{{waiting_for}}",
+    ),
+    Panel(
+        "Time to checkpoint p95",
+        "Seconds of event time from the checkpoint request to its commit (p95 over 1 h).",
+        "timeseries",
+        promql="histogram_quantile(0.95, sum by (le) "
+        "(rate(devicestate_migration_checkpoint_seconds_bucket[1h])))",
+        unit="s",
+    ),
+    Panel(
+        "Time to rebuild p95",
+        "Seconds of event time from the device released to the replacement on a healthy device"
+        " (p95 over 1 h).",
+        "timeseries",
+        promql="histogram_quantile(0.95, sum by (le) "
+        "(rate(devicestate_migration_rebuild_seconds_bucket[1h])))",
+        unit="s",
+    ),
+    Panel(
+        "Idle quarantined GPUs",
+        "GPUs quarantined with no migration under way (GPU-seconds per second: how many sit idle).",
+        "timeseries",
+        promql="rate(devicestate_quarantined_idle_gpu_seconds_total[15m])",
+    ),
+)
+
 DASHBOARDS: Final = {
     "fleet": ("devicestate fleet", FLEET),
     "pipeline": ("devicestate pipeline", PIPELINE),
+    "migrations": ("devicestate migrations", MIGRATIONS),
 }
 
 
@@ -291,7 +341,8 @@ def _panel(spec: Panel) -> cogbuilder.Builder[Any]:
 
 
 def build(name: str) -> dict[str, Any]:
-    """The dashboard ``name`` (``fleet`` or ``pipeline``) as Grafana's JSON model."""
+    """The dashboard ``name`` (``fleet``, ``pipeline`` or ``migrations``) as Grafana's JSON
+    model."""
     title, panels = DASHBOARDS[name]
     board = (
         dashboard.Dashboard(title)

@@ -218,13 +218,29 @@ async def test_a_pod_disruption_budget_refuses_the_eviction(
         async def finished() -> bool:
             return governed.phase(mid) == "failed"
 
-        await drive([executor(api, pods, "exec-a", clock)], finished)
+        a = executor(api, pods, "exec-a", clock)
+        await drive([a], finished)
     finally:
         await policy.delete_namespaced_pod_disruption_budget("shard-pdb", NAMESPACE)
     m = governed.run.state.fleet.migrations.migrations[mid]
     assert m.reason is not None and m.reason.value == "pdb-refused"
     assert "disruption budget" in m.detail
-    assert await read(pods, "shard-pdb-0") is not None and pods.evictions == 0
+    left = await read(pods, "shard-pdb-0")
+    assert left is not None and pods.evictions == 0
+
+    # The Pod still runs and nothing will move it: it gets its serving condition back (an
+    # executor restarted since does it too: the failed migrations are listed every pass).
+    async def serving_again() -> bool:
+        found = await read(pods, "shard-pdb-0")
+        return found is not None and serving(found) == "True"
+
+    await drive([executor(api, pods, "exec-b", clock)], serving_again)
+    (condition,) = [
+        c
+        for c in (await read(pods, "shard-pdb-0") or {})["status"]["conditions"]
+        if c["type"] == "devicestate.io/serving"
+    ]
+    assert condition["reason"] == "DeviceMigrationFailed" and "pdb-refused" in condition["message"]
 
 
 async def test_dry_run_changes_nothing(

@@ -63,7 +63,11 @@ def test_every_panel_has_one_query_on_a_provisioned_datasource() -> None:
         "devicestate-prometheus": "prometheus",
     }
     boards = dashboards()
-    assert {b["uid"] for b in boards.values()} == {"devicestate-fleet", "devicestate-pipeline"}
+    assert {b["uid"] for b in boards.values()} == {
+        "devicestate-fleet",
+        "devicestate-pipeline",
+        "devicestate-migrations",
+    }
     for board in boards.values():
         assert board["panels"], board["title"]
         for panel in board["panels"]:
@@ -77,6 +81,11 @@ def test_every_panel_has_one_query_on_a_provisioned_datasource() -> None:
     pipeline = " ".join(p["title"] for p in boards["pipeline"]["panels"])
     for word in ("Ingest rate", "lag", "Dead letters", "Replay progress", "watermark", "staleness"):
         assert word in pipeline, word
+    # Issue 13 item 5: migrations by outcome, time to checkpoint and to rebuild, idle GPUs
+    # while quarantined, migrations refused by the limits.
+    migrations = " ".join(p["title"] for p in boards["migrations"]["panels"])
+    for word in ("finished", "checkpoint", "rebuild", "Idle quarantined", "Refused by limits"):
+        assert word in migrations, word
 
 
 def test_every_panel_promql_parses_in_promtool(

@@ -36,7 +36,9 @@ class ApiCallError(Exception):
 
 
 class MigrationsApi(Protocol):
-    async def list_migrations(self, phase: str) -> list[dict[str, Any]]: ...
+    async def list_migrations(self, phase: str, limit: int = 1000) -> list[dict[str, Any]]:
+        """``GET /v1/migrations?phase=&limit=``: the items, the most recently decided first."""
+        ...
 
     async def get_migration(self, migration_id: str) -> dict[str, Any] | None:
         """``GET /v1/migrations/{id}`` (``None``: 404)."""
@@ -142,8 +144,9 @@ class HttpMigrationsApi:
             raise ApiCallError(_message(response), response.status_code)
         return response
 
-    async def list_migrations(self, phase: str) -> list[dict[str, Any]]:
-        response = await self._call("GET", "/v1/migrations", params={"phase": phase, "limit": 1000})
+    async def list_migrations(self, phase: str, limit: int = 1000) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"phase": phase, "limit": limit}
+        response = await self._call("GET", "/v1/migrations", params=params)
         return list(response.json()["items"])
 
     async def get_migration(self, migration_id: str) -> dict[str, Any] | None:

@@ -4,7 +4,8 @@ Per migration (:func:`~.plan.next_step`): take the lease (``lease-requested``) a
 half the lease period; then, by the recorded phase, set the ``devicestate.io/serving`` condition
 to False on its Pods, do the checkpoint handshake (:mod:`.handshake`), evict the Pods through
 the Eviction API, and report the replacement; for a non-recoverable workload, post the evidence,
-write a Warning Event on each Pod and mark it done with an annotation. Every write is preceded
+write a Warning Event on each Pod and mark it done with an annotation; for a failed migration,
+give its running Pods their serving condition back (:mod:`.restore`). Every write is preceded
 by a read of what it would change, so a pass repeated after a crash writes nothing twice. A
 report of ours refused for a lease reason (stale token, expired lease) stops the work on that
 migration until the governor grants us a new lease. Dry-run: no report is posted, and every
@@ -46,6 +47,13 @@ from services.processes.migration.plan import (
     lease_lost,
     next_step,
     renew_due,
+)
+from services.processes.migration.replacement import replacements
+from services.processes.migration.restore import (
+    FAILED_LISTED,
+    SERVING_OFF_REASON,
+    restore_serving,
+    serving_off_message,
 )
 
 log = structlog.get_logger(__name__)
@@ -98,6 +106,7 @@ class MigrationExecutor:
         self._renewed: dict[tuple[str, int], datetime] = {}
         self._stopped: set[tuple[str, int]] = set()  # leases the governor told us we lost
         self._evidence_done: set[str] = set()
+        self._restored: set[str] = set()  # failed migrations whose Pods were looked at
         self._result = PassResult(dry_run)
 
     async def run_pass(self) -> PassResult:
@@ -112,10 +121,29 @@ class MigrationExecutor:
                     mid = item.get("migrationID")
                     log.warning("migration step failed", migration=mid, error=str(exc))
                     self._result.errors.append(f"{mid}: {exc}")
+        for item in await self.api.list_migrations("failed", FAILED_LISTED):
+            try:
+                await self._restore(MigrationView.of(item), item)
+            except (ApiCallError, KubeApiError, KeyError, ValueError) as exc:
+                mid = item.get("migrationID")
+                log.warning("serving condition not restored", migration=mid, error=str(exc))
+                self._result.errors.append(f"{mid}: {exc}")
         self.metrics.passes.labels("partial" if self._result.errors else "ok").inc()
         if not self._result.errors:
             self.metrics.last_success.set(self.clock().timestamp())
         return self._result
+
+    async def _restore(self, m: MigrationView, item: dict[str, Any]) -> None:
+        """A failed migration's Pods get their serving condition back (:mod:`.restore`)."""
+        if m.migration_id in self._restored:
+            return
+        reason = str((item.get("details") or {}).get("reason") or item.get("reason") or "")
+        await restore_serving(
+            self.pods, m, await self._read(m), reason,
+            dry_run=self.dry_run, now=self.clock(), say=self._do,
+        )  # fmt: skip
+        if not self.dry_run:
+            self._restored.add(m.migration_id)
 
     def _do(self, text: str) -> None:
         self._result.actions.append(("would " if self.dry_run else "") + text)
@@ -215,8 +243,8 @@ class MigrationExecutor:
             {
                 "type": handshake.SERVING_CONDITION,
                 "status": "False",
-                "reason": "MigratingOffQuarantinedDevice",
-                "message": f"migration {m.migration_id}: device {m.node}/{m.resource_id}",
+                "reason": SERVING_OFF_REASON,
+                "message": serving_off_message(m),
                 "lastTransitionTime": format_time(self.clock().replace(microsecond=0)),
             },
             self.dry_run,
@@ -309,31 +337,10 @@ class MigrationExecutor:
                 raise
         return False
 
-    async def _replacements(self, m: MigrationView) -> list[dict[str, Any]]:
-        """Pods of the same workload (top-level owner UID) that are not the migrated ones and
-        hold devices, from the directory (``GET /v1/workloads``); for a ``sharded`` migration
-        only those of its shard (the other shards never moved: they are not its replacement)."""
-        old_uids = {uid for _, _, uid in m.pods if uid}
-        old_names = {(ns, name) for ns, name, _ in m.pods}
-        found: list[dict[str, Any]] = []
-        for namespace in sorted({ns for ns, _, _ in m.pods}):
-            for item in await self.api.workloads(namespace):
-                pod = item["pod"]
-                if item["workload"]["uid"] != m.workload_uid or not item.get("devices"):
-                    continue
-                if m.shard is not None and (item.get("migration") or {}).get("shard") != m.shard:
-                    continue
-                if pod["uid"] in old_uids or (
-                    not old_uids and (namespace, pod["name"]) in old_names
-                ):
-                    continue
-                found.append(item)
-        return found
-
     async def _replacement(self, m: MigrationView) -> None:
         devices = [
             {"node": item["pod"]["node"], "resourceID": d["resourceID"]}
-            for item in await self._replacements(m)
+            for item in await replacements(self.api, m)
             for d in item["devices"]
         ]
         if devices:
