@@ -4,7 +4,9 @@ on the real PostgreSQL and Kafka, and the real governor fold (tests/kubeapi/migr
 A checkpointed Pod on a quarantined device: condition False, the handshake answered by the test,
 checkpoint-committed, the Pod evicted through the Eviction API (it is gone), released; a
 PodDisruptionBudget that blocks: eviction-refused; dry-run: nothing changes; two executors at
-once: one eviction; a non-recoverable Pod: a Warning Event, no eviction.
+once: one eviction; an executor acting on what it read before its lease expired on event time:
+its report is refused, the next lease (token 2) resumes, one eviction; a non-recoverable
+Pod: a Warning Event, no eviction.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from tests.api.conftest import (  # noqa: F401 (fixtures)
     governor,
     make_api,
 )
+from tests.governance.strategies import T0, watermark
 from tests.kubeapi.conftest import NAMESPACE
 from tests.kubeapi.migration_harness import (
     LEASE_SECONDS,
@@ -297,6 +300,59 @@ async def test_two_executors_at_once_evict_once(
     # The other one at most asked for the lease (denied): it reported no step.
     other = {"exec-a", "exec-b"} - {m.holder}
     assert {r.kind.value for r in governed.reports if r.holder in other} <= {"lease-requested"}
+
+
+async def test_a_report_under_an_expired_lease_is_refused_and_the_next_lease_resumes(
+    admin_client: client.ApiClient, api: httpx.AsyncClient, governed: Governed, clock: Clock
+) -> None:
+    pods = CountingPods(admin_client)
+    pod = await create_pod(admin_client, pod_manifest("lost-0"))
+    mid = await governed.plan(pod, "sharded")
+    a = executor(api, pods, "exec-a", clock)
+
+    async def granted() -> bool:
+        return governed.phase(mid) == "eviction-requested"
+
+    await drive([a], granted)
+    m = governed.run.state.fleet.migrations.migrations[mid]
+    assert (m.holder, m.fencing_token) == ("exec-a", 1)
+    stale_view = await listed(api, mid)  # what exec-a read just before its lease expired
+
+    # Event time (the health log's watermark, not any executor's clock) passes the lease's
+    # expiry: the lease ends on the governor's record.
+    expiry = (m.lease_expires_at or clock()) - T0
+    await governed.feed(watermark(expiry.total_seconds() + 5))
+    assert governed.run.state.fleet.migrations.migrations[mid].holder is None
+
+    # exec-a acts on what it read: it evicts and reports under token 1; the governor refuses
+    # the report, and the refused report changes nothing.
+    await a.act(*stale_view)
+    assert pods.evictions == 1 and await read(pods, "lost-0") is None
+
+    async def refused() -> bool:
+        history = (await api.get(f"/v1/migrations/{mid}")).json()
+        return "MigrationReportRejected" in {d["kind"] for d in history["decisions"]}
+
+    await drive([], refused)
+    (stale,) = [r for r in governed.reports if r.kind.value == "evicted"]
+    assert (stale.holder, stale.fencing_token) == ("exec-a", 1)
+    assert governed.phase(mid) == "eviction-requested"
+
+    # The lease is free: whichever executor asks first gets token 2 and resumes from the
+    # record; the Pod is gone and its marker Event exists, so it reports evicted without a
+    # second eviction. Nothing more is posted under the lost token 1.
+    b = executor(api, pods, "exec-b", clock)
+
+    async def released() -> bool:
+        return governed.phase(mid) == "released"
+
+    await drive([a, b], released)
+    m = governed.run.state.fleet.migrations.migrations[mid]
+    assert m.fencing_token == 2 and pods.evictions == 1
+    evicted = [(r.holder, r.fencing_token) for r in governed.reports if r.kind.value == "evicted"]
+    assert evicted == [("exec-a", 1), (m.holder, 2)], evicted
+    after = governed.reports[governed.reports.index(stale) + 1 :]
+    assert not [r for r in after if (r.holder, r.fencing_token) == ("exec-a", 1)]
 
 
 async def test_a_non_recoverable_pod_gets_a_warning_event_and_is_not_evicted(
