@@ -113,20 +113,21 @@ class MigrationExecutor:
         """One pass over every actionable migration; a failure of one is recorded, the others
         go on. Raises :class:`ApiCallError` only when the migrations cannot be listed."""
         self._result = PassResult(self.dry_run)
-        for phase in ACTIONABLE_PHASES:
-            for item in await self.api.list_migrations(phase):
-                try:
-                    await self.act(MigrationView.of(item), item)
-                except (ApiCallError, KubeApiError, KeyError, ValueError) as exc:
-                    mid = item.get("migrationID")
-                    log.warning("migration step failed", migration=mid, error=str(exc))
-                    self._result.errors.append(f"{mid}: {exc}")
-        for item in await self.api.list_migrations("failed", FAILED_LISTED):
+        work = [
+            (item, self.act)
+            for p in ACTIONABLE_PHASES
+            for item in await self.api.list_migrations(p)
+        ]
+        work += [
+            (item, self._restore)
+            for item in await self.api.list_migrations("failed", FAILED_LISTED)
+        ]
+        for item, step in work:
             try:
-                await self._restore(MigrationView.of(item), item)
+                await step(MigrationView.of(item), item)
             except (ApiCallError, KubeApiError, KeyError, ValueError) as exc:
                 mid = item.get("migrationID")
-                log.warning("serving condition not restored", migration=mid, error=str(exc))
+                log.warning("migration step failed", migration=mid, error=str(exc))
                 self._result.errors.append(f"{mid}: {exc}")
         self.metrics.passes.labels("partial" if self._result.errors else "ok").inc()
         if not self._result.errors:
