@@ -74,6 +74,19 @@ def test_bad_max_age_is_not_used() -> None:
         assert found.reasons and found.reasons[0].startswith(MAX_AGE_ANNOTATION), raw
 
 
+def test_a_max_age_of_thousands_of_digits_is_a_reason_not_a_crash() -> None:
+    # int() refuses more than 4300 digits (ValueError): read_migration never raises, and the
+    # watcher's workload task (which calls it for every Pod holding a device) must not die.
+    for raw in ("9" * 5000, "0" * 5000 + "900", "1" + "0" * 20):
+        found = read_migration("p", {CLASS_ANNOTATION: "checkpointed", MAX_AGE_ANNOTATION: raw}, {})
+        if raw.lstrip("0") == "900":
+            assert found.checkpoint_max_age_seconds == 900 and found.reasons == ()
+        else:
+            assert found.checkpoint_max_age_seconds is None
+            assert found.reasons[0].startswith(MAX_AGE_ANNOTATION)
+            assert len(found.reasons[0]) < 200
+
+
 def test_shard_of_a_workload_that_is_not_sharded_is_ignored() -> None:
     found = read_migration("p", {SHARD_ANNOTATION: "s1"}, {})
     assert found.shard is None

@@ -124,8 +124,15 @@ def read_migration(
         text = raw_age.strip()
         if migration_class is not MigrationClass.CHECKPOINTED:
             reasons.append(f"{MAX_AGE_ANNOTATION}: ignored, the workload is not checkpointed")
-        elif text.isascii() and text.isdigit() and 0 < int(text) <= MAX_AGE_LIMIT_SECONDS:
-            max_age = int(text)
+        elif (
+            text.isascii()
+            and text.isdigit()
+            # Bounded before int(): Python refuses to convert more than 4300 digits (ValueError),
+            # and an annotation may hold 256 KiB of them.
+            and len(text.lstrip("0")) <= len(str(MAX_AGE_LIMIT_SECONDS))
+            and 0 < int(text.lstrip("0") or "0") <= MAX_AGE_LIMIT_SECONDS
+        ):
+            max_age = int(text.lstrip("0"))
         else:
             reasons.append(
                 f"{MAX_AGE_ANNOTATION}: {raw_age[:64]!r} is not a positive integer of seconds "
