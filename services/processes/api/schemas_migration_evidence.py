@@ -7,12 +7,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar, Final
 
-from pydantic import AwareDatetime, Field
+from pydantic import Field
 
 from services.domain.limits import DNS1123_SUBDOMAIN_PATTERN
 from services.domain.migration.records import EvidencePod, MigrationEvidence
 from services.processes.api.schemas import ApiModel
-from services.processes.api.schemas_governance import RequestModel, TimelineItemOut
+from services.processes.api.schemas_governance import RequestModel, TimelineItemOut, UtcDatetime
 from services.processes.api.schemas_migrations import HOLDER_PATTERN, MigrationOut
 
 MAX_EVIDENCE_BYTES: Final = 256 * 1024
@@ -41,7 +41,7 @@ class MigrationEvidenceIn(RequestModel):
     # Checked here before each Pod's own fields: a Pod's status may hold tab, LF and CR.
     MULTILINE: ClassVar[frozenset[str]] = frozenset({"pods"})
     holder: str = Field(description="The executor's name.", pattern=HOLDER_PATTERN)
-    collected_at: AwareDatetime = Field(description="When the Pods were read (UTC).")
+    collected_at: UtcDatetime = Field(description="When the Pods were read (UTC).")
     pods: list[EvidencePodIn] = Field(min_length=1, max_length=MAX_EVIDENCE_PODS)
 
 
