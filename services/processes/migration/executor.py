@@ -93,7 +93,8 @@ class MigrationExecutor:
         self.metrics = metrics or ExecutorMetrics()
         self.metrics.dry_run.set(1 if dry_run else 0)
         self.dry_run, self.lease_seconds, self.clock = dry_run, lease_seconds, clock
-        self._reported: set[tuple[str, int, str]] = set()  # (migration, token, kind) posted
+        # (migration, token, kind, checkpoint ID) posted: another checkpoint is another report
+        self._reported: set[tuple[str, int, str, str]] = set()
         self._requested: dict[str, datetime] = {}  # lease requests not decided yet
         self._renewed: dict[tuple[str, int], datetime] = {}
         self._stopped: set[tuple[str, int]] = set()  # leases the governor told us we lost
@@ -166,8 +167,10 @@ class MigrationExecutor:
         return False
 
     async def _report(self, m: MigrationView, kind: str, **fields: Any) -> None:
-        """Post ``kind`` under the current lease once (a duplicate would be refused)."""
-        key = (m.migration_id, m.fencing_token, kind)
+        """Post ``kind`` under the current lease once (a duplicate would be refused); a
+        ``checkpoint-committed`` once per checkpoint: the governor may refuse one (too old on its
+        event time) while the lease holds, and the workload's next answer must still be posted."""
+        key = (m.migration_id, m.fencing_token, kind, str(fields.get("checkpointID", "")))
         if key in self._reported:
             return
         self._do(f"report {kind} for {m.migration_id}")
