@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar, Final
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from services.domain.limits import DNS1123_SUBDOMAIN_PATTERN
 from services.domain.migration.records import EvidencePod, MigrationEvidence
@@ -19,6 +19,23 @@ MAX_EVIDENCE_BYTES: Final = 256 * 1024
 """Largest evidence body (bytes): 413 above (a Pod's status is a few KiB)."""
 MAX_EVIDENCE_PODS: Final = 64
 """Most Pods in one evidence body."""
+MAX_STATUS_DEPTH: Final = 32
+"""Deepest nesting of a Pod's ``status`` (objects and arrays; a real PodStatus has about 6):
+the governance record is encoded by orjson, which refuses more than 254 levels (a TypeError, a
+500) while the request's JSON parser takes about 1000."""
+
+
+def _depth_problem(value: Any, limit: int) -> str | None:
+    """Why ``value`` nests deeper than ``limit`` levels (``None``: it does not); iterative."""
+    todo: list[tuple[Any, int]] = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return f"status nests objects and arrays deeper than {limit} levels"
+            children = item.values() if isinstance(item, dict) else item
+            todo.extend((child, depth + 1) for child in children)
+    return None
 
 
 class EvidencePodIn(RequestModel):
@@ -33,6 +50,14 @@ class EvidencePodIn(RequestModel):
         "", max_length=64, description="The Pod's metadata.resourceVersion when it was read."
     )
     status: dict[str, Any] = Field(description="The Pod's last .status (core/v1 PodStatus).")
+
+    @field_validator("status")
+    @classmethod
+    def _not_too_deep(cls, value: dict[str, Any]) -> dict[str, Any]:
+        problem = _depth_problem(value, MAX_STATUS_DEPTH)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 class MigrationEvidenceIn(RequestModel):
