@@ -39,10 +39,12 @@ class Api:
 class Pods:
     def __init__(self) -> None:
         self.annotations: dict[str, str] = {}
+        self.by_pod: dict[str, dict[str, str]] = {}
 
     async def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        meta = {"namespace": namespace, "name": name, "uid": "u0"}
-        return {"metadata": {**meta, "annotations": dict(self.annotations)}, "status": {}}
+        meta = {"namespace": namespace, "name": name, "uid": "u" + name[-1]}
+        annotations = {**self.annotations, **self.by_pod.get(name, {})}
+        return {"metadata": {**meta, "annotations": annotations}, "status": {}}
 
     async def patch_pod_condition(self, *args: Any) -> dict[str, Any]:
         return {}
@@ -66,8 +68,7 @@ def answer(checkpoint_id: str, at: datetime) -> str:
     )
 
 
-async def test_a_refused_checkpoint_does_not_hide_the_workloads_next_answer() -> None:
-    requested = NOW - timedelta(seconds=20)
+def migration(*pods: str) -> dict[str, Any]:
     item: dict[str, Any] = {
         "migrationID": MID,
         "phase": "checkpoint-requested",
@@ -75,17 +76,22 @@ async def test_a_refused_checkpoint_does_not_hide_the_workloads_next_answer() ->
         "resourceID": "GPU-1",
         "workloadUID": "w-uid",
         "migrationClass": "checkpointed",
-        "pods": ["ml/train-0"],
+        "pods": [f"ml/{p}" for p in pods],
         "holder": "exec-a",
         "fencingToken": 1,
         "leaseExpiresAt": (NOW + timedelta(seconds=100)).isoformat(),
     }
     item["details"] = {
         **item,
-        "podUIDs": ["u0"],
-        "checkpointRequestedAt": requested.isoformat(),
+        "podUIDs": ["u" + p[-1] for p in pods],
+        "checkpointRequestedAt": (NOW - timedelta(seconds=20)).isoformat(),
         "checkpointDue": (NOW + timedelta(minutes=10)).isoformat(),
     }
+    return item
+
+
+async def test_a_refused_checkpoint_does_not_hide_the_workloads_next_answer() -> None:
+    item = migration("train-0")
     api, pods = Api(item), Pods()
     executor = MigrationExecutor(
         api, pods, "exec-a", dry_run=False, lease_seconds=120, clock=lambda: NOW
@@ -109,3 +115,20 @@ async def test_a_refused_checkpoint_does_not_hide_the_workloads_next_answer() ->
     # The same answer again is not posted twice.
     await executor.run_pass()
     assert [r.get("checkpointID") for r in api.reports] == ["ckpt-old", "ckpt-new"]
+
+
+async def test_the_newest_answer_of_the_pods_is_reported() -> None:
+    # Every Pod of a checkpointed workload may answer; an older answer on the first Pod (the
+    # governor would refuse it) must not hide a fresh one on another.
+    api, pods = Api(migration("train-0", "train-1")), Pods()
+    pods.by_pod["train-0"] = {
+        handshake.CHECKPOINT_RESPONSE: answer("ckpt-old", NOW - timedelta(hours=1))
+    }
+    pods.by_pod["train-1"] = {
+        handshake.CHECKPOINT_RESPONSE: answer("ckpt-new", NOW - timedelta(seconds=5))
+    }
+    executor = MigrationExecutor(
+        api, pods, "exec-a", dry_run=False, lease_seconds=120, clock=lambda: NOW
+    )
+    await executor.run_pass()
+    assert [r.get("checkpointID") for r in api.reports] == ["ckpt-new"]

@@ -231,6 +231,7 @@ class MigrationExecutor:
             return await self._report(m, "workload-gone", detail="no Pod of the migration exists")
         for pod in pods:
             await self._serving_off(m, pod)
+        found: list[handshake.Checkpoint] = []
         for pod in pods:
             annotations = pod["metadata"].get("annotations") or {}
             checkpoint, problems = handshake.committed(
@@ -243,12 +244,17 @@ class MigrationExecutor:
             for problem in problems:
                 log.warning("checkpoint annotation not used", migration=m.migration_id, why=problem)
             if checkpoint is not None:
-                return await self._report(
-                    m,
-                    "checkpoint-committed",
-                    checkpointID=checkpoint.checkpoint_id,
-                    checkpointAt=format_time(checkpoint.checkpoint_at),
-                )
+                found.append(checkpoint)
+        if found:
+            # The newest of the Pods' answers: the first Pod's older one (which the governor may
+            # refuse) must not hide another Pod's fresh one.
+            newest = max(found, key=lambda c: c.checkpoint_at)
+            return await self._report(
+                m,
+                "checkpoint-committed",
+                checkpointID=newest.checkpoint_id,
+                checkpointAt=format_time(newest.checkpoint_at),
+            )
         if checkpoint_overdue(m, now):
             due = format_time(m.checkpoint_due) if m.checkpoint_due else "?"
             return await self._report(
