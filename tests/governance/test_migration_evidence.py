@@ -84,6 +84,26 @@ def test_pods_the_migration_does_not_list_are_refused() -> None:
     assert [r["pod_uid"] for r in run.state.fleet.migrations.pending_evidence] == ["uid-infer-0"]
 
 
+def test_a_pod_uid_under_another_namespace_or_name_is_refused_and_keeps_no_place() -> None:
+    # The first evidence per Pod UID is kept for good: one that names another Pod (a bug, a
+    # hand-made POST) must not take the place of the real Pod's.
+    run, mid = kept_run()
+    wrong = [
+        EvidencePod("elsewhere", "infer-0", "uid-infer-0", "7", {"phase": "Bogus"}),
+        EvidencePod("team-a", "other-pod", "uid-infer-0", "7", {"phase": "Bogus"}),
+    ]
+    d = one(run.feed(evidence(mid, *wrong)), K.MIGRATION_EVIDENCE_STORED)
+    assert (d.details["storedPodUIDs"], d.details["refusedPodUIDs"]) == (
+        [],
+        ["uid-infer-0", "uid-infer-0"],
+    )
+    assert run.state.fleet.migrations.pending_evidence == []
+    d = one(run.feed(evidence(mid, pod("infer-0"), t=30)), K.MIGRATION_EVIDENCE_STORED)
+    assert d.details["storedPodUIDs"] == ["uid-infer-0"]
+    [row] = run.state.fleet.migrations.pending_evidence
+    assert (row["namespace"], row["pod_name"]) == ("team-a", "infer-0")
+
+
 def test_evidence_for_an_unknown_or_movable_migration_is_rejected() -> None:
     run, _ = kept_run()
     d = one(run.feed(evidence("m-0123456789abcdef0123", pod("x"))), K.MIGRATION_REPORT_REJECTED)

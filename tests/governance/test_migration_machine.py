@@ -95,6 +95,29 @@ def test_a_checkpoint_older_than_the_declared_age_is_refused_and_a_fresh_one_acc
     assert K.MIGRATION_EVICTION_REQUESTED in migration_kinds(decided)
 
 
+def test_a_checkpoint_from_the_future_is_refused_and_nothing_is_evicted() -> None:
+    # Fresh by the age check (now - checkpointAt is negative), but taken after it was reported:
+    # a clock far ahead or a bad answer. Evicting on it would lose the work since the last real
+    # checkpoint. A clock a little ahead (within the skew) is still accepted.
+    for max_age in (30, None):
+        run, _ = checkpointed_on_g0(max_age=max_age)
+        token = leased(run)
+        mid = only_migration(run).migration_id
+        future = 45 + 3600  # an hour after its report
+        rejected = one(
+            run.feed(
+                mreport(mid, R.CHECKPOINT_COMMITTED, "exec-a", token, 45, checkpoint=("f", future))
+            ),
+            K.MIGRATION_REPORT_REJECTED,
+        )
+        assert "in the future" in rejected.details["rejectReason"], rejected.details
+        assert only_migration(run).phase is Phase.CHECKPOINT_REQUESTED
+        decided = run.feed(
+            mreport(mid, R.CHECKPOINT_COMMITTED, "exec-a", token, 46, checkpoint=("ok", 50))
+        )
+        assert K.MIGRATION_EVICTION_REQUESTED in migration_kinds(decided), max_age
+
+
 def test_a_pod_disruption_budget_refusal_fails_the_migration() -> None:
     run, _ = checkpointed_on_g0()
     token = leased(run)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+from services.domain.workloads.codec import workload_violations
 from services.domain.workloads.migration import (
     CLASS_ANNOTATION,
     COMPLETION_INDEX_ANNOTATION,
@@ -14,6 +17,8 @@ from services.domain.workloads.migration import (
     MigrationSource,
     read_migration,
 )
+from services.domain.workloads.owners import OwnerChain
+from services.domain.workloads.record import workload_record
 
 
 def test_default_is_non_recoverable() -> None:
@@ -72,6 +77,44 @@ def test_bad_max_age_is_not_used() -> None:
         found = read_migration("p", {CLASS_ANNOTATION: "checkpointed", MAX_AGE_ANNOTATION: raw}, {})
         assert found.checkpoint_max_age_seconds is None, raw
         assert found.reasons and found.reasons[0].startswith(MAX_AGE_ANNOTATION), raw
+
+
+def test_a_max_age_of_thousands_of_digits_is_a_reason_not_a_crash() -> None:
+    # int() refuses more than 4300 digits (ValueError): read_migration never raises, and the
+    # watcher's workload task (which calls it for every Pod holding a device) must not die.
+    for raw in ("9" * 5000, "0" * 5000 + "900", "1" + "0" * 20):
+        found = read_migration("p", {CLASS_ANNOTATION: "checkpointed", MAX_AGE_ANNOTATION: raw}, {})
+        if raw.lstrip("0") == "900":
+            assert found.checkpoint_max_age_seconds == 900 and found.reasons == ()
+        else:
+            assert found.checkpoint_max_age_seconds is None
+            assert found.reasons[0].startswith(MAX_AGE_ANNOTATION)
+            assert len(found.reasons[0]) < 200
+
+
+def test_a_shard_name_that_cannot_be_stored_falls_back_to_the_pods_name_with_a_reason() -> None:
+    # workload_violations refuses such a shard: the watcher would drop the Pod's whole record
+    # (no workload, no class, never migrated) with only a log line.
+    for bad in ("rank\u202e3", "rank\x013", "rank\u200b3", "rank\x853"):
+        found = read_migration("w-3", {CLASS_ANNOTATION: "sharded", SHARD_ANNOTATION: bad}, {})
+        assert found.migration_class is MigrationClass.SHARDED
+        assert found.shard == "w-3", bad
+        [reason] = found.reasons
+        assert reason.startswith(SHARD_ANNOTATION) and "\u202e" not in reason, reason
+        record = workload_record(
+            {
+                "metadata": {
+                    "name": "w-3",
+                    "uid": "u-3",
+                    "namespace": "ml",
+                    "annotations": {CLASS_ANNOTATION: "sharded", SHARD_ANNOTATION: bad},
+                },
+                "spec": {"nodeName": "gpu-node-a"},
+            },
+            OwnerChain(),
+            datetime(2026, 12, 3, tzinfo=UTC),
+        )
+        assert record is not None and workload_violations(record) == [], bad
 
 
 def test_shard_of_a_workload_that_is_not_sharded_is_ignored() -> None:

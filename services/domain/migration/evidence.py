@@ -2,7 +2,8 @@
 :class:`~.records.MigrationEvidence` (``POST /v1/migrations/{id}/evidence``) folded into the book.
 
 Pure: a function of the book and the record. Accepted only for a migration the book holds whole in
-phase ``evidence-kept``, and per Pod only for a Pod the migration lists (by UID). The **first**
+phase ``evidence-kept``, and per Pod only for a Pod the migration lists (by UID, with the namespace
+and name it lists for that UID). The **first**
 accepted evidence of each (migration, Pod UID) is kept: a second POST for the same Pod stores
 nothing and is reported as a duplicate, so a retried POST is idempotent. Each accepted Pod is one
 ``migration_evidence`` row (:attr:`~.book.MigrationBook.pending_evidence`, written with the
@@ -49,13 +50,15 @@ def on_evidence(book: MigrationBook, r: MigrationEvidence, at: datetime) -> list
             )
         )
         return out
-    listed = {uid for _, _, uid in m.pods}
+    # By UID, and under the namespace and name the migration lists for it: the first evidence
+    # of a Pod is kept for good, so one naming another Pod must not take its place.
+    listed = {uid: (namespace, pod_name) for namespace, pod_name, uid in m.pods}
     kept = book.evidence.setdefault(m.migration_id, [])
     stored: list[str] = []
     duplicate: list[str] = []
     refused: list[str] = []
     for pod in r.pods:
-        if pod.uid not in listed:
+        if listed.get(pod.uid) != (pod.namespace, pod.name):
             refused.append(pod.uid)
         elif pod.uid in kept or pod.uid in stored:
             duplicate.append(pod.uid)

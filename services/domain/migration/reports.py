@@ -12,6 +12,12 @@ from services.domain.migration.limits import MigrationPolicy
 from services.domain.migration.outcomes import Outcome, OutcomeKind, emit, fail, name
 from services.domain.migration.records import MigrationClass, MigrationReport, ReportKind
 
+CHECKPOINT_CLOCK_SKEW_SECONDS = 60.0
+"""How much later than its report (the API's ``reportedAt``) a checkpoint's ``checkpointAt`` may
+be: the workload's clock may run somewhat ahead of the API's, but a checkpoint cannot have been
+taken after it was reported; one further ahead is a wrong clock or a bad answer, never a reason
+to evict."""
+
 EXPECTED: dict[ReportKind, frozenset[Phase]] = {
     ReportKind.CHECKPOINT_COMMITTED: frozenset({Phase.CHECKPOINT_REQUESTED}),
     ReportKind.CHECKPOINT_TIMED_OUT: frozenset({Phase.CHECKPOINT_REQUESTED}),
@@ -199,7 +205,8 @@ def checkpoint(
     reject: Callable[[str], list[Outcome]],
 ) -> list[Outcome]:
     """A committed checkpoint, fresh enough: within ``checkpoint_max_age_seconds`` of ``at``
-    (or, without a declared age, taken after the request)."""
+    (or, without a declared age, taken after the request), and not from the future (at most
+    :data:`CHECKPOINT_CLOCK_SKEW_SECONDS` after its report)."""
     if r.checkpoint_id is None or r.checkpoint_at is None:
         return reject("a checkpoint-committed report needs checkpointID and checkpointAt")
     if m.checkpoint_max_age_seconds is not None:
@@ -209,6 +216,12 @@ def checkpoint(
         oldest = m.checkpoint_requested_at
     if r.checkpoint_at < oldest:
         return reject(f"checkpoint {r.checkpoint_id} of {r.checkpoint_at} is older than {oldest}")
+    latest = r.reported_at + timedelta(seconds=CHECKPOINT_CLOCK_SKEW_SECONDS)
+    if r.checkpoint_at > latest:
+        return reject(
+            f"checkpoint {r.checkpoint_id} of {r.checkpoint_at} is in the future: later than "
+            f"its report ({r.reported_at}) by more than {CHECKPOINT_CLOCK_SKEW_SECONDS:g} s"
+        )
     m.checkpoint_id = r.checkpoint_id
     m.checkpoint_at = r.checkpoint_at
     m.phase = Phase.EVICTION_REQUESTED

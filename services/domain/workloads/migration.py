@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
+from services.domain.limits import invisible_problem
+
 
 class MigrationClass(StrEnum):
     """How a workload may be moved off a bad device (issue 13)."""
@@ -124,8 +126,15 @@ def read_migration(
         text = raw_age.strip()
         if migration_class is not MigrationClass.CHECKPOINTED:
             reasons.append(f"{MAX_AGE_ANNOTATION}: ignored, the workload is not checkpointed")
-        elif text.isascii() and text.isdigit() and 0 < int(text) <= MAX_AGE_LIMIT_SECONDS:
-            max_age = int(text)
+        elif (
+            text.isascii()
+            and text.isdigit()
+            # Bounded before int(): Python refuses to convert more than 4300 digits (ValueError),
+            # and an annotation may hold 256 KiB of them.
+            and len(text.lstrip("0")) <= len(str(MAX_AGE_LIMIT_SECONDS))
+            and 0 < int(text.lstrip("0") or "0") <= MAX_AGE_LIMIT_SECONDS
+        ):
+            max_age = int(text.lstrip("0"))
         else:
             reasons.append(
                 f"{MAX_AGE_ANNOTATION}: {raw_age[:64]!r} is not a positive integer of seconds "
@@ -138,6 +147,16 @@ def read_migration(
         shard = declared or default_shard(pod_annotations, pod_name)
         if len(shard) > 253:
             reasons.append(f"{SHARD_ANNOTATION}: longer than 253 characters, the Pod's name used")
+            shard = pod_name
+        elif any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in shard) or invisible_problem(
+            "shard", shard
+        ):
+            # Such a name cannot be stored or shown (workload_violations): the whole record
+            # would be dropped, and the Pod would never migrate, with no reason anywhere.
+            reasons.append(
+                f"{SHARD_ANNOTATION}: {shard[:64]!r} holds a control, invisible or "
+                "bidirectional-control character, the Pod's name used"
+            )
             shard = pod_name
     elif raw_shard is not None:
         reasons.append(f"{SHARD_ANNOTATION}: ignored, the workload is not sharded")

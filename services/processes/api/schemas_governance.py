@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
@@ -46,6 +47,22 @@ REASON_PATTERN = f"^[^{_REASON_CONTROL}]*[^{_REASON_CONTROL}\\s][^{_REASON_CONTR
 override or isolate; not blank."""
 RESOURCE_ID_PATTERN = f"^[^\\u0000-\\u001f\\u007f-\\u009f{INVISIBLE_CHARACTERS}]+$"
 """A resourceID as the schema states it: no control, invisible or bidi-control character."""
+
+
+def _in_utc(value: datetime) -> datetime:
+    """``value`` in UTC; a time that has no UTC form (``9999-12-31T23:59:59-14:00`` is in year
+    10000 there, ``0001-01-01T00:00:00+14:00`` in year 0) is a ``ValueError`` (a 422), not the
+    ``OverflowError`` that ``astimezone`` raises (a 500 wherever the time is converted)."""
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(
+            f"{value.isoformat()} is out of range: it has no UTC time (years 1 to 9999)"
+        ) from None
+
+
+UtcDatetime = Annotated[AwareDatetime, AfterValidator(_in_utc)]
+"""An RFC 3339 time with an offset, converted to UTC (422 for one with no UTC form)."""
 
 
 class RequestModel(BaseModel):
@@ -103,7 +120,7 @@ class ReasonIn(RequestModel):
 class ExpiryIn(ReasonIn):
     """A quarantine expiry: ``expiresAt`` (RFC 3339 with an offset) or ``ttlSeconds`` from now."""
 
-    expires_at: AwareDatetime | None = Field(
+    expires_at: UtcDatetime | None = Field(
         None, description="When the quarantine ends (RFC 3339 with an offset, in the future)."
     )
     ttl_seconds: float | None = Field(

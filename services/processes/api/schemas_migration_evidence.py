@@ -7,18 +7,35 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar, Final
 
-from pydantic import AwareDatetime, Field
+from pydantic import Field, field_validator
 
 from services.domain.limits import DNS1123_SUBDOMAIN_PATTERN
 from services.domain.migration.records import EvidencePod, MigrationEvidence
 from services.processes.api.schemas import ApiModel
-from services.processes.api.schemas_governance import RequestModel, TimelineItemOut
+from services.processes.api.schemas_governance import RequestModel, TimelineItemOut, UtcDatetime
 from services.processes.api.schemas_migrations import HOLDER_PATTERN, MigrationOut
 
 MAX_EVIDENCE_BYTES: Final = 256 * 1024
 """Largest evidence body (bytes): 413 above (a Pod's status is a few KiB)."""
 MAX_EVIDENCE_PODS: Final = 64
 """Most Pods in one evidence body."""
+MAX_STATUS_DEPTH: Final = 32
+"""Deepest nesting of a Pod's ``status`` (objects and arrays; a real PodStatus has about 6):
+the governance record is encoded by orjson, which refuses more than 254 levels (a TypeError, a
+500) while the request's JSON parser takes about 1000."""
+
+
+def _depth_problem(value: Any, limit: int) -> str | None:
+    """Why ``value`` nests deeper than ``limit`` levels (``None``: it does not); iterative."""
+    todo: list[tuple[Any, int]] = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return f"status nests objects and arrays deeper than {limit} levels"
+            children = item.values() if isinstance(item, dict) else item
+            todo.extend((child, depth + 1) for child in children)
+    return None
 
 
 class EvidencePodIn(RequestModel):
@@ -34,6 +51,14 @@ class EvidencePodIn(RequestModel):
     )
     status: dict[str, Any] = Field(description="The Pod's last .status (core/v1 PodStatus).")
 
+    @field_validator("status")
+    @classmethod
+    def _not_too_deep(cls, value: dict[str, Any]) -> dict[str, Any]:
+        problem = _depth_problem(value, MAX_STATUS_DEPTH)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
 
 class MigrationEvidenceIn(RequestModel):
     """The evidence of a non-recoverable migration (phase ``evidence-kept``)."""
@@ -41,7 +66,7 @@ class MigrationEvidenceIn(RequestModel):
     # Checked here before each Pod's own fields: a Pod's status may hold tab, LF and CR.
     MULTILINE: ClassVar[frozenset[str]] = frozenset({"pods"})
     holder: str = Field(description="The executor's name.", pattern=HOLDER_PATTERN)
-    collected_at: AwareDatetime = Field(description="When the Pods were read (UTC).")
+    collected_at: UtcDatetime = Field(description="When the Pods were read (UTC).")
     pods: list[EvidencePodIn] = Field(min_length=1, max_length=MAX_EVIDENCE_PODS)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from services.domain.limits import invisible_problem
 from services.domain.migration.records import MigrationReport, ReportKind
@@ -21,6 +21,7 @@ from services.processes.api.schemas_governance import (
     RESOURCE_ID_PATTERN,
     DeviceRefIn,
     RequestModel,
+    UtcDatetime,
 )
 
 MIGRATION_ID_PATTERN = "^m-[0-9a-f]{20}$"
@@ -102,7 +103,7 @@ class CheckpointIn(_LeasedIn):
 
     kind: Literal["checkpoint-committed"]
     checkpoint_id: CheckpointID
-    checkpoint_at: AwareDatetime = Field(description="When the checkpoint was taken (UTC).")
+    checkpoint_at: UtcDatetime = Field(description="When the checkpoint was taken (UTC).")
 
     @field_validator("checkpoint_id")
     @classmethod

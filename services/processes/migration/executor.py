@@ -101,7 +101,8 @@ class MigrationExecutor:
         self.metrics = metrics or ExecutorMetrics()
         self.metrics.dry_run.set(1 if dry_run else 0)
         self.dry_run, self.lease_seconds, self.clock = dry_run, lease_seconds, clock
-        self._reported: set[tuple[str, int, str]] = set()  # (migration, token, kind) posted
+        # (migration, token, kind, checkpoint ID) posted: another checkpoint is another report
+        self._reported: set[tuple[str, int, str, str]] = set()
         self._requested: dict[str, datetime] = {}  # lease requests not decided yet
         self._renewed: dict[tuple[str, int], datetime] = {}
         self._stopped: set[tuple[str, int]] = set()  # leases the governor told us we lost
@@ -195,8 +196,10 @@ class MigrationExecutor:
         return False
 
     async def _report(self, m: MigrationView, kind: str, **fields: Any) -> None:
-        """Post ``kind`` under the current lease once (a duplicate would be refused)."""
-        key = (m.migration_id, m.fencing_token, kind)
+        """Post ``kind`` under the current lease once (a duplicate would be refused); a
+        ``checkpoint-committed`` once per checkpoint: the governor may refuse one (too old on its
+        event time) while the lease holds, and the workload's next answer must still be posted."""
+        key = (m.migration_id, m.fencing_token, kind, str(fields.get("checkpointID", "")))
         if key in self._reported:
             return
         self._do(f"report {kind} for {m.migration_id}")
@@ -257,6 +260,7 @@ class MigrationExecutor:
             return await self._report(m, "workload-gone", detail="no Pod of the migration exists")
         for pod in pods:
             await self._serving_off(m, pod)
+        found: list[handshake.Checkpoint] = []
         for pod in pods:
             annotations = pod["metadata"].get("annotations") or {}
             checkpoint, problems = handshake.committed(
@@ -269,12 +273,17 @@ class MigrationExecutor:
             for problem in problems:
                 log.warning("checkpoint annotation not used", migration=m.migration_id, why=problem)
             if checkpoint is not None:
-                return await self._report(
-                    m,
-                    "checkpoint-committed",
-                    checkpointID=checkpoint.checkpoint_id,
-                    checkpointAt=format_time(checkpoint.checkpoint_at),
-                )
+                found.append(checkpoint)
+        if found:
+            # The newest of the Pods' answers: the first Pod's older one (which the governor may
+            # refuse) must not hide another Pod's fresh one.
+            newest = max(found, key=lambda c: c.checkpoint_at)
+            return await self._report(
+                m,
+                "checkpoint-committed",
+                checkpointID=newest.checkpoint_id,
+                checkpointAt=format_time(newest.checkpoint_at),
+            )
         if checkpoint_overdue(m, now):
             due = format_time(m.checkpoint_due) if m.checkpoint_due else "?"
             return await self._report(
