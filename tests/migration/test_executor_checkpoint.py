@@ -20,8 +20,8 @@ class Api:
         self.item = item
         self.reports: list[dict[str, Any]] = []
 
-    async def list_migrations(self, phase: str) -> list[dict[str, Any]]:
-        return [self.item] if self.item["phase"] == phase else []
+    async def list_migrations(self, phase: str, limit: int = 1000) -> list[dict[str, Any]]:
+        return [self.item][:limit] if self.item["phase"] == phase else []
 
     async def get_migration(self, migration_id: str) -> dict[str, Any] | None:
         return {"migration": self.item, "decisions": []}

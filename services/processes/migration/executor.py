@@ -260,24 +260,16 @@ class MigrationExecutor:
             return await self._report(m, "workload-gone", detail="no Pod of the migration exists")
         for pod in pods:
             await self._serving_off(m, pod)
-        found: list[handshake.Checkpoint] = []
-        for pod in pods:
-            annotations = pod["metadata"].get("annotations") or {}
-            checkpoint, problems = handshake.committed(
-                annotations,
-                m.migration_id,
-                m.checkpoint_max_age_seconds,
-                m.checkpoint_requested_at,
-                now,
-            )
-            for problem in problems:
-                log.warning("checkpoint annotation not used", migration=m.migration_id, why=problem)
-            if checkpoint is not None:
-                found.append(checkpoint)
-        if found:
-            # The newest of the Pods' answers: the first Pod's older one (which the governor may
-            # refuse) must not hide another Pod's fresh one.
-            newest = max(found, key=lambda c: c.checkpoint_at)
+        newest, problems = handshake.newest_committed(
+            [pod["metadata"].get("annotations") or {} for pod in pods],
+            m.migration_id,
+            m.checkpoint_max_age_seconds,
+            m.checkpoint_requested_at,
+            now,
+        )
+        for problem in problems:
+            log.warning("checkpoint annotation not used", migration=m.migration_id, why=problem)
+        if newest is not None:
             return await self._report(
                 m,
                 "checkpoint-committed",

@@ -127,3 +127,23 @@ def committed(
             return last.checkpoint, problems
         problems.append(f"{LAST_CHECKPOINT}: too old for this migration")
     return None, problems
+
+
+def newest_committed(
+    pods_annotations: list[dict[str, str]],
+    migration_id: str,
+    max_age_seconds: int | None,
+    requested_at: datetime | None,
+    now: datetime,
+) -> tuple[Checkpoint | None, list[str]]:
+    """:func:`committed` over the annotations of every Pod of the migration: the newest
+    checkpoint any of them gives (a first Pod's older answer, which the governor may refuse,
+    must not hide another Pod's fresh one), with every problem seen."""
+    found: list[Checkpoint] = []
+    problems: list[str] = []
+    for of_pod in pods_annotations:
+        checkpoint, seen = committed(of_pod, migration_id, max_age_seconds, requested_at, now)
+        problems += seen
+        if checkpoint is not None:
+            found.append(checkpoint)
+    return max(found, key=lambda c: c.checkpoint_at, default=None), problems
