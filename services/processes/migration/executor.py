@@ -38,6 +38,7 @@ from services.processes.migration.events import (
     evidence_message,
 )
 from services.processes.migration.kube import MigrationPods
+from services.processes.migration.marker import eviction_marked
 from services.processes.migration.metrics import ExecutorMetrics
 from services.processes.migration.plan import (
     ACTIONABLE_PHASES,
@@ -294,6 +295,7 @@ class MigrationExecutor:
 
     async def _evict(self, m: MigrationView) -> None:
         evicted = 0
+        names: list[str] = []
         for pod in await self._read(m):
             if pod is None:
                 continue
@@ -310,34 +312,22 @@ class MigrationExecutor:
                     meta["namespace"], meta["name"], meta["uid"], self.dry_run
                 )
             except KubeApiError as exc:
-                if exc.status == 429:
-                    return await self._report(m, "eviction-refused", detail=exc.message)
+                if exc.status == 429:  # a budget refused: say which Pods went before it
+                    gone = f" (evicted before the refusal: {', '.join(names)})" if names else ""
+                    return await self._report(m, "eviction-refused", detail=exc.message + gone)
                 if exc.status in (404, 409):  # gone, or another Pod of that name (uid precondition)
                     continue
                 raise
             self.metrics.evictions.labels(str(self.dry_run).lower()).inc()
             evicted += 1
+            names.append(f"{meta['namespace']}/{meta['name']}")
         if evicted:
             return await self._report(m, "evicted")
         # Every Pod is gone and none was left to evict: evicted by an executor of this
         # migration (killed before its report) when its marker Event exists, else gone.
-        if await self._marked(m):
+        if await eviction_marked(self.pods, m, self.clock()):
             return await self._report(m, "evicted", detail="the Pods were evicted before")
         await self._report(m, "workload-gone", detail="every Pod of the migration is gone")
-
-    async def _marked(self, m: MigrationView) -> bool:
-        """Whether an eviction marker Event of ``m`` exists for one of its Pods: a dry-run
-        create of it is refused with 409 (the executor may create Events, not read them)."""
-        for namespace, name, uid in m.pods:
-            pod = {"metadata": {"namespace": namespace, "name": name, "uid": uid}}
-            body = event_body(m, pod, "Normal", EVICTION_REASON, eviction_message(m), self.clock())
-            try:
-                await self.pods.create_event(namespace, body, dry_run=True)
-            except KubeApiError as exc:
-                if exc.status == 409:
-                    return True
-                raise
-        return False
 
     async def _replacement(self, m: MigrationView) -> None:
         devices = [
@@ -363,22 +353,32 @@ class MigrationExecutor:
         if not todo:
             self._evidence_done.add(m.migration_id)
             return
-        now = self.clock()
-        self._do(f"post the evidence of {m.migration_id} ({len(pods)} Pods)")
-        accepted = True
-        if not self.dry_run:
-            accepted = await self.api.post_evidence(
-                m.migration_id, evidence_body(self.holder, now, pods)
-            )
-            if not accepted:
-                log.warning("evidence not accepted (404)", migration=m.migration_id)
+        # One Pod per post, and the tenant's Warning Event whatever the post answers: a large
+        # workload's statuses would pass the API's 64 Pods or 256 KiB per body, and a refused
+        # post must not keep the tenant from being told (the post is retried next pass).
+        now, refused = self.clock(), None
         for pod in todo:
+            meta = pod["metadata"]
+            self._do(
+                f"post the evidence of {m.migration_id} for {meta['namespace']}/{meta['name']}"
+            )
+            accepted = True
+            if not self.dry_run:
+                try:
+                    accepted = await self.api.post_evidence(
+                        m.migration_id, evidence_body(self.holder, now, [pod])
+                    )
+                except ApiCallError as exc:
+                    accepted, refused = False, exc
+                if not accepted:
+                    log.warning("evidence not accepted", migration=m.migration_id, pod=meta["name"])
             await self._warn(m, pod, now)
             if accepted:
-                meta = pod["metadata"]
                 await self.pods.annotate_pod(
                     meta["namespace"], meta["name"], {EVIDENCE_DONE: m.migration_id}, self.dry_run
                 )
+        if refused is not None:
+            raise refused
         if not self.dry_run:
             self._evidence_done.add(m.migration_id)
 
