@@ -23,6 +23,10 @@ awaits it inside the batch's transaction, just before the commit. It sends, in t
   holding a record began or ended, or whose Pod's workload facts a ``PodWorkloadObserved``
   changed, after that record's other records (issue 13: the migration policy;
   :mod:`services.domain.workloads.on_device`, ``PendingCommit.workloads_on_devices``);
+- one :class:`~services.domain.governance.inputs_failures.NodeFailureObserved` per
+  ``DRAFailureObserved`` with a node that raised its source's projected count, with the increase
+  (issue 16: the gate's ``claim-failures``; :mod:`services.domain.adoption.failure_forward`,
+  ``PendingCommit.failures_on_nodes``);
 
 each with its :class:`~services.domain.governance.inputs.MergeKey` (issue 10): the source record's
 effective event time (:func:`~services.domain.event_time.effective_times`: ``observedAt`` bounded by
@@ -242,6 +246,10 @@ def governance_records(batch: BatchView, commit: PendingCommit, partitions: int)
         if position in batch.clamped:
             fact = replace(fact, observed_at=batch.times[position])
         ordered.append((batch.order[position], position, fact))
+    for position, failure in commit.failures_on_nodes:  # issue 16: the gate's claim-failures
+        if position in batch.clamped:
+            failure = replace(failure, observed_at=batch.times[position])
+        ordered.append((batch.order[position], position, failure))
     ordered.sort(key=lambda item: item[0])  # stable: a conflict stays after its record
     out: list[Keyed] = []
     index: dict[LogPosition, int] = {}

@@ -19,6 +19,7 @@ from services.domain.adoption.failure_events import DRAFailureObserved
 from services.domain.device_ceiling import OverCeiling
 from services.domain.directory import Change
 from services.domain.events import DeviceHealthObserved
+from services.domain.governance.inputs_failures import NodeFailureObserved
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.fold import InventoryPlan
 from services.domain.lifecycle_events import PodLifecycleObserved
@@ -210,6 +211,11 @@ class PendingCommit:
     """The ``WorkloadOnDevice`` facts the batch's records made, with the position of each
     record, in log order (:func:`services.domain.workloads.on_device.workloads_on_devices`);
     empty unless the writer was given a hook."""
+    failures_on_nodes: Sequence[tuple[LogPosition, NodeFailureObserved]] = ()
+    """The driver and claim failures the batch's ``DRAFailureObserved`` records added on a node,
+    by how much each raised its source's projected count, with the record's position, in log
+    order (:func:`services.domain.adoption.failure_forward.forwarded_failures`); empty unless
+    the writer was given a hook."""
 
     def fresh(self, position: LogPosition) -> bool:
         """Whether a record at ``position`` is after its partition's recorded offset."""

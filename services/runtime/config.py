@@ -627,6 +627,23 @@ class AdoptionSettings(SettingsGroup):
     adoption_leaked_rollback: int = Field(
         0, ge=0, description="... at which it says rollback (0: leaked claims only hold)."
     )
+    adoption_failure_window_seconds: float = Field(
+        600.0,
+        gt=0,
+        le=86400,
+        description="Sliding window (seconds of event time) of the driver and claim failures the "
+        "gate counts on a pool's nodes (signal `claim-failures`).",
+    )
+    adoption_failures_hold: int = Field(
+        5,
+        ge=0,
+        description="Retryable and needs-cleanup failures (prepare errors, unschedulable claims, "
+        "failed unprepares) on a pool's nodes in the window at which the gate says hold; "
+        "non-retryable ones (the tenant's invalid claim) are shown, not counted.",
+    )
+    adoption_failures_rollback: int = Field(
+        0, ge=0, description="... at which it says rollback (0: failures only hold)."
+    )
 
 
 class LoggingSettings(SettingsGroup):

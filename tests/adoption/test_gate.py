@@ -15,6 +15,7 @@ from services.domain.adoption.facts import (
     ConflictFact,
     DeviceFact,
     DivergenceFact,
+    FailureFact,
     InventoryFacts,
     SliceFact,
 )
@@ -70,7 +71,47 @@ def test_a_clean_pool_expands_and_says_every_signal_it_read() -> None:
         ("slice-capacity-divergence", Verdict.EXPAND),
         ("devices-quarantined", Verdict.EXPAND),
         ("leaked-claims", Verdict.EXPAND),
+        ("claim-failures", Verdict.EXPAND),
     ]
+
+
+def failure(
+    node: str, seconds_ago: float, cls: str = "retryable", count: int = 1, uid: str = "ev"
+) -> FailureFact:
+    return FailureFact(node, NOW - timedelta(seconds=seconds_ago), uid, count, count, cls)
+
+
+def test_claim_failures_in_the_window_hold_and_the_tenants_are_a_figure_only() -> None:
+    found = frozenset(
+        {
+            failure("node-a", 10, count=2, uid="e1"),  # an Event whose count reached 2
+            failure("node-b", 600, "needs-cleanup", uid="e2"),  # at the window's edge: counted
+            failure("node-a", 601, count=7, uid="e3"),  # out of the window
+            failure("node-w", 10, count=9, uid="e4"),  # another pool's node
+            failure("node-b", 5, "non-retryable", count=30, uid="e5"),  # the tenant's claim
+        }
+    )
+    gate = evaluate_pool(pool(), facts(failures=found), Thresholds(failures_hold=4), NOW)
+    assert gate.verdict is Verdict.EXPAND
+    assert reason(gate, "claim-failures") == (
+        Verdict.EXPAND,
+        {
+            "failures": 3,
+            "retryable": 2,
+            "needsCleanup": 1,
+            "nonRetryable": 30,
+            "windowSeconds": 600.0,
+            "holdAt": 4,
+            "rollbackAt": 0,
+        },
+    )
+    more = found | {failure("node-b", 1, uid="e6")}
+    gate = evaluate_pool(pool(), facts(failures=more), Thresholds(failures_hold=4), NOW)
+    assert (gate.verdict, reason(gate, "claim-failures")[0]) == (Verdict.HOLD, Verdict.HOLD)
+    rollback = Thresholds(failures_hold=2, failures_rollback=4)
+    assert evaluate_pool(pool(), facts(failures=more), rollback, NOW).verdict is Verdict.ROLLBACK
+    off = Thresholds(failures_hold=0)
+    assert evaluate_pool(pool(), facts(failures=more), off, NOW).verdict is Verdict.EXPAND
 
 
 def test_an_ownership_conflict_rolls_a_canary_back() -> None:
@@ -228,6 +269,15 @@ divergences = st.builds(
 devices = st.builds(
     DeviceFact, st.sampled_from(NODES), st.sampled_from([f"g{i}" for i in range(6)]), st.booleans()
 )
+failures = st.builds(
+    FailureFact,
+    st.sampled_from(NODES),
+    st.integers(0, 1200).map(lambda s: NOW - timedelta(seconds=s)),
+    st.sampled_from(["e1", "e2", "e3"]),
+    st.integers(1, 9),
+    st.integers(1, 9),
+    st.sampled_from(["retryable", "non-retryable", "needs-cleanup"]),
+)
 claims = st.builds(
     ClaimFact,
     st.just("ml"),
@@ -245,6 +295,7 @@ claims = st.builds(
     st.lists(divergences, max_size=6),
     st.lists(devices, max_size=12),
     st.lists(claims, max_size=8),
+    st.lists(failures, max_size=10),
     st.randoms(use_true_random=False),
 )
 def test_the_gate_does_not_depend_on_the_order_of_its_facts(
@@ -252,10 +303,11 @@ def test_the_gate_does_not_depend_on_the_order_of_its_facts(
     ds: list[DivergenceFact],
     vs: list[DeviceFact],
     ls: list[ClaimFact],
+    fs: list[FailureFact],
     rnd: random.Random,
 ) -> None:
     def build() -> InventoryFacts:
-        parts = [list(x) for x in (cs, ds, vs, ls)]
+        parts = [list(x) for x in (cs, ds, vs, ls, fs)]
         for part in parts:
             rnd.shuffle(part)
         return InventoryFacts(
@@ -264,6 +316,7 @@ def test_the_gate_does_not_depend_on_the_order_of_its_facts(
             divergences=frozenset(parts[1]),  # type: ignore[arg-type]
             devices=frozenset(parts[2]),  # type: ignore[arg-type]
             claims=frozenset(parts[3]),  # type: ignore[arg-type]
+            failures=frozenset(parts[4]),  # type: ignore[arg-type]
         )
 
     pools = {"east": pool(), "named": pool(Phase.DRA, name="named", nodes=("node-w", "node-x"))}

@@ -13,12 +13,16 @@ import pytest
 from services.adapters.projection.governance_rows import decision_row
 from services.adapters.projection.governance_tables import governance_decisions
 from services.adapters.projection.store import ProjectionStore
+from services.domain.adoption.failure_classes import FailureClass
+from services.domain.adoption.failure_events import DRAFailureObserved, FailureOrigin
+from services.domain.batch import LoggedBatch
 from services.domain.governance.adoption import Phase
 from services.domain.governance.inputs import CommandAction
 from services.domain.governance.machine import step
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.domain.inventory.state import Conflict, ConflictKind
+from services.domain.log import LogPosition
 from tests.api.conftest import Governor, InventoryWriter, bearer, read_commands
 from tests.api.inventory_scenario import DRIVER, GPU, NODE_A, NODE_C, load_fleet
 from tests.conftest import T0, LogFactory, ObservationFactory
@@ -38,6 +42,32 @@ PLAIN = {
     "selector": {"nodes": [NODE_C]},
     "reason": "stays on the plugin",
 }
+
+
+def failure(
+    uid: str, count: int, cls: FailureClass, node: str, minutes: float
+) -> DRAFailureObserved:
+    return DRAFailureObserved(
+        source_uid=uid,
+        occurrences=count,
+        origin=FailureOrigin.EVENT,
+        namespace="ml",
+        pod_name="p",
+        pod_uid=None,
+        node_name=node,
+        reason="FailedPrepareDynamicResources",
+        message="m",
+        failure_class=cls,
+        why="w",
+        observed_at=T0 + timedelta(minutes=minutes),
+    )
+
+
+async def write_failures(store: ProjectionStore, records: list[DRAFailureObserved]) -> None:
+    items = [(LogPosition("failures", 0, i), r) for i, r in enumerate(records)]
+    await store.apply_batch(
+        LoggedBatch(event_times=[(p, r.observed_at) for p, r in items], failures=items)
+    )
 
 
 async def govern(governor: Governor, bootstrap: str, topic: str, count: int) -> None:
@@ -66,6 +96,16 @@ async def test_pools_are_declared_on_the_log_and_gated_on_the_inventory(
         await governor.device(NODE_A, GPU[i], "Available", T0, source="dra")
     await governor.fleet(T0 + timedelta(hours=1))
 
+    await write_failures(
+        store,
+        [
+            failure("e1", 2, FailureClass.RETRYABLE, NODE_A, 55),
+            failure("e2", 1, FailureClass.RETRYABLE, NODE_A, 59),
+            failure("e3", 10, FailureClass.NON_RETRYABLE, NODE_A, 58),
+            failure("e4", 7, FailureClass.RETRYABLE, NODE_A, 40),  # out of the window
+            failure("e5", 7, FailureClass.RETRYABLE, "gpu-node-z", 55),  # no pool's node
+        ],
+    )
     empty = await gov_api.get("/v1/adoption", headers=bearer("viewer"))
     assert empty.status_code == 200, empty.text
     assert empty.json() == {"eventTime": "2026-11-29T13:00:00Z", "pools": []}
@@ -102,7 +142,13 @@ async def test_pools_are_declared_on_the_log_and_gated_on_the_inventory(
         "slice-capacity-divergence",
         "devices-quarantined",
         "leaked-claims",
+        "claim-failures",
     }
+    # dra_failures on the canary's node in the window (600 s before the governor's event
+    # time): 2 + 1 retryable, 10 non-retryable (a figure only); one older, one on another node
+    assert reasons["claim-failures"]["verdict"] == "expand"
+    figures = reasons["claim-failures"]["figures"]
+    assert (figures["failures"], figures["retryable"], figures["nonRetryable"]) == (3, 3, 10)
     assert reasons["devices-quarantined"]["verdict"] == "hold"
     assert reasons["devices-quarantined"]["figures"]["quarantined"] == 1
     assert reasons["devices-quarantined"]["figures"]["devices"] == 5

@@ -12,6 +12,8 @@ import httpx
 import pytest
 
 from services.adapters.projection.store import ProjectionStore
+from services.domain.adoption.failure_classes import FailureClass
+from services.domain.adoption.failure_events import DRAFailureObserved, FailureOrigin
 from services.domain.batch import LoggedBatch
 from services.domain.lifecycle import DevicePath, Stage
 from services.domain.lifecycle_events import PodLifecycleObserved, StageSample
@@ -40,6 +42,38 @@ async def _write_lifecycles(store: ProjectionStore, records: list[PodLifecycleOb
             highwaters={(TOPIC, 0): 100 + len(items)},
             event_times=[(p, r.observed_at) for p, r in items],
             lifecycles=items,
+        )
+    )
+
+
+CLAIMED_POD = "e71c2dba-c432-5d7b-9dd2-52378aba9e6f"  # the example claim's reservedFor
+
+
+def _failure(uid: str, count: int, reason: str, pod_uid: str, node: str | None) -> Any:
+    return DRAFailureObserved(
+        source_uid=uid,
+        occurrences=count,
+        origin=FailureOrigin.POD_CONDITION if reason == "Unschedulable" else FailureOrigin.EVENT,
+        namespace="ml",
+        pod_name=f"pod-{pod_uid}",
+        pod_uid=pod_uid,
+        node_name=node,
+        reason=reason,
+        message="0/3 nodes are available: 3 cannot allocate all claims.",
+        failure_class=FailureClass.RETRYABLE,
+        why="w",
+        observed_at=T0 + timedelta(minutes=10),
+    )
+
+
+async def _write_failures(store: ProjectionStore, records: list[DRAFailureObserved]) -> None:
+    items = [(LogPosition(TOPIC, 0, 200 + i), r) for i, r in enumerate(records)]
+    await store.apply_batch(
+        LoggedBatch(
+            (),
+            highwaters={(TOPIC, 0): 200 + len(items)},
+            event_times=[(p, r.observed_at) for p, r in items],
+            failures=items,
         )
     )
 
@@ -79,6 +113,17 @@ async def test_the_report_compares_dra_with_the_plugin(
     ]
     await _write_lifecycles(store, records)
     await _write_lifecycles(store, [records[0]])  # a re-publish (new offsets): first wins
+    prepare = "FailedPrepareDynamicResources"
+    await _write_failures(
+        store,
+        [
+            _failure("ev-1", 1, prepare, CLAIMED_POD, NODE_A),
+            _failure("ev-1", 3, prepare, CLAIMED_POD, NODE_A),  # the same Event, count grown
+            _failure("ev-2", 2, "FailedScheduling", "d1", None),  # d1 ran later: class known
+            _failure("d1/PodScheduled/t", 1, "Unschedulable", "d1", None),  # same failure
+            _failure("ev-3", 1, "FailedScheduling", "pending", None),  # class unknown
+        ],
+    )
 
     query = {"class": DRIVER, "resource": PLUGIN, "minSamples": "2", "window": "86400"}
     response = await gov_api.get("/v1/adoption/report", params=query, headers=bearer("viewer"))
@@ -87,7 +132,7 @@ async def test_the_report_compares_dra_with_the_plugin(
     assert (body["deviceClass"], body["pluginResource"], body["failureCounts"]) == (
         DRIVER,
         PLUGIN,
-        False,
+        True,
     )
     assert body["windowEnd"] == "2026-11-29T12:30:00Z"  # the health topic's event time
     rows = _rows(body)
@@ -98,8 +143,12 @@ async def test_the_report_compares_dra_with_the_plugin(
     assert fleet_dra["boundToReady"]["p95"]["value"] == 30.0
     # gpu-0..7 on one node: gpu-2/3 allocated, gpu-5 quarantined and tainted -> 5 free, one node
     assert fleet_dra["fragmentation"] == {"value": 0.0, "samples": 5, "note": None}
-    assert fleet_dra["allocationSuccess"]["samples"] == 1  # the one claim, allocated
-    assert fleet_dra["allocationSuccess"]["value"] is None  # fewer than minSamples
+    # the one claim, allocated, over it + the Pods that failed: its own Pod (prepare) and d1
+    # (FailedScheduling and Unschedulable: one failure); the pending Pod has no known class
+    assert fleet_dra["allocationSuccess"] == {"value": 1 / 3, "samples": 3, "note": None}
+    unpooled = rows[("unpooled", "dra")]["allocationSuccess"]
+    assert (unpooled["value"], unpooled["samples"]) == (0.5, 2)  # d1's failure had no node
+    assert unpooled["note"] == "failures without a node count in pool * only"
     fleet_plugin = rows[("*", "device-plugin")]
     assert fleet_plugin["boundToReady"]["p50"]["value"] is None  # one Pod, minimum 2
     assert "insufficient data" in fleet_plugin["boundToReady"]["p50"]["note"]
@@ -129,6 +178,8 @@ async def test_the_report_compares_dra_with_the_plugin(
         'devicestate_adoption_device_hours{class="gpu.example.com",path="dra",pool="*",state="capacity"}'
         in metrics
     )
+    # the gauges' default minimum (20) leaves the rates without a value: no sample
+    assert "devicestate_adoption_allocation_success{" not in metrics
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.adapters.projection.reads_devices import DeviceReads
 from services.adapters.projection.store import BatchStats, ProjectionStore
+from services.domain.adoption.failure_classes import FailureClass
+from services.domain.adoption.failure_events import DRAFailureObserved, FailureOrigin
 from services.domain.batch import LoggedBatch, Partition, PendingCommit, RecordsAfterGap
 from services.domain.device_ceiling import within_ceiling
 from services.domain.directory import DeviceKey, DeviceRecord, fold
@@ -319,6 +321,50 @@ class BatchSinkContract:
             (3, "GPU-0", False, 4, "uid-1"),
             (3, "GPU-1", False, 4, "uid-1"),
         ]
+
+    async def test_the_hook_sees_each_failures_increase_on_its_node_once(
+        self, harness: Harness
+    ) -> None:
+        """Issue 16: a ``DRAFailureObserved`` with a node that raises its source's projected
+        count reaches the hook as a ``NodeFailureObserved`` with the increase; the same count
+        again (a re-publish, in the batch or a later one), or one without a node, does not."""
+
+        def failure(uid: str, count: int, node: str | None = "gpu-node-a") -> DRAFailureObserved:
+            return DRAFailureObserved(
+                uid,
+                count,
+                FailureOrigin.EVENT,
+                "ml",
+                "p",
+                "uid-p",
+                node,
+                "FailedPrepareDynamicResources",
+                "m",
+                FailureClass.RETRYABLE,
+                "w",
+                T0,
+            )
+
+        def batch(start: int, *records: DRAFailureObserved) -> LoggedBatch:
+            items = [(LogPosition(TOPIC, 0, start + i), r) for i, r in enumerate(records)]
+            return LoggedBatch(event_times=[(p, T0) for p, _ in items], failures=items)
+
+        hooks = [Hook(), Hook()]
+        await harness.sink.apply_batch(
+            batch(0, failure("e1", 2), failure("e1", 2), failure("e2", 1, node=None)), hooks[0]
+        )
+        await harness.sink.apply_batch(
+            batch(3, failure("e1", 2), failure("e1", 5), failure("e2", 4)), hooks[1]
+        )
+        seen = [
+            [
+                (p.offset, f.source_uid, f.occurrences, f.increase)
+                for p, f in pending.failures_on_nodes
+            ]
+            for hook in hooks
+            for pending in hook.seen
+        ]
+        assert seen == [[(0, "e1", 2, 2)], [(4, "e1", 5, 3), (5, "e2", 4, 3)]]
 
     async def test_a_failing_hook_rolls_the_batch_back(
         self, harness: Harness, observation: ObservationFactory, logged: LogFactory

@@ -12,6 +12,7 @@ from services.domain.adoption.report import build_report, nearest_rank, report_p
 from services.domain.adoption.report_rows import (
     ClaimRow,
     DeviceRow,
+    FailureRow,
     HistoryRow,
     ReportInput,
     ReportRow,
@@ -159,17 +160,58 @@ def test_allocation_success_uses_what_is_projected() -> None:
     assert plugin.value is None and plugin.samples == 0
 
 
+def _failure(
+    uid: str | None, node: str | None, reason: str, minutes: float = 60, cls: str = "retryable"
+) -> FailureRow:
+    at = T0 + timedelta(minutes=minutes)
+    return FailureRow(uid, node, reason, cls, at, at)
+
+
 def test_allocation_success_with_failure_counts() -> None:
-    claims = (ClaimRow(CLASS, "n1", True), ClaimRow(CLASS, "n2", True))
-    stages = (
-        _stage("c", "n3", "pod_bound", 1, "device-plugin"),
-        _stage("d", "n3", "pod_bound", 1, "device-plugin"),
-        _stage("e", "n3", "pod_bound", 1, "device-plugin"),
+    claims = (
+        ClaimRow(CLASS, "n1", True, reserved_for=("a",)),
+        ClaimRow(CLASS, "n2", True, reserved_for=("b",)),
+        ClaimRow(CLASS, "n3", True, reserved_for=("c",)),
+        ClaimRow(CLASS, None, False),  # a pending Pod's claim: its failure below is not counted
+        ClaimRow("other", "n1", True, reserved_for=("x",)),
     )
-    failures = {("canary", "dra"): 2, ("legacy", "device-plugin"): 1}
+    stages = (_stage("r", "n1", "pod_ready", 1),)  # Pod r ran (on n1) after failing to schedule
+    failures = (
+        _failure("a", "n1", "FailedPrepareDynamicResources"),
+        _failure("a", "n1", "FailedPrepareDynamicResources", 90),  # the same Pod again: once
+        _failure("r", None, "FailedScheduling"),  # no node: pool * only
+        _failure("r", None, "Unschedulable"),  # the same failure seen twice: once
+        _failure("q", None, "FailedScheduling"),  # still pending, class unknown: its claim counts
+        _failure("b", "n2", "FailedUnprepareDynamicResources", cls="needs-cleanup"),  # not one
+        _failure("c", "n3", "FailedPrepareDynamicResources", cls="non-retryable"),
+        _failure("x", "n1", "FailedPrepareDynamicResources"),  # another class
+        _failure(None, "n1", "FailedPrepareDynamicResources"),  # no Pod UID
+        _failure("b", "n2", "FailedPrepareDynamicResources", minutes=-30),  # before the window
+    )
     report = build_report(_inp(claims=claims, stages=stages, failures=failures))
+    canary = _row(report.rows, "canary", "dra").allocation_success
+    assert (canary.value, canary.samples) == (2 / 3, 3)  # a, b allocated; a failed
+    assert canary.note == "failures without a node count in pool * only"
+    legacy = _row(report.rows, "legacy", "dra").allocation_success
+    assert (legacy.value, legacy.samples) == (0.5, 2)  # c allocated and failed (non-retryable)
+    fleet = _row(report.rows, "*", "dra").allocation_success
+    # 3 allocated over 3 + 1 pending claim + Pods a, c, r
+    assert (fleet.value, fleet.samples, fleet.note) == (3 / 7, 7, None)
+    plugin = _row(report.rows, "legacy", "device-plugin").allocation_success
+    assert (plugin.value, plugin.note) == (None, "no source of failed device-plugin allocations")
+
+
+def test_a_failure_overlapping_the_window_counts_and_one_after_it_does_not() -> None:
+    claims = (ClaimRow(CLASS, "n1", True, reserved_for=("a",)),)
+    start = END - timedelta(hours=10)
+    spans = FailureRow(
+        "a", "n1", "FailedPrepareDynamicResources", "retryable", start - timedelta(hours=1), start
+    )
+    report = build_report(_inp(claims=claims, failures=(spans,), min_samples=1))
     assert _row(report.rows, "canary", "dra").allocation_success.value == 0.5
-    assert _row(report.rows, "legacy", "device-plugin").allocation_success.value == 0.75
+    late = _failure("a", "n1", "FailedPrepareDynamicResources", minutes=11 * 60)
+    report = build_report(_inp(claims=claims, failures=(late,), min_samples=1))
+    assert _row(report.rows, "canary", "dra").allocation_success.value == 1.0
 
 
 def test_retry_rate_counts_second_pods_of_jobs_only() -> None:
@@ -225,22 +267,58 @@ _history = st.builds(
     resource_name=st.just(PLUGIN),
 )
 
+_pods = st.sampled_from([f"p{i}" for i in range(8)])
+_claims = st.builds(
+    ClaimRow,
+    device_class=st.sampled_from([CLASS, "other"]),
+    node=st.one_of(st.none(), _nodes),
+    allocated=st.booleans(),
+    reserved_for=st.lists(_pods, max_size=2, unique=True).map(lambda u: tuple(sorted(u))),
+)
+_failures = st.builds(
+    FailureRow,
+    pod_uid=st.one_of(st.none(), _pods),
+    node=st.one_of(st.none(), _nodes),
+    reason=st.sampled_from(
+        ["FailedScheduling", "Unschedulable", "FailedPrepareDynamicResources", "Other"]
+    ),
+    failure_class=st.sampled_from(["retryable", "non-retryable"]),
+    first_observed_at=st.just(T0 + timedelta(hours=1)),
+    observed_at=st.just(T0 + timedelta(hours=2)),
+)
+
 
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(_stage_rows, max_size=30),
     st.lists(_devices, max_size=20),
     st.lists(_history, max_size=20),
+    st.lists(_claims, max_size=10),
+    st.lists(_failures, max_size=15),
 )
 def test_figures_are_bounded_and_independent_of_the_row_order(
-    stages: list[StageRow], devices: list[DeviceRow], history: list[HistoryRow]
+    stages: list[StageRow],
+    devices: list[DeviceRow],
+    history: list[HistoryRow],
+    claims: list[ClaimRow],
+    failures: list[FailureRow],
 ) -> None:
     history.sort(key=lambda h: h.observed_at)
-    inp = _inp(stages=tuple(stages), devices=tuple(devices), history=tuple(history))
+    inp = _inp(
+        stages=tuple(stages),
+        devices=tuple(devices),
+        history=tuple(history),
+        claims=tuple(claims),
+        failures=tuple(failures),
+    )
     report = build_report(inp)
     again = build_report(
         _inp(
-            stages=tuple(reversed(stages)), devices=tuple(reversed(devices)), history=tuple(history)
+            stages=tuple(reversed(stages)),
+            devices=tuple(reversed(devices)),
+            history=tuple(history),
+            claims=tuple(reversed(claims)),
+            failures=tuple(reversed(failures)),
         )
     )
     assert report == again

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from services.adapters.projection.store import BatchStats
+from services.domain.adoption.failure_forward import forwarded_failures
 from services.domain.batch import (
     CommitHook,
     LoggedBatch,
@@ -50,6 +51,8 @@ class FakeProjection:
     """The ``pod_workloads`` rows: the kept record per Pod UID."""
     lifecycle_stages: dict[tuple[str, str, str, str, str], float] = field(default_factory=dict)
     """The ``pod_lifecycle_stages`` rows: (Pod UID, stage, class, path, claim UID) -> seconds."""
+    failure_counts: dict[str, int] = field(default_factory=dict)
+    """The ``dra_failures`` rows' ``occurrences`` per ``sourceUID`` (the largest seen)."""
 
 
 class FakeSink:
@@ -149,6 +152,7 @@ class FakeSink:
             offsets[part] = max(offsets.get(part, -1), position.offset)
             if part not in newest or observed_at > newest[part]:
                 newest[part] = observed_at
+        fresh_failures = [(p, f) for p, f in batch.failures if fresh(p)]
         if before_commit is not None and self.run_hooks:
             # Before anything is kept: an exception leaves the projection as it was.
             await before_commit(
@@ -163,8 +167,12 @@ class FakeSink:
                         [(p, w) for p, w in batch.workloads if fresh(p)],
                         {uid: facts_of(w) for uid, w in stored.workloads.items()},
                     ),
+                    failures_on_nodes=forwarded_failures(fresh_failures, stored.failure_counts),
                 )
             )
+        for _, failure in fresh_failures:
+            held = stored.failure_counts.get(failure.source_uid, 0)
+            stored.failure_counts[failure.source_uid] = max(held, failure.occurrences)
         for record in latest_per_pod(r for p, r in batch.workloads if fresh(p)):
             kept = stored.workloads.get(record.pod_uid)
             if kept is None or supersedes(record.status_version, kept.status_version):

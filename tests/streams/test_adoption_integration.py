@@ -3,7 +3,10 @@
 ResourceClaim and DeviceClass, forwards each node's gate facts (``NodeAdoptionFacts``) to the
 governance topic, and the governor records the pool's verdict as ``AdoptionVerdictChanged``
 decisions: ``expand`` for the clean canary, ``hold`` (AdoptionHold firing) once the Node's
-capacity disagrees with its slices, ``expand`` (resolved) when they agree again."""
+capacity disagrees with its slices, ``expand`` (resolved) when they agree again; and the
+``claim-failures`` signal: the worker forwards each ``DRAFailureObserved`` that raised its
+source's projected count as a ``NodeFailureObserved`` with the increase (a re-published Event
+forwards nothing), the pool holds at the threshold and expands once they leave the window."""
 
 from __future__ import annotations
 
@@ -12,9 +15,17 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.domain.adoption.failure_classes import FailureClass
+from services.domain.adoption.failure_events import (
+    DRAFailureObserved,
+    FailureOrigin,
+    encode_failure,
+)
 from services.domain.governance.adoption import AdoptionDeclaration, Phase, PoolSelector
 from services.domain.governance.inputs import CommandAction, OperatorCommand, Role
 from services.domain.governance.inputs_adoption import NodeAdoptionFacts
+from services.domain.governance.inputs_failures import NodeFailureObserved
+from services.domain.governance.policy import GovernancePolicy
 from services.domain.node_events import NodeResourcesChanged, encode_node_event
 from services.runtime.config import Settings
 from tests.projection.inventory_examples import NODE, inventory_events, resource_slice
@@ -93,3 +104,49 @@ async def test_the_governor_holds_a_canary_on_divergence_from_forwarded_facts(
             ("adoption-rollback/east", "resolved", "hold"),
             ("adoption-hold/east", "resolved", "expand"),
         ]
+
+
+def failure(uid: str, occurrences: int, seconds: float) -> Record:
+    record = DRAFailureObserved(
+        source_uid=uid,
+        occurrences=occurrences,
+        origin=FailureOrigin.EVENT,
+        namespace="ml",
+        pod_name="infer-0",
+        pod_uid="uid-infer-0",
+        node_name=NODE,
+        reason="FailedPrepareDynamicResources",
+        message="NodePrepareResources: rpc error: DeadlineExceeded",
+        failure_class=FailureClass.RETRYABLE,
+        why="prepare-error",
+        observed_at=at(seconds),
+    )
+    return (record.node.encode(), encode_failure(record), None)
+
+
+async def test_forwarded_driver_failures_hold_a_canary_until_they_leave_the_window(
+    stream_settings: Settings, engine: AsyncEngine, kafka_bootstrap: str, worker_process: Any
+) -> None:
+    window = GovernancePolicy().adoption.failure_window_seconds
+    async with Pipeline(stream_settings, engine, kafka_bootstrap) as pipe:
+        pipe.worker = worker_process(stream_settings)
+        await pipe.wave([*map(inventory, inventory_events(0)), *ticks(1)])
+        await pipe.append([declare(2)])
+        assert await verdicts(pipe) == [(None, None, "expand")]
+
+        # Event e1 seen with count 3, published again with 3 (a re-LIST), then with 4 and 5.
+        await pipe.wave([failure("e1", 3, 10), failure("e1", 3, 11), *ticks(12)])
+        await pipe.wave([failure("e1", 4, 20), *ticks(21)])
+        assert (await verdicts(pipe))[-1] == (None, None, "expand")  # 4 failures: below 5
+        await pipe.wave([failure("e1", 3, 25), failure("e1", 5, 30), *ticks(31)])
+        forwarded = of_type(await governance_records(pipe), NodeFailureObserved)
+        assert [(f.occurrences, f.increase) for f in forwarded] == [(3, 3), (4, 1), (5, 1)]
+        [hold] = [d for d in await pipe.decisions() if d["incident"] == "adoption-hold/east"]
+        reasons = {r["code"]: r for r in hold["details"]["reasons"]}
+        assert reasons["claim-failures"]["figures"]["failures"] == 5
+        rows = await pipe.rows("SELECT occurrences FROM {s}.dra_failures")
+        assert [r[0] for r in rows] == [5]  # the projection counts the Event once
+
+        # Event time passes the window of the first three: the count drops below the hold.
+        await pipe.wave(ticks(10 + window + 1))
+        assert (await verdicts(pipe))[-1] == ("adoption-hold/east", "resolved", "expand")

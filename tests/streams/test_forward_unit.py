@@ -488,3 +488,27 @@ def test_workload_facts_follow_the_record_that_made_them(observation: Any) -> No
     assert isinstance(clamped, WorkloadOnDevice) and clamped.observed_at == at(3)
     assert decode_keyed(encode_input(*keyed[1])) == keyed[1]
     assert record_key(fact) == b"gpu-node-a"
+
+
+def test_a_failure_on_a_node_is_forwarded_in_event_time_at_its_bound_when_clamped() -> None:
+    """Issue 16: each ``NodeFailureObserved`` of the batch (an increase of a failure's count) is
+    forwarded with its record's merge key, at its clamped bound when clamped, keyed by node."""
+    from services.domain.governance.inputs_failures import NodeFailureObserved
+
+    first = NodeFailureObserved("gpu-node-a", at(1), "ev-1", 3, 3, "retryable", "Failed")
+    grown = NodeFailureObserved("gpu-node-a", at(9), "ev-1", 5, 2, "retryable", "Failed")
+    batch = view([(pos(0, 0), at(1)), (pos(0, 1), at(3))], clamped=[pos(0, 1)])
+    pending = PendingCommit([], {}, {}, failures_on_nodes=[(pos(0, 1), grown), (pos(0, 0), first)])
+    keyed = governance_records(batch, pending, 1)
+    assert [type(r).__name__ for r, _ in keyed] == [
+        "NodeFailureObserved",
+        "NodeFailureObserved",
+        "PartitionWatermark",
+    ]
+    assert [k for _, k in keyed][:2] == [key(1, 0, 0), MergeKey(at(3), 0, 1, 0, True)]
+    assert keyed[0][0] == first
+    clamped = keyed[1][0]
+    assert isinstance(clamped, NodeFailureObserved) and clamped.observed_at == at(3)
+    assert (clamped.increase, clamped.occurrences) == (2, 5)
+    assert decode_keyed(encode_input(*keyed[1])) == keyed[1]
+    assert record_key(first) == b"gpu-node-a"

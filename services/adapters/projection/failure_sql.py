@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import orjson
 from sqlalchemy import text
@@ -19,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.adapters.projection.tables import quoted_schema
 from services.domain.adoption.failure_events import DRAFailureObserved
+from services.domain.governance.adoption_facts import FailureFact
 from services.domain.log import LogPosition
 
 _COLUMNS = (
@@ -46,6 +48,15 @@ class FailureStatements:
             f"ON CONFLICT (source_uid) DO UPDATE SET {_UPDATED}, "
             "first_observed_at = LEAST(f.first_observed_at, EXCLUDED.first_observed_at) "
             "WHERE EXCLUDED.occurrences > f.occurrences"
+        )
+        self.occurrences = text(
+            f"SELECT source_uid, occurrences FROM {s}.dra_failures "
+            "WHERE source_uid = ANY(CAST(:uids AS text[])) ORDER BY source_uid FOR UPDATE"
+        )
+        self.on_nodes = text(
+            "SELECT node, observed_at, source_uid, occurrences, failure_class "
+            f"FROM {s}.dra_failures WHERE node IS NOT NULL "
+            "AND observed_at >= :since AND observed_at <= :until ORDER BY source_uid"
         )
         self.counts = text(
             "SELECT failure_class, reason, namespace, sum(occurrences)::bigint AS total "
@@ -98,6 +109,19 @@ def fresh_failure_rows(
     return failure_rows(fresh)
 
 
+async def projected_occurrences(
+    conn: AsyncConnection, sql: FailureStatements, uids: Iterable[str]
+) -> dict[str, int]:
+    """``sourceUID`` -> the ``occurrences`` the projection holds now, for ``uids`` (absent: no
+    row). The rows are locked until the transaction ends, so two workers raising one source's
+    count forward one increase each, never the same one twice."""
+    wanted = sorted(set(uids))
+    if not wanted:
+        return {}
+    rows = await conn.execute(sql.occurrences, {"uids": wanted})
+    return {r[0]: int(r[1]) for r in rows}
+
+
 async def write_failures(
     conn: AsyncConnection, sql: FailureStatements, rows: dict[str, str] | None
 ) -> None:
@@ -129,3 +153,12 @@ class FailureReads:
         async with self._engine.connect() as conn:
             rows = await conn.execute(self._sql.counts)
             return [FailureCount(r[0], r[1], r[2], int(r[3])) for r in rows]
+
+    async def on_nodes(self, since: datetime, until: datetime) -> list[FailureFact]:
+        """The failures with a node last observed in ``[since, until]`` (UTC), as the gate's
+        facts: each source once, all its ``occurrences`` at its last observation (the API's
+        on-read view; the governor counts each increase at its own time). SQLAlchemy's
+        ``DBAPIError`` family when the database fails."""
+        async with self._engine.connect() as conn:
+            rows = await conn.execute(self._sql.on_nodes, {"since": since, "until": until})
+            return [FailureFact(r[0], r[1], r[2], int(r[3]), int(r[3]), r[4]) for r in rows]

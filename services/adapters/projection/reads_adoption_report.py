@@ -1,7 +1,7 @@
 """Reads of the DRA-against-plugin comparison report (issue 16 item 5): the rows
 :func:`services.domain.adoption.report.build_report` computes from, as plain records
 (:mod:`services.domain.adoption.report_rows`): ``pod_lifecycle_stages``, ``device_history``
-joined with ``devices``, ``pod_workloads``, and the health topic's event time (the newest
+joined with ``devices``, ``pod_workloads``, ``dra_failures``, and the health topic's event time (the newest
 ``partition_progress.last_event_at``). What they mean is computed in the domain."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Executable, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.adapters.projection.failure_tables import dra_failures
 from services.adapters.projection.lifecycle_tables import pod_lifecycle_stages
 from services.adapters.projection.tables import (
     device_history,
@@ -21,7 +22,7 @@ from services.adapters.projection.tables import (
     partition_progress,
 )
 from services.adapters.projection.workload_tables import pod_workloads
-from services.domain.adoption.report_rows import HistoryRow, StageRow, WorkloadRow
+from services.domain.adoption.report_rows import FailureRow, HistoryRow, StageRow, WorkloadRow
 
 
 class AdoptionReportReads:
@@ -77,3 +78,15 @@ class AdoptionReportReads:
             select(w.pod_uid, w.workload_uid, w.workload_kind).where(w.pod_uid.in_(uids))
         )
         return [WorkloadRow(*r) for r in rows]
+
+    async def failures(self, since: datetime, until: datetime) -> list[FailureRow]:
+        """The ``dra_failures`` rows observed in ``[since, until]`` (first observed at or before
+        ``until``, last at or after ``since``), by ``source_uid``; the domain picks the reasons
+        that count (:mod:`services.domain.adoption.report_failures`)."""
+        f = dra_failures.c
+        rows = await self._fetch(
+            select(f.pod_uid, f.node, f.reason, f.failure_class, f.first_observed_at, f.observed_at)
+            .where(f.first_observed_at <= until, f.observed_at >= since)
+            .order_by(f.source_uid)
+        )
+        return [FailureRow(*r) for r in rows]

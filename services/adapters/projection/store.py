@@ -40,6 +40,7 @@ from services.adapters.projection.errors import ProjectionConflictError
 from services.adapters.projection.failure_sql import (
     FailureStatements,
     fresh_failure_rows,
+    projected_occurrences,
     write_failures,
 )
 from services.adapters.projection.inventory_store import (
@@ -70,6 +71,7 @@ from services.adapters.projection.workload_sql import (
     stored_facts,
     write_workloads,
 )
+from services.domain.adoption.failure_forward import forwarded_failures
 from services.domain.batch import (
     CommitHook,
     LoggedBatch,
@@ -201,6 +203,13 @@ class ProjectionStore:
             await prune_history(conn, self._retention, clock[1], retention)
             rows = fresh_rows(batch.workloads, applied_through.get)
             await write_workloads(conn, self._workloads, rows)
+            fresh_failures = [(p, f) for p, f in batch.failures if fresh_position(p)]
+            on_nodes = []
+            if before_commit is not None and fresh_failures:  # read before this batch raises them
+                projected = await projected_occurrences(
+                    conn, self._failures, (f.source_uid for _, f in fresh_failures)
+                )
+                on_nodes = forwarded_failures(fresh_failures, projected)
             failures = fresh_failure_rows(batch.failures, applied_through.get)
             await write_failures(conn, self._failures, failures)
             lifecycles = fresh_lifecycle_rows(batch.lifecycles, applied_through.get)
@@ -233,6 +242,7 @@ class ProjectionStore:
                             names,
                             rekeys(inventory, plan.history),
                         ),
+                        on_nodes,
                     )
                 )
         if inventory_items is not None:

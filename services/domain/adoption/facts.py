@@ -18,6 +18,7 @@ from services.domain.governance.adoption_facts import (
     ConflictFact,
     DeviceFact,
     DivergenceFact,
+    FailureFact,
     InventoryFacts,
     SliceFact,
 )
@@ -31,15 +32,20 @@ __all__ = [
     "ConflictFact",
     "DeviceFact",
     "DivergenceFact",
+    "FailureFact",
     "InventoryFacts",
     "SliceFact",
     "read_facts",
 ]
 
 
-def read_facts(snapshot: Snapshot, conflicts: Iterable[ConflictFact]) -> InventoryFacts:
-    """The gate's facts from one read of the projection: ``snapshot`` (the whole fleet) and the
-    active inventory conflicts."""
+def read_facts(
+    snapshot: Snapshot,
+    conflicts: Iterable[ConflictFact],
+    failures: Iterable[FailureFact] = (),
+) -> InventoryFacts:
+    """The gate's facts from one read of the projection: ``snapshot`` (the whole fleet), the
+    active inventory conflicts and the recent driver and claim failures on nodes."""
     inv = snapshot.inventory
     return InventoryFacts(
         slices=frozenset(
@@ -66,4 +72,5 @@ def read_facts(snapshot: Snapshot, conflicts: Iterable[ConflictFact]) -> Invento
             )
             for c in inv.claims.values()
         ),
+        failures=frozenset(failures),
     )

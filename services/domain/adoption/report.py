@@ -6,10 +6,12 @@ based on fewer than ``min_samples`` samples (rates, quantiles) is ``None`` with 
 data", never a made-up number. Definitions (``docs/dra-adoption.md``, "The comparison report"):
 
 - **allocation success**: allocations that succeeded over those attempted. DRA: allocated
-  ResourceClaims of the class over allocated + not allocated claims + failures; the claims not
-  allocated have no node, so they count only in the fleet row (pool ``*``), and a pool row needs
-  the failure counts (``failures``). Device plugin: Pods bound on the plugin path over those +
-  failures; without failure counts there is no denominator (Pending Pods are not projected).
+  ResourceClaims of the class (created in the window) over allocated + not allocated claims +
+  the Pods with an allocation failure (:mod:`.report_failures`: which failures, once per Pod);
+  the claims not allocated and the failures without a node have no node, so they count only in
+  the fleet row (pool ``*``); without the failure counts (``failures`` ``None``) a pool row has
+  no rate. Device plugin: no rate (no source of failed plugin allocations: Pending Pods are not
+  projected).
 - **pending_to_bound** (p50, p95, seconds): device plugin: the Pod's ``pod_bound`` (creation to
   ``PodScheduled``); DRA: the Pod's ``pod_bound`` (allocation to ``PodScheduled``) plus its
   latest ``claim_allocated`` of the class (claim creation to allocation; 0 when the claim was
@@ -34,6 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Final
 
+from services.domain.adoption.report_failures import failed_pods, pod_classes
 from services.domain.adoption.report_rows import (
     ALL_POOLS,
     UNPOOLED,
@@ -102,14 +105,14 @@ def _pending_to_bound(rows: Iterable[StageRow], path: str) -> list[float]:
 
 
 def _allocation_success(
-    inp: ReportInput, scope: _Scope, path: str, stages: Sequence[StageRow], start: datetime
+    inp: ReportInput,
+    scope: _Scope,
+    path: str,
+    start: datetime,
+    classes: dict[str, set[str]],
 ) -> Figure:
-    failed = None if inp.failures is None else inp.failures.get((scope.pool, path), 0)
     if path == PLUGIN:
-        if failed is None:
-            return Figure(None, 0, "no source of failed device-plugin allocations")
-        bound = len({r.pod_uid for r in stages if r.stage == "pod_bound"})
-        return _rate(bound, bound + failed, inp.min_samples)
+        return Figure(None, 0, "no source of failed device-plugin allocations")
     claims = [
         c
         for c in inp.claims
@@ -118,10 +121,22 @@ def _allocation_success(
     ]
     allocated = sum(1 for c in claims if c.allocated and scope.holds(c.node))
     pending = sum(1 for c in claims if not c.allocated) if scope.pool == ALL_POOLS else 0
-    if failed is None and scope.pool != ALL_POOLS:
-        return Figure(None, allocated, "needs the DRA failure counts: pending claims have no node")
-    note = "without DRA failure counts: pending claims only" if failed is None else None
-    return _rate(allocated, allocated + pending + (failed or 0), inp.min_samples, note)
+    if inp.failures is None:
+        if scope.pool != ALL_POOLS:
+            return Figure(
+                None, allocated, "needs the DRA failure counts: pending claims have no node"
+            )
+        return _rate(
+            allocated,
+            allocated + pending,
+            inp.min_samples,
+            "without DRA failure counts: pending claims only",
+        )
+    failed = failed_pods(
+        inp.failures, inp.device_class, classes, scope.holds, start, inp.window_end
+    )
+    note = None if scope.pool == ALL_POOLS else "failures without a node count in pool * only"
+    return _rate(allocated, allocated + pending + len(failed), inp.min_samples, note)
 
 
 def _fragmentation(inp: ReportInput, scope: _Scope, path: str, device_class: str) -> Figure:
@@ -224,6 +239,7 @@ def build_report(inp: ReportInput, pools: Sequence[str] | None = None) -> Report
         if r.path == DRA:
             pod_class.setdefault(r.pod_uid, r.device_class)
     intervals = _intervals(inp.history, start, inp.window_end)
+    classes = pod_classes(inp.stages, inp.claims)
     paths = [(DRA, inp.device_class)]
     if inp.plugin_resource:
         paths.append((PLUGIN, inp.plugin_resource))
@@ -242,7 +258,7 @@ def build_report(inp: ReportInput, pools: Sequence[str] | None = None) -> Report
                     device_class=device_class,
                     pool=pool,
                     path=path,
-                    allocation_success=_allocation_success(inp, scope, path, stages, start),
+                    allocation_success=_allocation_success(inp, scope, path, start, classes),
                     pending_to_bound=_quantiles(_pending_to_bound(stages, path), inp.min_samples),
                     bound_to_ready=_quantiles(ready, inp.min_samples),
                     fragmentation=_fragmentation(inp, scope, path, device_class),

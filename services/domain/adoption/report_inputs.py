@@ -20,12 +20,15 @@ from services.domain.inventory.snapshot import Snapshot
 
 
 def claim_rows(snapshot: Snapshot) -> tuple[ClaimRow, ...]:
-    """Every ResourceClaim of the inventory, sorted by namespace and name."""
+    """Every ResourceClaim of the inventory, sorted by namespace and name, with the UIDs of the
+    Pods it is reserved for."""
     out = []
     for _, claim in sorted(snapshot.inventory.claims.items()):
         first = claim.requests[0].device_class if claim.requests else None
         allocated = bool(claim.results)
-        out.append(ClaimRow(first, claim.node if allocated else None, allocated, claim.created_at))
+        reserved = tuple(sorted(uid for _, uid in claim.reserved_for if uid))
+        node = claim.node if allocated else None
+        out.append(ClaimRow(first, node, allocated, claim.created_at, reserved))
     return tuple(out)
 
 

@@ -4,7 +4,8 @@ the projection adapter reads them, and each figure's shape (:class:`Figure`).
 Sources: ``pod_lifecycle_stages`` (:class:`StageRow`, from ``PodLifecycleObserved``), the
 inventory's ResourceClaims (:class:`ClaimRow`), the capacity devices of the inventory
 (:class:`DeviceRow`, :mod:`services.domain.inventory.capacity_report`), ``device_history``
-joined with ``devices`` (:class:`HistoryRow`) and ``pod_workloads`` (:class:`WorkloadRow`).
+joined with ``devices`` (:class:`HistoryRow`), ``pod_workloads`` (:class:`WorkloadRow`) and
+``dra_failures`` (:class:`FailureRow`, from ``DRAFailureObserved``).
 Times are UTC, event time (what the records say), never the reader's clock.
 """
 
@@ -42,12 +43,31 @@ class StageRow:
 @dataclass(frozen=True, slots=True)
 class ClaimRow:
     """A ResourceClaim of the inventory: its first request's DeviceClass, the node it is
-    allocated on (``None``: not allocated), whether it is allocated, and when it was created."""
+    allocated on (``None``: not allocated), whether it is allocated, when it was created, and
+    the UIDs of the Pods ``status.reservedFor`` names (sorted)."""
 
     device_class: str | None
     node: str | None
     allocated: bool
     created_at: datetime | None = None
+    reserved_for: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FailureRow:
+    """A ``dra_failures`` row: one failure source (an Event, or a Pod's ``PodScheduled``
+    transition) of Pod ``pod_uid`` (``None`` when the Event did not name it) on ``node``
+    (``None``: the Pod had no node, e.g. the scheduler could not place it), its ``reason``
+    (``FailedScheduling``, ``Unschedulable``, ``FailedPrepareDynamicResources``...) and
+    ``failure_class`` (``retryable``, ``non-retryable``, ``needs-cleanup``), first and last
+    observed (UTC, the watcher's time of the records)."""
+
+    pod_uid: str | None
+    node: str | None
+    reason: str
+    failure_class: str
+    first_observed_at: datetime
+    observed_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +114,9 @@ class ReportInput:
     ``device_class``: the DeviceClass compared; ``plugin_resource``: the extended resource the
     plugin path serves it as (the DeviceClass's ``extendedResourceName``, KEP-5004; ``None``: no
     plugin rows). ``pools``: declared pool name -> its nodes. The window is
-    ``[window_end - window_seconds, window_end]``. ``failures``: failed allocation attempts per
-    ``(pool, path)`` (the ``dra_failures`` counts when the projection has them; ``None``: not
-    available, the success rate then uses what is projected)."""
+    ``[window_end - window_seconds, window_end]``. ``failures``: the ``dra_failures`` rows
+    observed in the window (``None``: not available, the DRA success rate then uses what is
+    projected; :mod:`.report_failures` says which count)."""
 
     device_class: str
     plugin_resource: str | None
@@ -108,7 +128,7 @@ class ReportInput:
     devices: tuple[DeviceRow, ...] = ()
     history: tuple[HistoryRow, ...] = ()
     workloads: tuple[WorkloadRow, ...] = ()
-    failures: Mapping[tuple[str, str], int] | None = None
+    failures: tuple[FailureRow, ...] | None = None
     min_samples: int = DEFAULT_MIN_SAMPLES
 
 

@@ -6,7 +6,9 @@ governor's devices and ResourceClaims' allocations. Read from the projection by
 
 Sources: ResourceSlices (``spec.driver``, ``spec.pool.name``, ``spec.nodeName``), the inventory's
 conflicts (``plugin-and-dra``), the reconcile check (slices against Node capacity), the governor's
-device rows (quarantines) and ResourceClaims (``status.allocation``, ``status.reservedFor``).
+device rows (quarantines), ResourceClaims (``status.allocation``, ``status.reservedFor``) and the
+driver and claim failures of each node (``NodeFailureObserved`` records in the governor; the
+``dra_failures`` rows in the API's view).
 """
 
 from __future__ import annotations
@@ -75,6 +77,26 @@ class ClaimFact:
     reserved: bool
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class FailureFact:
+    """``count`` more occurrences of failure source ``source_uid`` on ``node`` at event time
+    ``at`` (UTC), bringing it to ``occurrences`` (so two facts of one source are never equal),
+    of ``failure_class`` (``retryable``, ``non-retryable``, ``needs-cleanup``)."""
+
+    node: str
+    at: datetime
+    source_uid: str
+    occurrences: int
+    count: int
+    failure_class: str
+
+
+COUNTED_FAILURE_CLASSES: Final = frozenset({"retryable", "needs-cleanup"})
+"""The failure classes the gate's ``claim-failures`` signal holds a pool on: the driver's or the
+node's (transient errors, half-prepared claims), not the tenant's (``non-retryable``: a claim
+that cannot be satisfied as written fails on every path; it is a figure, not a hold)."""
+
+
 @dataclass(frozen=True, slots=True)
 class InventoryFacts:
     """Everything the gate reads about the fleet. Each field is a set: the order facts arrive in
@@ -85,3 +107,4 @@ class InventoryFacts:
     divergences: frozenset[DivergenceFact] = field(default_factory=frozenset)
     devices: frozenset[DeviceFact] = field(default_factory=frozenset)
     claims: frozenset[ClaimFact] = field(default_factory=frozenset)
+    failures: frozenset[FailureFact] = field(default_factory=frozenset)

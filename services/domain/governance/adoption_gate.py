@@ -9,8 +9,8 @@ nothing to roll back: a rollback finding holds it (the reason keeps its own verd
 
 Signals read: ownership conflicts (``plugin-and-dra``) on the pool's nodes, slice/Node-capacity
 divergence, quarantined devices, leaked claims (allocated, no consumer reserved, for longer than
-a threshold). Not read yet (the inventory does not hold their facts): allocation failures and
-Pending reasons, claim-to-Ready latency against the plugin path, tenant-boundary findings.
+a threshold), driver and claim failures on the pool's nodes in a sliding window of event time.
+Not read yet: claim-to-Ready latency against the plugin path, tenant-boundary findings.
 """
 
 from __future__ import annotations
@@ -22,7 +22,12 @@ from enum import StrEnum
 from typing import Final
 
 from services.domain.governance.adoption import Phase, PoolState
-from services.domain.governance.adoption_facts import OWNERSHIP_CONFLICTS, ClaimFact, InventoryFacts
+from services.domain.governance.adoption_facts import (
+    COUNTED_FAILURE_CLASSES,
+    OWNERSHIP_CONFLICTS,
+    ClaimFact,
+    InventoryFacts,
+)
 
 
 class Verdict(StrEnum):
@@ -55,6 +60,12 @@ class Thresholds:
     leaked_hold: int = 1
     """Leaked claims at which the gate holds."""
     leaked_rollback: int = 0
+    """... and at which it rolls back (0: never)."""
+    failure_window_seconds: float = 600.0
+    """The sliding window (seconds of event time) of the driver and claim failures counted."""
+    failures_hold: int = 5
+    """Retryable and needs-cleanup failures on the pool's nodes in the window at which it holds."""
+    failures_rollback: int = 0
     """... and at which it rolls back (0: never)."""
 
 
@@ -248,11 +259,58 @@ def rule_leaked_claims(
     )
 
 
+def in_failure_window(at: datetime, now: datetime | None, window_seconds: float) -> bool:
+    """Whether a failure at ``at`` is in the window ``[now - window_seconds, now]`` (every
+    failure held counts while there is no event time)."""
+    return now is None or (now - at).total_seconds() <= window_seconds
+
+
+def rule_claim_failures(
+    state: PoolState,
+    facts: InventoryFacts,
+    nodes: frozenset[str],
+    t: Thresholds,
+    now: datetime | None,
+) -> Reason:
+    """Driver and claim failures (prepare errors, unschedulable claims, failed unprepares) on
+    the pool's nodes in the last ``failure_window_seconds`` of event time: retryable and
+    needs-cleanup ones hold the pool; non-retryable ones (the tenant's invalid claim) are a
+    figure only."""
+    recent = [
+        f
+        for f in facts.failures
+        if f.node in nodes and in_failure_window(f.at, now, t.failure_window_seconds)
+    ]
+    counted = sum(f.count for f in recent if f.failure_class in COUNTED_FAILURE_CLASSES)
+    tenant = sum(f.count for f in recent if f.failure_class not in COUNTED_FAILURE_CLASSES)
+    by_class = {
+        c: sum(f.count for f in recent if f.failure_class == c)
+        for c in ("retryable", "needs-cleanup", "non-retryable")
+    }
+    verdict = _count_verdict(counted, t.failures_hold, t.failures_rollback)
+    return Reason(
+        "claim-failures",
+        verdict,
+        f"{counted} driver and claim failures on the pool's nodes in the last "
+        f"{t.failure_window_seconds:g} s (and {tenant} non-retryable, not counted)",
+        {
+            "failures": counted,
+            "retryable": by_class["retryable"],
+            "needsCleanup": by_class["needs-cleanup"],
+            "nonRetryable": by_class["non-retryable"],
+            "windowSeconds": t.failure_window_seconds,
+            "holdAt": t.failures_hold,
+            "rollbackAt": t.failures_rollback,
+        },
+    )
+
+
 RULES: Final[tuple[Rule, ...]] = (
     rule_ownership,
     rule_divergence,
     rule_quarantined,
     rule_leaked_claims,
+    rule_claim_failures,
 )
 
 

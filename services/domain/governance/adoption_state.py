@@ -1,14 +1,16 @@
 """What the governor keeps for the adoption gate (issue 16): each pool's current declaration, the
-active ownership conflicts, each node's inventory facts (:class:`~.inputs_adoption.NodeAdoptionFacts`)
-and the verdict last recorded per pool, with its JSON snapshot form (part of the fleet's
-snapshot, so a restored governor continues exactly like one that never stopped).
+active ownership conflicts, each node's inventory facts (:class:`~.inputs_adoption.NodeAdoptionFacts`),
+each node's recent driver and claim failures (:class:`~.inputs_failures.NodeFailureObserved`, at
+most :data:`MAX_FAILURES_PER_NODE`, dropped once out of the gate's window of event time) and the
+verdict last recorded per pool, with its JSON snapshot form (part of the fleet's snapshot, so a
+restored governor continues exactly like one that never stopped).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from services.domain.codec import parse_time
 from services.domain.events import format_time
@@ -18,12 +20,16 @@ from services.domain.governance.adoption import (
     declaration_from_dict,
     declaration_to_dict,
 )
-from services.domain.governance.adoption_facts import ConflictFact
+from services.domain.governance.adoption_facts import ConflictFact, FailureFact
 from services.domain.governance.inputs_adoption import (
     NodeAdoptionFacts,
     adoption_facts_from_dict,
     adoption_facts_to_dict,
 )
+
+MAX_FAILURES_PER_NODE: Final = 256
+"""Most failure facts the governor keeps per node (the oldest in event time go first): with the
+default hold at 5 in 600 s, a node past it holds its pool whatever else it had."""
 
 
 @dataclass(slots=True)
@@ -31,7 +37,8 @@ class AdoptionGov:
     """The gate's inputs and last verdicts. ``verdicts`` maps a pool to the verdict the last
     ``AdoptionVerdictChanged`` recorded; ``next_due`` is the earliest event time (UTC) at which a
     claim of a pool turns leaked (the gate is evaluated again then); ``timed`` says the last
-    evaluation had an event time."""
+    evaluation had an event time. ``failures`` maps a node to its failure facts, sorted (oldest
+    first), each unique per ``(source_uid, occurrences)``."""
 
     pools: dict[str, Declared] = field(default_factory=dict)
     conflicts: set[ConflictFact] = field(default_factory=set)
@@ -39,9 +46,34 @@ class AdoptionGov:
     verdicts: dict[str, str] = field(default_factory=dict)
     next_due: datetime | None = None
     timed: bool = False
+    failures: dict[str, list[FailureFact]] = field(default_factory=dict)
 
     def empty(self) -> bool:
-        return not (self.pools or self.conflicts or self.node_facts or self.verdicts)
+        return not (
+            self.pools or self.conflicts or self.node_facts or self.verdicts or self.failures
+        )
+
+    def add_failure(self, fact: FailureFact) -> bool:
+        """Keep ``fact`` (``False`` when the node already holds one of its source with the same
+        occurrences: a repeat); past :data:`MAX_FAILURES_PER_NODE` the oldest is dropped."""
+        held = self.failures.setdefault(fact.node, [])
+        if any(f.source_uid == fact.source_uid and f.occurrences == fact.occurrences for f in held):
+            return False
+        held.append(fact)
+        held.sort()
+        del held[:-MAX_FAILURES_PER_NODE]
+        return True
+
+    def prune_failures(self, now: datetime, window_seconds: float, node: str | None = None) -> None:
+        """Drop the failures (of ``node``; ``None``: of every node) older than
+        ``window_seconds`` before event time ``now``."""
+        for name in sorted(self.failures) if node is None else [node]:
+            held = self.failures.get(name, [])
+            kept = [f for f in held if (now - f.at).total_seconds() <= window_seconds]
+            if kept:
+                self.failures[name] = kept
+            else:
+                self.failures.pop(name, None)
 
     def pool_states(self) -> dict[str, PoolState]:
         """The pools as the gate reads them (the current declaration; the history is the
@@ -65,7 +97,15 @@ class AdoptionGov:
             "verdicts": dict(sorted(self.verdicts.items())),
             "nextDue": None if self.next_due is None else format_time(self.next_due),
             "timed": self.timed,
+            **({"failures": self._failures_json()} if self.failures else {}),
         }
+
+    def _failures_json(self) -> list[list[Any]]:
+        return [
+            [f.node, format_time(f.at), f.source_uid, f.occurrences, f.count, f.failure_class]
+            for node in sorted(self.failures)
+            for f in self.failures[node]
+        ]
 
     @classmethod
     def from_json(cls, obj: dict[str, Any] | None) -> AdoptionGov:
@@ -78,6 +118,11 @@ class AdoptionGov:
                 int(p["seq"]), parse_time(p["at"]), p["actor"], p["reason"], declaration
             )
         facts = (adoption_facts_from_dict(f) for f in obj.get("nodeFacts") or ())
+        failures: dict[str, list[FailureFact]] = {}
+        for node, t, uid, occurrences, count, failure_class in obj.get("failures") or ():
+            failures.setdefault(node, []).append(
+                FailureFact(node, parse_time(t), uid, int(occurrences), int(count), failure_class)
+            )
         return cls(
             pools=pools,
             conflicts={ConflictFact(k, n, s) for k, n, s in obj.get("conflicts") or ()},
@@ -85,4 +130,5 @@ class AdoptionGov:
             verdicts=dict(obj.get("verdicts") or {}),
             next_due=None if obj.get("nextDue") is None else parse_time(obj["nextDue"]),
             timed=bool(obj.get("timed")),
+            failures={node: sorted(held) for node, held in failures.items()},
         )

@@ -4,8 +4,10 @@ one of its inputs changes, and an ``AdoptionVerdictChanged`` decision when it ch
 Inputs, all from the governance log: the pools' accepted declarations (the step's
 ``AdoptionPhaseDeclared`` decisions), the ownership conflicts (``InventoryConflict`` records of
 kind ``plugin-and-dra``), each node's inventory facts (:class:`.inputs_adoption.NodeAdoptionFacts`),
-the governor's own devices (quarantined or not) and its watermark (a claim turns leaked when event
-time passes its allocation plus ``leaked_claim_seconds``). The gate itself is
+each node's driver and claim failures (:class:`.inputs_failures.NodeFailureObserved`), the
+governor's own devices (quarantined or not) and its watermark (a claim turns leaked when event
+time passes its allocation plus ``leaked_claim_seconds``; a failure leaves the window when it
+passes the failure's time plus ``failure_window_seconds``). The gate itself is
 :func:`.adoption_gate.evaluate`; this module only feeds it and records its changes, so a replay of
 the log gives the same verdicts and the same decisions.
 
@@ -28,6 +30,7 @@ from services.domain.governance.adoption_facts import (
     ConflictFact,
     DeviceFact,
     DivergenceFact,
+    FailureFact,
     InventoryFacts,
     SliceFact,
 )
@@ -43,6 +46,7 @@ from services.domain.governance.context import Ctx
 from services.domain.governance.decisions import AlertAction, DecisionKind, Severity
 from services.domain.governance.inputs import GovernanceInput, InventoryConflict
 from services.domain.governance.inputs_adoption import NodeAdoptionFacts
+from services.domain.governance.inputs_failures import NodeFailureObserved
 
 _DEVICE_KINDS: Final = frozenset(
     {
@@ -99,6 +103,18 @@ def take(ad: AdoptionGov, ctx: Ctx, record: GovernanceInput) -> bool:
             else:
                 ad.node_facts.pop(record.node, None)
             changed = held != ad.node_facts.get(record.node)
+    elif isinstance(record, NodeFailureObserved):
+        failure = FailureFact(
+            record.node,
+            record.observed_at,
+            record.source_uid,
+            record.occurrences,
+            record.increase,
+            record.failure_class,
+        )
+        changed = ad.add_failure(failure) and _may_hold(ad, record.node)
+        if ctx.now is not None:  # bounded without pools too: what left the window goes
+            ad.prune_failures(ctx.now, ctx.policy.adoption.failure_window_seconds, record.node)
     return changed
 
 
@@ -134,6 +150,7 @@ def facts_of(ctx: Ctx, ad: AdoptionGov) -> InventoryFacts:
         divergences=frozenset(divergences),
         devices=devices,
         claims=frozenset(claims),
+        failures=frozenset(f for held in ad.failures.values() for f in held),
     )
 
 
@@ -150,6 +167,20 @@ def next_leak_due(ad: AdoptionGov, ctx: Ctx, facts: InventoryFacts) -> datetime 
             at = c.allocated_at + timedelta(seconds=seconds)
             if now is None or at >= now:
                 due.append(at)
+    return min(due, default=None)
+
+
+def next_failure_due(ad: AdoptionGov, ctx: Ctx, facts: InventoryFacts) -> datetime | None:
+    """The latest event time at which the oldest failure on a pool's nodes is still in the
+    window (the gate counts it while ``now - at <= failure_window_seconds``): once event time
+    passes it, the gate is evaluated again and the pool's count drops."""
+    now, seconds = ctx.now, ctx.policy.adoption.failure_window_seconds
+    nodes = frozenset().union(*(pool_nodes(s, facts) for s in ad.pool_states().values()))
+    due = [
+        f.at + timedelta(seconds=seconds)
+        for f in facts.failures
+        if f.node in nodes and (now is None or f.at + timedelta(seconds=seconds) >= now)
+    ]
     return min(due, default=None)
 
 
@@ -216,8 +247,9 @@ def record_change(ctx: Ctx, ad: AdoptionGov, gate: PoolGate, at: datetime) -> No
 
 def after_step(ctx: Ctx, record: GovernanceInput, at: datetime) -> None:
     """Re-evaluate the gate when ``record`` changed one of its inputs, event time passed a claim's
-    leak deadline, or the governor got its first event time; record every pool whose verdict
-    changed. ``at`` (UTC): the decisions' time when the governor has no watermark yet."""
+    leak deadline or a failure's exit from the window, or the governor got its first event
+    time; record every pool whose verdict changed. ``at`` (UTC): the decisions' time when the
+    governor has no watermark yet."""
     ad = ctx.state.fleet.adoption
     changed = take(ad, ctx, record)
     if not ad.pools:
@@ -226,9 +258,12 @@ def after_step(ctx: Ctx, record: GovernanceInput, at: datetime) -> None:
     due = ad.next_due is not None and now is not None and now > ad.next_due
     if not (changed or due or (now is not None and not ad.timed)):
         return
+    if now is not None:
+        ad.prune_failures(now, ctx.policy.adoption.failure_window_seconds)
     facts = facts_of(ctx, ad)
     ad.timed = now is not None
-    ad.next_due = next_leak_due(ad, ctx, facts)
+    dues = [d for d in (next_leak_due(ad, ctx, facts), next_failure_due(ad, ctx, facts)) if d]
+    ad.next_due = min(dues, default=None)
     for gate in evaluate(ad.pool_states(), facts, ctx.policy.adoption, now):
         if ad.verdicts.get(gate.pool) != gate.verdict.value:
             record_change(ctx, ad, gate, now or at)

@@ -50,6 +50,14 @@ from services.domain.governance.inputs_adoption import (
     adoption_facts_from_dict,
     adoption_facts_to_dict,
 )
+from services.domain.governance.inputs_failures import (
+    RECORD_TYPE as FAILURE_TYPE,
+)
+from services.domain.governance.inputs_failures import (
+    NodeFailureObserved,
+    failure_from_dict,
+    failure_to_dict,
+)
 from services.domain.governance.taint_inputs import (
     RECORD_TYPE as TAINTS_TYPE,
 )
@@ -83,6 +91,8 @@ def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
         return node_event_to_dict(record)
     if isinstance(record, NodeAdoptionFacts):
         return adoption_facts_to_dict(record)
+    if isinstance(record, NodeFailureObserved):
+        return failure_to_dict(record)
     if isinstance(record, DeviceTaintsObserved):
         return taints_to_dict(record)
     if isinstance(record, WorkloadOnDevice | MigrationReport | MigrationEvidence):
@@ -258,6 +268,8 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
         return event
     if kind == "NodeAdoptionFacts":
         return adoption_facts_from_dict(obj)
+    if kind == FAILURE_TYPE:
+        return failure_from_dict(obj)
     if kind in migration_wire.TYPES:
         return migration_wire.from_dict(obj)
     if kind == "HealthTransition":

@@ -31,6 +31,7 @@ from services.domain.events import (
 )
 from services.domain.governance.adoption import AdoptionDeclaration
 from services.domain.governance.inputs_adoption import NodeAdoptionFacts
+from services.domain.governance.inputs_failures import NodeFailureObserved
 from services.domain.governance.taint_inputs import DeviceTaintsObserved
 from services.domain.migration.records import (
     MigrationEvidence,
@@ -275,6 +276,7 @@ GovernanceInput: TypeAlias = (
     | WatcherTick
     | DeviceIdentified
     | NodeAdoptionFacts
+    | NodeFailureObserved
     | DeviceTaintsObserved
     | WorkloadOnDevice  # issue 13: services/domain/migration/records.py
     | MigrationReport

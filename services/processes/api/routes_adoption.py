@@ -5,9 +5,12 @@ event time over one read of the inventory (:mod:`services.domain.adoption`)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from services.adapters.projection.failure_sql import FailureReads
 from services.adapters.projection.reads_adoption import AdoptionReads
 from services.adapters.projection.reads_inventory import InventoryReads
 from services.domain.adoption.facts import ConflictFact, read_facts
@@ -47,6 +50,9 @@ def thresholds(settings: AdoptionSettings) -> Thresholds:
         leaked_claim_seconds=settings.adoption_leaked_claim_seconds,
         leaked_hold=settings.adoption_leaked_hold,
         leaked_rollback=settings.adoption_leaked_rollback,
+        failure_window_seconds=settings.adoption_failure_window_seconds,
+        failures_hold=settings.adoption_failures_hold,
+        failures_rollback=settings.adoption_failures_rollback,
     )
 
 
@@ -84,9 +90,14 @@ async def adoption_status(request: Request) -> AdoptionOut:
     conflicts = [
         ConflictFact(c.kind, c.node, c.subject) for c in await inventory.conflicts(active=True)
     ]
-    gates = evaluate(
-        pools, read_facts(snapshot, conflicts), thresholds(request.app.state.settings), now
+    limits = thresholds(request.app.state.settings)
+    failures: FailureReads = request.app.state.failures
+    recent = (
+        []
+        if now is None
+        else await failures.on_nodes(now - timedelta(seconds=limits.failure_window_seconds), now)
     )
+    gates = evaluate(pools, read_facts(snapshot, conflicts, recent), limits, now)
     recorded = {
         pool: RecordedVerdictOut(verdict=Verdict(v), at=at, decision_id=decision)
         for pool, (v, at, decision) in (await reads.verdicts()).items()

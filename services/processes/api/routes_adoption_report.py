@@ -88,8 +88,7 @@ async def compute(
         devices=device_rows(snapshot),
         history=tuple(await reads.history(since, end)),
         workloads=tuple(await reads.workloads(s.pod_uid for s in stages)),
-        # dra_failures (branch driver-failures) is not in this projection yet: None says so.
-        failures=None,
+        failures=tuple(await reads.failures(end - timedelta(seconds=window_seconds), end)),
         min_samples=min_samples,
     )
     pools = None
@@ -209,7 +208,7 @@ async def adoption_report_gauges(
     )
     success = Gauge(
         "devicestate_adoption_allocation_success",
-        "Allocations that succeeded over those attempted (what the projection has).",
+        "Allocations that succeeded over those attempted (DRA: with the dra_failures counts).",
         labels,
         registry=registry,
     )
