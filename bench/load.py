@@ -44,6 +44,9 @@ class Workload:
     stale: int  # re-sends of an older observation of the device
     bytes: int
     seconds: float
+    observations: int | None = None
+    """Observations the records carry (``None``: one each; a schema-2 record carries a Pod
+    change's, :mod:`bench.load_pods`)."""
 
 
 def generate(events: int, devices: int, nodes: int, dup_ratio: float, seed: int) -> Workload:

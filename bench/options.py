@@ -40,6 +40,7 @@ class Options:
     extender_calls: int = 0
     extender_rate: float = 200.0
     shape: str = "synthetic"
+    record_schema: int = 2
 
 
 def make_workload(opts: Options) -> Workload:
@@ -48,5 +49,11 @@ def make_workload(opts: Options) -> Workload:
     if not gpus_per_pod:
         return generate(opts.events, opts.devices, opts.nodes, opts.dup_ratio, opts.seed)
     return generate_pods(
-        opts.events, opts.devices, opts.nodes, gpus_per_pod, opts.dup_ratio, opts.seed
+        opts.events,
+        opts.devices,
+        opts.nodes,
+        gpus_per_pod,
+        opts.dup_ratio,
+        opts.seed,
+        opts.record_schema,
     )

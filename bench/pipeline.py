@@ -97,8 +97,11 @@ async def main_async(opts: Options) -> int:
         # ---- 1. publish -------------------------------------------------------------------
         console.rule("1/5 publish")
         workload = make_workload(opts)
+        observations = workload.observations or len(workload.values)
         results["generate"] = {
-            "events": len(workload.values),
+            "events": observations,
+            "records": len(workload.values),
+            "record_schema": opts.record_schema,
             "shape": opts.shape,
             "seconds": round(workload.seconds, 2),
             "new_observations": workload.new,
@@ -108,7 +111,8 @@ async def main_async(opts: Options) -> int:
             "mean_event_bytes": round(workload.bytes / max(len(workload.values), 1), 1),
         }
         console.print(
-            f"  generated {len(workload.values):,} events ({opts.shape}) in {workload.seconds:.1f} s: "
+            f"  generated {observations:,} events in {len(workload.values):,} records "
+            f"({opts.shape}, schema {opts.record_schema}) in {workload.seconds:.1f} s: "
             f"{workload.new:,} new, {workload.duplicates:,} duplicates, {workload.stale:,} stale; "
             f"{len(workload.devices):,} devices, {results['generate']['mean_event_bytes']} B/event"
         )
@@ -137,6 +141,10 @@ async def main_async(opts: Options) -> int:
             results["baseline"] = {"status": "skipped"}
         else:
             results["baseline"] = await raw_consume(settings)
+            # Records carry several observations (schema 2): the substrate's rate of them too.
+            results["baseline"]["observations_per_second"] = round(
+                results["baseline"]["events_per_second"] * observations / max(total, 1), 1
+            )
             print_baseline_summary(results["baseline"])
             run.done.add("baseline")
 
@@ -158,6 +166,7 @@ async def main_async(opts: Options) -> int:
                     total,
                     batch_size=opts.worker_batch_size,
                     profile=opts.profile_worker,
+                    observations=observations,
                 )
                 if during is not None:
                     results["api_ingest"] = await during
@@ -303,6 +312,16 @@ def cli(
         Path | None, typer.Option("--json-out", help="Write all results as JSON to this path.")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic workload.")] = 20261129,
+    record_schema: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=2,
+            help="Records of the Pod shapes: 2 (the watcher's default) one "
+            "DeviceHealthObservations record per Pod status change, 1 one record per "
+            "observation (issue 12).",
+        ),
+    ] = 2,
     shape: Annotated[
         str,
         typer.Option(
@@ -386,6 +405,7 @@ def cli(
         extender_calls=extender_calls,
         extender_rate=extender_rate,
         shape=shape,
+        record_schema=record_schema,
     )
     code = _run_with_signals(opts)
     raise typer.Exit(code)

@@ -94,12 +94,19 @@ def worker_command() -> tuple[list[str], str, list[str]]:
 
 
 async def run_worker_stage(
-    run: Run, settings: Settings, total: int, *, batch_size: int | None, profile: Path | None
+    run: Run,
+    settings: Settings,
+    total: int,
+    *,
+    batch_size: int | None,
+    profile: Path | None,
+    observations: int | None = None,
 ) -> dict[str, Any]:
     """Run the worker until it has committed all ``total`` records of ``settings.topic`` and the
     governor the whole governance topic; stop it (by PID) and return the stage's figures
     (``events_per_second``, ``cpu_seconds`` of the ingest window, RSS, worker and governor
-    metrics). Raises ``TimeoutError`` after 300 s + 1 ms per event (x5 under the profiler),
+    metrics). ``events`` are the ``observations`` the records carry (``None``: one per record,
+    ``total``; schema-2 records carry several), ``records`` the Kafka records. Raises ``TimeoutError`` after 300 s + 1 ms per event (x5 under the profiler),
     ``RuntimeError`` when the worker exits early (with its last log lines)."""
     import httpx
 
@@ -209,10 +216,12 @@ async def run_worker_stage(
     result: dict[str, Any] = {
         "command": how,
         "pid": child.pid,
-        "events": total,
+        "events": observations or total,
+        "records": total,
         "startup_seconds": round(first_consumed - spawned, 2),
         "seconds": round(ingest_seconds, 3),
-        "events_per_second": round(total / ingest_seconds, 1),
+        "events_per_second": round((observations or total) / ingest_seconds, 1),
+        "records_per_second": round(total / ingest_seconds, 1),
         "consumed_all_seconds": None
         if consumed_all is None
         else round(consumed_all - first_consumed, 3),
@@ -267,8 +276,9 @@ def print_worker_summary(w: dict[str, Any], workload: Workload) -> None:
     """The stage's figures, and the worker's counts against what the workload must produce."""
     m = w["metrics"]
     console.print(
-        f"  worker caught up: {w['events']:,} events in {w['seconds']:.2f} s = "
-        f"[bold]{fmt_rate(w['events_per_second'])} events/s[/bold] (start-up "
+        f"  worker caught up: {w['events']:,} events ({w['records']:,} records) in "
+        f"{w['seconds']:.2f} s = [bold]{fmt_rate(w['events_per_second'])} events/s[/bold] "
+        f"({fmt_rate(w['records_per_second'])} records/s; start-up "
         f"{w['startup_seconds']} s not counted); peak RSS {w['peak_rss_mb']} MB; "
         f"CPU s {w['cpu_seconds']}"
     )

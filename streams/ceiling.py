@@ -20,7 +20,9 @@ the envelope::
     {"deadLetters": "device-ceiling", "node": "<node>", "records": [
         {"source": "<topic>/<partition>/<offset>", "reason": "<why>", "value": <the original>}]}
 
-where ``value`` is the original record's JSON, verbatim (a decoded observation is JSON). A lone
+where ``value`` is the original record's JSON, verbatim (a decoded observation is JSON); an
+observation of a schema-2 record (:mod:`services.domain.observations`) is written alone, as
+the schema-1 record it stands for, with its record's source. A lone
 original (the only one of its node and batch, or too large for an envelope) is sent as any dead
 letter: its bytes as the value, its own reason, no ``devicestate-records``.
 """
@@ -28,15 +30,19 @@ letter: its bytes as the value, its own reason, no ``devicestate-records``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
 import structlog
 
+from services.adapters.kafka.headers import record_type
 from services.domain.batch import CommitHook, PendingCommit
 from services.domain.device_ceiling import OverCeiling, first_per_node
 from services.domain.directory import DeviceKey
+from services.domain.event_codec import encode_event
 from services.domain.events import DeviceHealthObserved
+from services.domain.observations import OBSERVATIONS_TYPE
 from streams.deadletter import Letter, deliver_in_order
 
 log = structlog.get_logger(__name__)
@@ -116,6 +122,34 @@ def _node(over: OverCeiling) -> str:
     return event.node
 
 
+@dataclass(frozen=True, slots=True)
+class _Observation:
+    """The original of one observation of a schema-2 record: its own schema-1 bytes."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+
+
+def _original(over: OverCeiling, message: Any) -> Any:
+    """``message``, or for an observation of a schema-2 record (which holds others too) the
+    observation alone as a schema-1 record (the letter's value), at the record's source."""
+    headers = getattr(message, "headers", None)
+    if record_type(headers) != OBSERVATIONS_TYPE and over.record.position.index == 0:
+        value = message.value
+        if value is None or b'"schema":2' not in value:
+            return message
+    return _Observation(
+        message.topic,
+        message.partition,
+        message.offset,
+        message.key,
+        encode_event(over.record.event),
+    )
+
+
 def _source(message: Any) -> str:
     return f"{message.topic}/{message.partition}/{message.offset}"
 
@@ -147,7 +181,7 @@ def dead_lettering_over_ceiling(
                 set() if forward is None else {id(o) for o in first_per_node(commit.over_ceiling)}
             )
             ours = [
-                (o, messages[(p.topic, p.partition, p.offset)])
+                (o, _original(o, messages[(p.topic, p.partition, p.offset)]))
                 for o in commit.over_ceiling
                 if id(o) not in forwarded
                 for p in (o.record.position,)

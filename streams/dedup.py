@@ -7,7 +7,9 @@ Per batch of records (``stream.take_events``):
    header names; records written before the header are told apart by their bytes); a record
    that does not decode, or whose body is of another type than its header says, is sent, with
    its original bytes, to the dead-letter topic (:mod:`streams.deadletter`, stage ``decode``)
-   and the stream goes on. Node events (heartbeats, resource counts, watcher ticks) and DRA
+   and the stream goes on. A schema-2 record (one Pod's status change,
+   :mod:`services.domain.observations`) is filed as its observations, each at its own position
+   ``(topic, partition, offset, index)``; a bad entry of one is dead-lettered alone. Node events (heartbeats, resource counts, watcher ticks) and DRA
    inventory records never touch the directory or the table: heartbeats and resource counts are
    only forwarded (step 3), and every record's event time moves its partition's watermark. DRA
    inventory records, resource counts and the observations the directory applies also maintain
@@ -58,14 +60,15 @@ from services.adapters.projection.errors import refusal_reason
 from services.domain.batch import CommitHook, LoggedBatch, RecordsAfterGap, first_holes
 from services.domain.directory import DeviceKey
 from services.domain.early_drops import EarlyDropsUnjustified
-from services.domain.log import LogPosition
 from services.runtime.config import WorkerProcessSettings
 from streams.batchwrite import BatchNotWritten, BatchWriter, is_retriable, write_grace_seconds
 from streams.ceiling import CEILING_STAGE, HEADROOM_BYTES, dead_lettering_over_ceiling
 from streams.deadletter import Letter, deliver_in_order, enqueue_dead_letter
 from streams.dedup_decode import (
     DecodedBatch,
+    already_sent,
     consumed_offsets,
+    consumer_highwaters,
     decode_into,
     early_event_times,
     record_event_time,
@@ -106,10 +109,6 @@ class BatchSink(Protocol):
     def apply_batch(
         self, batch: LoggedBatch, before_commit: CommitHook | None = None
     ) -> Awaitable[BatchResult]: ...
-
-
-async def _already_sent(message: Any, position: LogPosition, reason: str) -> None:
-    """The dead letter of a record a first attempt at its batch has sent already."""
 
 
 # --- the agent ---------------------------------------------------------------------------------
@@ -237,7 +236,7 @@ class DeviceDedup:
         if selection.stale:
             self.metrics.table_duplicates.labels("stale").inc(selection.stale)
 
-        highwaters = self._highwaters(events)
+        highwaters = consumer_highwaters(self.app, events)
         # Progress covers every consumed record, also those dropped early or dead-lettered.
         offsets = consumed_offsets(events)
         consumed = {part: max(seen) for part, seen in offsets.items()}
@@ -276,7 +275,7 @@ class DeviceDedup:
                 log.error("dedup table ahead of the projection", error=str(exc.__cause__))
                 self.metrics.table_unjustified.inc(len(exc.__cause__.positions))
                 await self._process(
-                    stream, events, started, _already_sent, bisecting, refusal, use_table=False
+                    stream, events, started, already_sent, bisecting, refusal, use_table=False
                 )
             elif bisecting or not is_poison(exc):
                 self._stop_at(events, exc, raise_it=bisecting)
@@ -310,7 +309,7 @@ class DeviceDedup:
         await self.gaps.read_again(gap)
         rest = [e for e in events if (e.message.topic, e.message.partition) not in gap.gaps]
         if rest:  # dead letters of these were sent by the first attempt
-            await self._process(stream, rest, started, _already_sent)
+            await self._process(stream, rest, started, already_sent)
 
     async def _isolate(
         self, stream: Any, events: Sequence[Any], started: float, exc: BatchNotWritten
@@ -322,12 +321,12 @@ class DeviceDedup:
         log.warning("batch refused by the database; isolating the record", error=repr(exc))
 
         async def write(part: Sequence[Any]) -> None:
-            await self._process(stream, part, started, _already_sent, bisecting=True)
+            await self._process(stream, part, started, already_sent, bisecting=True)
 
         async def on_poison(event: Any, error: BaseException) -> None:
             self.metrics.poison_records.labels("health").inc()
             reason = refusal_reason(error.__cause__ or error)
-            await self._process(stream, [event], started, _already_sent, True, reason)
+            await self._process(stream, [event], started, already_sent, True, reason)
 
         try:
             await isolate(events, exc, write, on_poison)
@@ -354,31 +353,23 @@ class DeviceDedup:
             self._fail(exc)
 
     async def _dead_letter(
-        self, message: Any, _: Any, reason: str, stage: str = DEAD_LETTER_STAGE
+        self,
+        message: Any,
+        _: Any,
+        reason: str,
+        stage: str = DEAD_LETTER_STAGE,
+        *,
+        original: bytes | None = None,
     ) -> Awaitable[Any]:
-        """Enqueue the dead letter of faust ``message``; returns its acknowledgement
-        (:func:`~streams.deadletter.deliver_in_order`)."""
+        """Enqueue the dead letter of faust ``message`` (``original``: its value instead of the
+        message's bytes); returns its acknowledgement (:func:`~streams.deadletter.deliver_in_order`)."""
         source = f"{message.topic}/{message.partition}/{message.offset}"
         log.warning("event dead-lettered", source=source, reason=reason, stage=stage)
-        return await self._send(Letter(message.key, message.value, source, reason), stage)
+        value = message.value if original is None else original
+        return await self._send(Letter(message.key, value, source, reason), stage)
 
     async def _send(self, letter: Letter, stage: str = CEILING_STAGE) -> Awaitable[Any]:
         return await enqueue_dead_letter(self.dead_letter_topic, self.metrics, letter, stage)
-
-    def _highwaters(self, events: Sequence[Any]) -> dict[tuple[str, int], int]:
-        highwaters: dict[tuple[str, int], int] = {}
-        try:
-            consumer = self.app.consumer
-        except Exception:  # no consumer (agent unit tests)
-            return highwaters
-        for tp in {event.message.tp for event in events}:
-            try:
-                value = consumer.highwater(tp)
-            except Exception:
-                continue
-            if isinstance(value, int):
-                highwaters[(tp.topic, tp.partition)] = value
-        return highwaters
 
     # -- bookkeeping ------------------------------------------------------------------------------
 

@@ -7,14 +7,20 @@ a :class:`DecodedBatch`: device observations and releases go to the directory (`
 events (heartbeats, resource counts, watcher ticks) and DRA inventory records are only forwarded
 (``node_events``), and what the inventory folds goes to ``items``. A record that does not decode
 (or a tombstone) is handed to ``dead_letter``; nothing is raised.
+
+A schema-2 record (:class:`~services.domain.observations.DeviceHealthObservations`, one Pod's
+status change) is filed as its observations, each at its own position ``(topic, partition,
+offset, index)`` with the record's event time and faust event: from here on nothing tells them
+from schema-1 records. Each of its entries that did not decode is dead-lettered alone (its
+reason names its index; the value is the Pod's fields and that entry), the others are kept.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -27,6 +33,7 @@ from services.domain.inventory.events import InventoryObserved
 from services.domain.lifecycle_events import PodLifecycleObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
+from services.domain.observations import DeviceHealthObservations, observation_positions
 from services.domain.records import check_key, decode_typed_record
 from services.domain.workloads.events import PodWorkloadObserved
 from streams.forward import LoggedNodeEvent
@@ -34,10 +41,22 @@ from streams.metrics import WorkerMetrics
 
 log = structlog.get_logger(__name__)
 
-DeadLetter = Callable[[Any, LogPosition, str], Awaitable[Awaitable[Any] | None]]
-"""``(faust message, its position, reason) -> awaitable`` putting it on the dead-letter topic's
-producer and giving its acknowledgement (``None``: sent already), for
-:func:`streams.deadletter.deliver_in_order`."""
+
+class DeadLetter(Protocol):
+    """``(faust message, its position, reason, original=None) -> awaitable`` putting it on the
+    dead-letter topic's producer and giving its acknowledgement (``None``: sent already), for
+    :func:`streams.deadletter.deliver_in_order`. ``original``: the letter's value instead of the
+    message's bytes (one bad observation of a schema-2 record, alone)."""
+
+    def __call__(
+        self, message: Any, position: LogPosition, reason: str, *, original: bytes | None = None
+    ) -> Awaitable[Awaitable[Any] | None]: ...
+
+
+async def already_sent(
+    message: Any, position: LogPosition, reason: str, *, original: bytes | None = None
+) -> None:
+    """The :class:`DeadLetter` of a record a first attempt at its batch has sent already."""
 
 
 @dataclass(slots=True)
@@ -86,17 +105,23 @@ def decode_into(batch: DecodedBatch, event: Any, dead_letter: DeadLetter) -> Non
         reason = str(exc) or type(exc).__name__
         batch.dead.append(dead_letter(message, position, reason))
         return
-    batch.order[position] = len(batch.order)
     appended = append_time(getattr(message, "timestamp", None))
     at, clamped = bounded(decoded.observed_at, appended, batch.skew_seconds)
-    batch.times[position] = at
-    if clamped:
-        batch.clamped.append(position)
     if appended is not None:
         part = (position.topic, position.partition)
         ahead = (decoded.observed_at - appended).total_seconds()
         if part not in batch.skews or ahead > batch.skews[part]:
             batch.skews[part] = ahead
+    if isinstance(decoded, DeviceHealthObservations):
+        for bad in decoded.rejected:
+            batch.dead.append(dead_letter(message, position, bad.reason, original=bad.original))
+        for at_index, observation in observation_positions(position, decoded):
+            _file_time(batch, at_index, at, clamped)
+            batch.items.append((at_index, observation))
+            batch.records.append(LoggedEvent(at_index, observation))
+            batch.sources.append(event)
+        return
+    _file_time(batch, position, at, clamped)
     if isinstance(decoded, PodWorkloadObserved):
         batch.workloads.append((position, decoded))
         return
@@ -113,6 +138,13 @@ def decode_into(batch: DecodedBatch, event: Any, dead_letter: DeadLetter) -> Non
         return
     batch.records.append(LoggedEvent(position, decoded))
     batch.sources.append(event)
+
+
+def _file_time(batch: DecodedBatch, position: LogPosition, at: datetime, clamped: bool) -> None:
+    batch.order[position] = len(batch.order)
+    batch.times[position] = at
+    if clamped:
+        batch.clamped.append(position)
 
 
 def record_event_time(metrics: WorkerMetrics, batch: DecodedBatch) -> None:
@@ -177,3 +209,22 @@ def consumed_offsets(events: Sequence[Any]) -> dict[tuple[str, int], list[int]]:
         message = event.message
         offsets.setdefault((message.topic, message.partition), []).append(message.offset)
     return offsets
+
+
+def consumer_highwaters(app: Any, events: Sequence[Any]) -> dict[tuple[str, int], int]:
+    """Per ``(topic, partition)`` of faust ``events``, the consumer's highwater (the partition's
+    end offset as last fetched); partitions without one (no consumer: agent unit tests) are
+    absent."""
+    highwaters: dict[tuple[str, int], int] = {}
+    try:
+        consumer = app.consumer
+    except Exception:  # no consumer (agent unit tests)
+        return highwaters
+    for tp in {event.message.tp for event in events}:
+        try:
+            value = consumer.highwater(tp)
+        except Exception:
+            continue
+        if isinstance(value, int):
+            highwaters[(tp.topic, tp.partition)] = value
+    return highwaters

@@ -31,7 +31,8 @@ awaits it inside the batch's transaction, just before the commit. It sends, in t
 each with its :class:`~services.domain.governance.inputs.MergeKey` (issue 10): the source record's
 effective event time (:func:`~services.domain.event_time.effective_times`: ``observedAt`` bounded by
 the broker's clock, never before an earlier record of the partition), partition, offset, and the
-index of the record among those forwarded for it. The governor folds them in key order
+index of the record among those forwarded for that Kafka record (for a schema-2 record, counted
+across its observations in their order, so each has keys of its own). The governor folds them in key order
 (:mod:`services.domain.governance.event_order`), whatever order the batches came in.
 
 Then one :class:`PartitionWatermark` per partition the batch touched, when the partition's newest
@@ -252,10 +253,13 @@ def governance_records(batch: BatchView, commit: PendingCommit, partitions: int)
         ordered.append((batch.order[position], position, failure))
     ordered.sort(key=lambda item: item[0])  # stable: a conflict stays after its record
     out: list[Keyed] = []
-    index: dict[LogPosition, int] = {}
+    # Counted per Kafka record, across the observations of a schema-2 record (in their order):
+    # they share its partition and offset, and the key must tell them apart.
+    index: dict[tuple[str, int, int], int] = {}
     for _, position, forwarded in ordered:
-        n = index.get(position, 0)
-        index[position] = n + 1
+        record = (position.topic, position.partition, position.offset)
+        n = index.get(record, 0)
+        index[record] = n + 1
         key = MergeKey(
             at[position], position.partition, position.offset, n, position in batch.clamped
         )

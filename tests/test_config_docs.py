@@ -38,3 +38,15 @@ def test_a_process_reads_only_the_variables_of_its_groups(monkeypatch: pytest.Mo
     assert not hasattr(watcher, "alert_retries")
     with pytest.raises(ValidationError):
         Settings()
+
+
+def test_the_watcher_record_schema_is_read_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 12: ``DEVICESTATE_WATCHER_RECORD_SCHEMA`` is 1 or 2, read from its text."""
+    assert WatcherProcessSettings().watcher_record_schema == 2
+    monkeypatch.setenv("DEVICESTATE_WATCHER_RECORD_SCHEMA", "1")
+    assert WatcherProcessSettings().watcher_record_schema == 1
+    monkeypatch.setenv("DEVICESTATE_WATCHER_RECORD_SCHEMA", "3")
+    with pytest.raises(ValidationError):
+        WatcherProcessSettings()

@@ -29,7 +29,10 @@ class EarlyDropsUnjustified(Exception):
 
     def __init__(self, positions: Sequence[LogPosition]) -> None:
         self.positions = list(positions)
-        shown = ", ".join(f"{p.topic}/{p.partition}/{p.offset}" for p in self.positions[:5])
+        shown = ", ".join(
+            f"{p.topic}/{p.partition}/{p.offset}" + (f"#{p.index}" if p.index else "")
+            for p in self.positions[:5]
+        )
         more = f" and {len(self.positions) - 5} more" if len(self.positions) > 5 else ""
         super().__init__(
             f"{len(self.positions)} observation(s) dropped early by the dedup table are not in "
@@ -75,5 +78,5 @@ def unjustified_drops(
     return sorted(unexplained, key=_order)
 
 
-def _order(position: LogPosition) -> tuple[str, int, int]:
-    return (position.topic, position.partition, position.offset)
+def _order(position: LogPosition) -> tuple[str, int, int, int]:
+    return (position.topic, position.partition, position.offset, position.index)

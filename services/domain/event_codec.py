@@ -8,6 +8,7 @@ that the projection could not store (:func:`services.domain.limits.field_violati
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Final
 
 import orjson
@@ -69,29 +70,36 @@ def _event_to_dict(event: Event) -> dict[str, Any]:
         "observedAt": format_time(event.observed_at),
     }
     if isinstance(event, DeviceHealthObserved):
-        base.update(
-            containers=[{"name": c.name, "kind": c.kind.value} for c in event.containers],
-            resourceName=event.resource_name,
-            resourceID=event.resource_id,
-            health=event.health.value,
-            rawHealth=event.raw_health,
-            message=event.message,
-            source=event.source.value,
-            claim=None
-            if event.claim is None
-            else {
-                "podClaimName": event.claim.pod_claim_name,
-                "request": event.claim.request,
-                "resourceClaimName": event.claim.resource_claim_name,
-            },
-            flags=list(event.flags),
-        )
+        base.update(device_dict(event))
         if event.pod_terminated:
             # Written only when true: the bytes of every other observation stay as before.
             base["podTerminated"] = True
     else:
         base.update(reason=event.reason.value, resourceIDs=list(event.resource_ids))
     return base
+
+
+def device_dict(event: DeviceHealthObserved) -> dict[str, Any]:
+    """The device fields of an observation's wire form (camelCase keys; no Pod fields): what
+    a schema-1 event holds besides its Pod's, and each entry of a schema-2 record."""
+    claim = event.claim
+    return {
+        "containers": [{"name": c.name, "kind": c.kind.value} for c in event.containers],
+        "resourceName": event.resource_name,
+        "resourceID": event.resource_id,
+        "health": event.health.value,
+        "rawHealth": event.raw_health,
+        "message": event.message,
+        "source": event.source.value,
+        "claim": None
+        if claim is None
+        else {
+            "podClaimName": claim.pod_claim_name,
+            "request": claim.request,
+            "resourceClaimName": claim.resource_claim_name,
+        },
+        "flags": list(event.flags),
+    }
 
 
 def encode_event(event: Event) -> bytes:
@@ -140,6 +148,38 @@ def _decode_fields(payload: bytes) -> Event:
     if schema != SCHEMA_VERSION:
         raise EventDecodeError(f"unsupported schema {schema!r} (this build reads {SCHEMA_VERSION})")
     kind = get("type")
+    observed_at, node = event_head(obj)
+    if kind == "PodsListed":
+        return _snapshot_fields(obj, node, observed_at)
+    namespace, pod_name, pod_uid, status_version = pod_head(obj)
+    if kind == "DeviceHealthObserved":
+        return device_fields(
+            obj, node, namespace, pod_name, pod_uid, status_version, observed_at, None
+        )
+    if kind == "PodDevicesReleased":
+        ids = get("resourceIDs") or []
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise EventDecodeError("field 'resourceIDs' must be a list of strings")
+        raw_reason = get("reason")
+        reason = _REASON_BY_VALUE.get(raw_reason) if type(raw_reason) is str else None
+        if reason is None:
+            reason = required_enum(ReleaseReason, obj, "reason")
+        return PodDevicesReleased(
+            node,
+            namespace,
+            pod_name,
+            pod_uid,
+            reason,
+            status_version,
+            observed_at,
+            tuple(ids),
+        )
+    raise EventDecodeError(f"unknown event type {kind!r}")
+
+
+def event_head(obj: dict[str, Any]) -> tuple[datetime, str]:
+    """``(observedAt, node)`` of a device event's JSON object; raises :class:`EventDecodeError`."""
+    get = obj.get
     try:
         observed_text = get("observedAt")
         if type(observed_text) is not str:
@@ -152,8 +192,13 @@ def _decode_fields(payload: bytes) -> Event:
         node = require(obj, "node")
     if not node:
         raise EventDecodeError("field 'node' is empty")
-    if kind == "PodsListed":
-        return _snapshot_fields(obj, node, observed_at)
+    return observed_at, node
+
+
+def pod_head(obj: dict[str, Any]) -> tuple[str, str, str, int | None]:
+    """``(namespace, podName, podUID, statusVersion)`` of a Pod's event (an observation, a
+    release, or a schema-2 record of observations); raises :class:`EventDecodeError`."""
+    get = obj.get
     namespace = get("namespace")
     if type(namespace) is not str:
         namespace = require(obj, "namespace")
@@ -177,94 +222,7 @@ def _decode_fields(payload: bytes) -> Event:
         status_version = int(raw_version)
     else:
         status_version = version_field(obj, "statusVersion")
-    if kind == "DeviceHealthObserved":
-        resource_id = get("resourceID")
-        if type(resource_id) is not str:
-            resource_id = require(obj, "resourceID")
-        if not resource_id:
-            raise EventDecodeError("field 'resourceID' is empty")
-        items = get("containers")
-        if type(items) is not list:
-            items = require(obj, "containers", list)
-        containers = []
-        for item in items:
-            if not isinstance(item, dict) or not isinstance(name := item.get("name"), str):
-                raise EventDecodeError("field 'containers' holds an entry without a name")
-            raw_kind = item.get("kind")
-            container_kind = _KIND_BY_VALUE.get(raw_kind) if type(raw_kind) is str else None
-            if container_kind is None:
-                container_kind = required_enum(ContainerKind, item, "kind")
-            containers.append(ContainerRef(name, container_kind))
-        claim_obj = get("claim")
-        claim = None
-        if claim_obj is not None:
-            if not isinstance(claim_obj, dict):
-                raise EventDecodeError("field 'claim' must be an object or null")
-            claim = ClaimRef(
-                pod_claim_name=require(claim_obj, "podClaimName"),
-                request=optional_str_field(claim_obj, "request"),
-                resource_claim_name=optional_str_field(claim_obj, "resourceClaimName"),
-            )
-        flags = get("flags") or []
-        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
-            raise EventDecodeError("field 'flags' must be a list of strings")
-        resource_name = get("resourceName")
-        if type(resource_name) is not str:
-            resource_name = require(obj, "resourceName")
-        raw_health = get("health")
-        health = _HEALTH_BY_VALUE.get(raw_health) if type(raw_health) is str else None
-        if health is None:
-            health = required_enum(Health, obj, "health")
-        raw_source = get("source")
-        source = _SOURCE_BY_VALUE.get(raw_source) if type(raw_source) is str else None
-        if source is None:
-            source = required_enum(DeviceSource, obj, "source")
-        message = get("message")
-        if message is not None and type(message) is not str:
-            message = optional_str_field(obj, "message")
-        raw_health_text = get("rawHealth")
-        if raw_health_text is not None and type(raw_health_text) is not str:
-            raw_health_text = optional_str_field(obj, "rawHealth")
-        pod_terminated = get("podTerminated", False)
-        if type(pod_terminated) is not bool:
-            raise EventDecodeError("field 'podTerminated' must be a boolean")
-        return DeviceHealthObserved(
-            node,
-            namespace,
-            pod_name,
-            pod_uid,
-            tuple(containers),
-            resource_name,
-            resource_id,
-            health,
-            source,
-            status_version,
-            observed_at,
-            message,
-            raw_health_text,
-            claim,
-            tuple(flags),
-            pod_terminated,
-        )
-    if kind == "PodDevicesReleased":
-        ids = get("resourceIDs") or []
-        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            raise EventDecodeError("field 'resourceIDs' must be a list of strings")
-        raw_reason = get("reason")
-        reason = _REASON_BY_VALUE.get(raw_reason) if type(raw_reason) is str else None
-        if reason is None:
-            reason = required_enum(ReleaseReason, obj, "reason")
-        return PodDevicesReleased(
-            node,
-            namespace,
-            pod_name,
-            pod_uid,
-            reason,
-            status_version,
-            observed_at,
-            tuple(ids),
-        )
-    raise EventDecodeError(f"unknown event type {kind!r}")
+    return namespace, pod_name, pod_uid, status_version
 
 
 def _snapshot_fields(obj: dict[str, Any], node: str, observed_at: Any) -> PodsListed:
@@ -287,4 +245,93 @@ def _snapshot_fields(obj: dict[str, Any], node: str, observed_at: Any) -> PodsLi
         pod_uids=tuple(sorted(uids)),
         uid_from=uid_from,
         uid_to=uid_to,
+    )
+
+
+def device_fields(
+    obj: dict[str, Any],
+    node: str,
+    namespace: str,
+    pod_name: str,
+    pod_uid: str,
+    status_version: int | None,
+    observed_at: datetime,
+    pod_terminated: bool | None,
+) -> DeviceHealthObserved:
+    """The device fields of one observation (``resourceID``, ``containers``, ``claim``,
+    ``flags``, ``resourceName``, ``health``, ``source``, ``message``, ``rawHealth``) read from
+    the JSON object ``obj``, with the Pod's fields given (a schema-1 event's own, or those a
+    schema-2 record holds once for all its observations; ``pod_terminated`` ``None``: read
+    ``podTerminated`` from ``obj``, after the other fields). Raises :class:`EventDecodeError`
+    naming the first faulty field; the limits (:func:`~services.domain.limits.field_violations`)
+    are the caller's to check."""
+    get = obj.get
+    resource_id = get("resourceID")
+    if type(resource_id) is not str:
+        resource_id = require(obj, "resourceID")
+    if not resource_id:
+        raise EventDecodeError("field 'resourceID' is empty")
+    items = get("containers")
+    if type(items) is not list:
+        items = require(obj, "containers", list)
+    containers = []
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(name := item.get("name"), str):
+            raise EventDecodeError("field 'containers' holds an entry without a name")
+        raw_kind = item.get("kind")
+        container_kind = _KIND_BY_VALUE.get(raw_kind) if type(raw_kind) is str else None
+        if container_kind is None:
+            container_kind = required_enum(ContainerKind, item, "kind")
+        containers.append(ContainerRef(name, container_kind))
+    claim_obj = get("claim")
+    claim = None
+    if claim_obj is not None:
+        if not isinstance(claim_obj, dict):
+            raise EventDecodeError("field 'claim' must be an object or null")
+        claim = ClaimRef(
+            pod_claim_name=require(claim_obj, "podClaimName"),
+            request=optional_str_field(claim_obj, "request"),
+            resource_claim_name=optional_str_field(claim_obj, "resourceClaimName"),
+        )
+    flags = get("flags") or []
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        raise EventDecodeError("field 'flags' must be a list of strings")
+    resource_name = get("resourceName")
+    if type(resource_name) is not str:
+        resource_name = require(obj, "resourceName")
+    raw_health = get("health")
+    health = _HEALTH_BY_VALUE.get(raw_health) if type(raw_health) is str else None
+    if health is None:
+        health = required_enum(Health, obj, "health")
+    raw_source = get("source")
+    source = _SOURCE_BY_VALUE.get(raw_source) if type(raw_source) is str else None
+    if source is None:
+        source = required_enum(DeviceSource, obj, "source")
+    message = get("message")
+    if message is not None and type(message) is not str:
+        message = optional_str_field(obj, "message")
+    raw_health_text = get("rawHealth")
+    if raw_health_text is not None and type(raw_health_text) is not str:
+        raw_health_text = optional_str_field(obj, "rawHealth")
+    if pod_terminated is None:
+        pod_terminated = get("podTerminated", False)
+        if type(pod_terminated) is not bool:
+            raise EventDecodeError("field 'podTerminated' must be a boolean")
+    return DeviceHealthObserved(
+        node,
+        namespace,
+        pod_name,
+        pod_uid,
+        tuple(containers),
+        resource_name,
+        resource_id,
+        health,
+        source,
+        status_version,
+        observed_at,
+        message,
+        raw_health_text,
+        claim,
+        tuple(flags),
+        pod_terminated,
     )

@@ -49,11 +49,12 @@ def effective_times(
     times: Iterable[tuple[LogPosition, datetime]], newest: Mapping[Partition, datetime]
 ) -> dict[LogPosition, datetime]:
     """Per position, the running maximum of the bounded times along its partition, in offset
-    order, starting from ``newest`` (each partition's newest time before these records)."""
+    order (and index within a schema-2 record), starting from ``newest`` (each partition's
+    newest time before these records)."""
     running = dict(newest)
     out: dict[LogPosition, datetime] = {}
     for position, at in sorted(
-        times, key=lambda item: (item[0].topic, item[0].partition, item[0].offset)
+        times, key=lambda item: (item[0].topic, item[0].partition, item[0].offset, item[0].index)
     ):
         part = (position.topic, position.partition)
         previous = running.get(part)

@@ -15,6 +15,10 @@ Schema history:
   ``DeviceHealthObserved.podTerminated`` (issue 15 item 2) is an optional boolean of the same
   schema, written only when true: the observation comes from a Pod in a terminal phase. A consumer
   that predates it ignores the key (and so takes a frozen Healthy as fresh evidence).
+- 2: ``DeviceHealthObservations`` (issue 12, :mod:`services.domain.observations`): the
+  observations of one Pod status change in one record. Schema-1 records are still written (every
+  other type, and a change of one device) and read; a consumer that predates schema 2
+  dead-letters such a record whole.
 
 Decoding (:func:`services.domain.event_codec.decode_event`) never guesses: a payload that is not
 valid JSON, has an unknown ``schema`` or ``type``, or lacks a required field raises

@@ -9,11 +9,14 @@ from services.domain.events import Event
 
 @dataclass(frozen=True, slots=True, order=True)
 class LogPosition:
-    """A Kafka record's place: topic, partition and offset."""
+    """An observation's place in the log: topic, partition, offset of its Kafka record, and
+    ``index``, its place among the observations of a schema-2 record
+    (:mod:`services.domain.observations`; 0 for every other record). Ordered as written."""
 
     topic: str
     partition: int
     offset: int
+    index: int = 0
 
 
 @dataclass(frozen=True, slots=True)

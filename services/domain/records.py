@@ -1,7 +1,9 @@
 """Decoding any record of the device-health topic: device, node or inventory events.
 
 The topic carries :mod:`services.domain.events` (``DeviceHealthObserved``, ``PodDevicesReleased``,
-``PodsListed``),
+``PodsListed``), :mod:`services.domain.observations` (``DeviceHealthObservations``, schema 2,
+issue 12: the observations of one Pod status change in one record; a consumer that predates it
+dead-letters it as an unsupported schema or unknown type),
 :mod:`services.domain.workloads.events` (``PodWorkloadObserved``, issue 13: a Pod's controller
 chain and migration class; a consumer that predates it dead-letters it as an unknown type),
 :mod:`services.domain.adoption.failure_events` (``DRAFailureObserved``, issue 16 item 3: a
@@ -59,11 +61,18 @@ from services.domain.node_events import (
     encode_node_event,
     node_event_from_dict,
 )
+from services.domain.observations import (
+    OBSERVATIONS_TYPE,
+    DeviceHealthObservations,
+    decode_observations,
+    encode_observations,
+)
 from services.domain.workloads.codec import decode_workload, encode_workload
 from services.domain.workloads.events import WORKLOAD_EVENT_TYPE, PodWorkloadObserved
 
 TopicRecord: TypeAlias = (
     Event
+    | DeviceHealthObservations
     | NodeEvent
     | InventoryObserved
     | PodWorkloadObserved
@@ -73,7 +82,12 @@ TopicRecord: TypeAlias = (
 """Every record of the topic (what the watcher publishes)."""
 
 DeviceOrNodeRecord: TypeAlias = (
-    Event | NodeEvent | PodWorkloadObserved | DRAFailureObserved | PodLifecycleObserved
+    Event
+    | DeviceHealthObservations
+    | NodeEvent
+    | PodWorkloadObserved
+    | DRAFailureObserved
+    | PodLifecycleObserved
 )
 """What :func:`decode_record` returns without ``inventory=True``."""
 
@@ -89,6 +103,7 @@ _INVENTORY_MARKER: Final = b'"type":"%s"' % INVENTORY_EVENT_TYPE.encode()
 _WORKLOAD_MARKER: Final = b'"type":"%s"' % WORKLOAD_EVENT_TYPE.encode()
 _FAILURE_MARKER: Final = b'"type":"%s"' % FAILURE_EVENT_TYPE.encode()
 _LIFECYCLE_MARKER: Final = b'"type":"%s"' % LIFECYCLE_EVENT_TYPE.encode()
+_OBSERVATIONS_MARKER: Final = b'"type":"%s"' % OBSERVATIONS_TYPE.encode()
 
 
 @overload
@@ -111,6 +126,8 @@ def decode_record(payload: bytes, *, inventory: bool = False) -> TopicRecord:
     """
     if _INVENTORY_MARKER in payload:
         return _inventory(payload, inventory)
+    if _OBSERVATIONS_MARKER in payload:
+        return decode_observations(payload)
     if _WORKLOAD_MARKER in payload:
         return decode_workload(payload)
     if _FAILURE_MARKER in payload:
@@ -137,6 +154,8 @@ def decode_record(payload: bytes, *, inventory: bool = False) -> TopicRecord:
             return decode_failure(payload)
         if isinstance(obj, dict) and obj.get("type") == LIFECYCLE_EVENT_TYPE:
             return decode_lifecycle(payload)
+        if isinstance(obj, dict) and obj.get("type") == OBSERVATIONS_TYPE:
+            return decode_observations(payload)
         raise
 
 
@@ -188,6 +207,7 @@ _DECODERS: Final[dict[str, Callable[[bytes], TopicRecord]]] = {
     "DeviceHealthObserved": decode_event,
     "PodDevicesReleased": decode_event,
     "PodsListed": decode_event,
+    OBSERVATIONS_TYPE: decode_observations,
     **{name: decode_node_event for name in NODE_EVENT_TYPES},
     WORKLOAD_EVENT_TYPE: decode_workload,
     FAILURE_EVENT_TYPE: decode_failure,
@@ -214,6 +234,8 @@ def encode_record(record: TopicRecord) -> bytes:
         return encode_failure(record)
     if isinstance(record, PodLifecycleObserved):
         return encode_lifecycle(record)
+    if isinstance(record, DeviceHealthObservations):
+        return encode_observations(record)
     if isinstance(record, NodeHeartbeat | NodeResourcesChanged | WatcherTick):
         return encode_node_event(record)
     return encode_event(record)
@@ -227,7 +249,7 @@ def check_key(record: TopicRecord, key: bytes | None) -> TopicRecord:
     passes; node, tick and inventory records have keys of their own. Raises
     :class:`EventDecodeError` naming both otherwise: the event is dead-lettered, not applied
     under the body's node."""
-    if not isinstance(record, DeviceHealthObserved | PodDevicesReleased):
+    if not isinstance(record, DeviceHealthObserved | PodDevicesReleased | DeviceHealthObservations):
         return record
     if key is None or key == record.node.encode("utf-8"):
         return record

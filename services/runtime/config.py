@@ -166,6 +166,16 @@ class WatchSettings(SettingsGroup):
         gt=0,
         description="At most one NodeHeartbeat per node per this many seconds (event time).",
     )
+    watcher_record_schema: int = Field(
+        2,
+        ge=1,
+        le=2,
+        description="Record schema of a Pod status change's observations (issue 12): 2 puts all "
+        "of one change's devices in one DeviceHealthObservations record (a training Pod: 8 GPUs, "
+        "one Kafka record); 1 publishes one DeviceHealthObserved record per device, which workers "
+        "and replays older than schema 2 read. Rolling upgrade: set 1, upgrade the workers and "
+        "the replay, then set 2.",
+    )
 
 
 class TickSettings(SettingsGroup):

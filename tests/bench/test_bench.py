@@ -146,7 +146,7 @@ def test_a_training_pod_change_is_eight_observations_of_one_node_in_a_row() -> N
     from bench.load_pods import generate_pods
     from services.domain.event_codec import decode_event
 
-    workload = generate_pods(4_000, 800, 100, 8, 0.1, seed=7)
+    workload = generate_pods(4_000, 800, 100, 8, 0.1, seed=7, record_schema=1)
     assert len(workload.values) == 4_000
     assert workload.new + workload.duplicates + workload.stale == 4_000
     assert workload.duplicates and workload.stale
@@ -158,3 +158,24 @@ def test_a_training_pod_change_is_eight_observations_of_one_node_in_a_row() -> N
         assert {k.decode() for k in workload.keys[start : start + 8]} == {change[0].node}  # type: ignore[union-attr]
     with pytest.raises(ValueError, match="multiple of 8"):
         generate_pods(10, 801, 100, 8, 0.1, seed=7)
+
+
+def test_a_training_pod_change_is_one_schema_2_record() -> None:
+    """Issue 12: with schema 2 (the default) each change is one record of its 8 observations,
+    the same observations, in the same order, as the schema-1 log."""
+    from bench.load_pods import generate_pods
+    from services.domain.event_codec import decode_event
+    from services.domain.observations import decode_observations
+
+    workload = generate_pods(4_000, 800, 100, 8, 0.1, seed=7)
+    single = generate_pods(4_000, 800, 100, 8, 0.1, seed=7, record_schema=1)
+    assert len(workload.values) == 500 and workload.observations == 4_000
+    assert (workload.new, workload.duplicates, workload.stale) == (
+        single.new,
+        single.duplicates,
+        single.stale,
+    )
+    records = [decode_observations(v) for v in workload.values]
+    assert all(len(r.observations) == 8 for r in records)
+    assert [k.decode() for k in workload.keys] == [r.node for r in records]
+    assert [o for r in records for o in r.observations] == [decode_event(v) for v in single.values]

@@ -107,3 +107,34 @@ def test_events_that_fit_are_left_as_they_are() -> None:
     assert all(
         isinstance(e, DeviceHealthObserved) and CONTAINERS_TRUNCATED not in e.flags for e in events
     )
+
+
+def test_schema_2_puts_a_pod_change_in_records_that_fit_and_fold_the_same() -> None:
+    """Issue 12: with ``record_schema`` 2 a Pod's change goes as schema-2 records of its
+    observations, each within the budget (2,000 GPUs and 128 KiB records: several); flattened
+    they are the schema-1 observations."""
+    from services.domain.observations import DeviceHealthObservations, encode_observations
+
+    small = 128 * 1024
+    pod = many_gpu_pod(2_000)
+    single = WatchProcessor(max_message_bytes=small).pod_event(WatchKind.ADDED, pod, b"", "t", AT)
+    grouped = (
+        WatchProcessor(max_message_bytes=small, record_schema=2)
+        .pod_event(WatchKind.ADDED, pod, b"", "t", AT)
+        .events
+    )
+    assert 1 < len(grouped) < 20
+    assert all(isinstance(r, DeviceHealthObservations) for r in grouped)
+    records = [r for r in grouped if isinstance(r, DeviceHealthObservations)]
+    assert all(len(encode_observations(r)) <= event_budget(small) for r in records)
+    flat: list[Event] = [o for r in records for o in r.observations]
+    assert flat == single.events
+
+    eight = make_pod({f"GPU-{i}": "Healthy" for i in range(8)}, "700", uid="uid-eight")
+    [record] = (
+        WatchProcessor(record_schema=2).pod_event(WatchKind.ADDED, eight, b"", "t", AT).events
+    )
+    assert isinstance(record, DeviceHealthObservations) and len(record.observations) == 8
+    one = make_pod({"GPU-0": "Healthy"}, "701", uid="uid-one")
+    [alone] = WatchProcessor(record_schema=2).pod_event(WatchKind.ADDED, one, b"", "t", AT).events
+    assert isinstance(alone, DeviceHealthObserved)  # one device: a schema-1 record

@@ -54,6 +54,7 @@ from services.domain.inventory.objects import (
 from services.domain.lifecycle import DevicePath, Stage
 from services.domain.lifecycle_events import PodLifecycleObserved
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
+from services.domain.observations import DeviceHealthObservations
 from services.domain.records import TopicRecord, decode_record
 from services.runtime.config import Settings
 from tests.conftest import settings_env
@@ -195,7 +196,11 @@ class TopicTail:
                     assert message.value is not None
                     record = decode_record(message.value, inventory=True)
                     assert message.key == record.node.encode()
-                    self.records.append(record)
+                    if isinstance(record, DeviceHealthObservations):
+                        # Schema 2 (the watcher's default): one Pod change's observations.
+                        self.records.extend(record.observations)
+                    else:
+                        self.records.append(record)
         return self.records
 
 

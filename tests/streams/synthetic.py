@@ -121,3 +121,82 @@ def synthetic_log(count: int, *, nodes: int = 40, seed: int = 7) -> SyntheticLog
         sent.setdefault((node, device), []).append(observation)
         events.append(observation)
     return SyntheticLog(events)
+
+
+def pod_change_log(count: int, *, nodes: int = 12, gpus: int = 4, seed: int = 7) -> SyntheticLog:
+    """About ``count`` observations in whole Pod status changes (issue 12): two Pods of ``gpus``
+    devices per node; a change is one new resourceVersion and an observation of each of the
+    Pod's devices, consecutive in the log (what one schema-2 record carries). Also whole-change
+    re-sends of the latest (duplicates) or an older change (stale), and Pod releases (the slot's
+    next Pod gets the devices)."""
+    rng = random.Random(seed)
+    version = 10_000
+    generation: dict[tuple[int, int], int] = {}
+    sent: dict[tuple[int, int], list[list[DeviceHealthObserved]]] = {}
+    health: dict[str, Health] = {}
+    events: list[Event] = []
+    while len(events) < count:
+        node, slot = rng.randrange(nodes), rng.randrange(2)
+        history = sent.get((node, slot))
+        roll = rng.random()
+        if history and roll < 0.10:
+            events.extend(history[-1])
+            continue
+        if history and len(history) > 1 and roll < 0.16:
+            events.extend(rng.choice(history[:-1]))
+            continue
+        version += 1
+        gen = generation.get((node, slot), 0)
+        name, uid = f"job-{node}-{slot}-{gen}", f"uid-{node}-{slot}-{gen}"
+        ids = [f"GPU-{node:03d}-{slot * gpus + d}" for d in range(gpus)]
+        at = T0 + timedelta(milliseconds=version)
+        if history and roll < 0.20:
+            events.append(
+                PodDevicesReleased(
+                    node=f"gpu-node-{node:03d}",
+                    namespace="ml",
+                    pod_name=name,
+                    pod_uid=uid,
+                    reason=ReleaseReason.DELETED,
+                    status_version=version,
+                    observed_at=at,
+                    resource_ids=tuple(ids),
+                )
+            )
+            generation[(node, slot)] = gen + 1
+            sent.pop((node, slot))
+            continue
+        change = []
+        for rid in ids:
+            if rid not in health or rng.random() < 0.2:
+                health[rid] = rng.choices(
+                    (Health.HEALTHY, Health.UNHEALTHY, Health.UNKNOWN), weights=(85, 10, 5)
+                )[0]
+            change.append(
+                DeviceHealthObserved(
+                    node=f"gpu-node-{node:03d}",
+                    namespace="ml",
+                    pod_name=name,
+                    pod_uid=uid,
+                    containers=(ContainerRef("trainer"),),
+                    resource_name="nvidia.com/gpu",
+                    resource_id=rid,
+                    health=health[rid],
+                    source=DeviceSource.DEVICE_PLUGIN,
+                    status_version=version,
+                    observed_at=at,
+                    message="XID 79" if health[rid] is Health.UNHEALTHY else None,
+                )
+            )
+        sent.setdefault((node, slot), []).append(change)
+        events.extend(change)
+    return SyntheticLog(events)
+
+
+def schema_2_records(events: list[Event]) -> list[tuple[bytes, bytes]]:
+    """``(key, value)`` of ``events`` as a schema-2 watcher publishes them: each Pod change's
+    observations in one ``DeviceHealthObservations`` record, every other event as before."""
+    from services.domain.observations import group_pod_changes
+    from services.domain.records import encode_record
+
+    return [(r.node.encode(), encode_record(r)) for r in group_pod_changes(events, 1_000_000)]

@@ -14,15 +14,17 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+import orjson
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.domain.codec import parse_time
 from services.domain.event_codec import encode_event
 from services.domain.events import Health
 from services.domain.node_events import NodeHeartbeat, WatcherTick, encode_node_event
 from services.runtime.config import Settings
 from tests.streams.conftest import TopicSets
-from tests.streams.synthetic import T0, synthetic_log
+from tests.streams.synthetic import T0, pod_change_log, schema_2_records, synthetic_log
 from tests.streams.test_governor_integration import Pipeline, Record, stop
 
 pytestmark = pytest.mark.integration
@@ -37,18 +39,27 @@ POLICY = {
 }
 
 
-def fleet_log(seed: int = 29) -> list[Record]:
+def fleet_log(seed: int = 29, pods: bool = False, schema: int = 1) -> list[Record]:
     """~900 records over 60 s of event time: observations 50 ms apart (in statusVersion order),
-    each node's heartbeat every 2 s except while its host is "down", ticks every 2 s."""
-    log = synthetic_log(700, nodes=9, seed=seed)
+    each node's heartbeat every 2 s except while its host is "down", ticks every 2 s.
+    ``pods``: the observations are whole Pod status changes (:func:`pod_change_log`), as
+    schema-1 records or (``schema`` 2) one ``DeviceHealthObservations`` record per change."""
+    log = (
+        pod_change_log(700, nodes=9, seed=seed) if pods else synthetic_log(700, nodes=9, seed=seed)
+    )
     first = min(e.status_version for e in log.events)
     timed = [
         replace(e, observed_at=T0 + timedelta(milliseconds=50 * (e.status_version - first)))
         for e in log.events
     ]
+    published = (
+        schema_2_records(timed)
+        if schema == 2
+        else [(e.node.encode(), encode_event(e)) for e in timed]
+    )
     items: list[tuple[float, Record]] = [
-        ((e.observed_at - T0).total_seconds(), (e.node.encode(), encode_event(e), None))
-        for e in timed
+        ((parse_time(orjson.loads(v)["observedAt"]) - T0).total_seconds(), (k, v, None))
+        for k, v in published
     ]
     end = max(t for t, _ in items)
     nodes = sorted({e.node for e in timed})
@@ -103,6 +114,11 @@ async def govern(
                 "SELECT quarantine_id, status, created_at, expires_at FROM {s}.quarantines "
                 "ORDER BY quarantine_id"
             ),
+            "directory": await pipe.rows(
+                "SELECT node, resource_id, health, status_version, last_observed_at, "
+                "last_transition_at, allocations::text, flags FROM {s}.devices "
+                "ORDER BY node, resource_id"
+            ),
         }
         for worker in started:
             await stop(worker)
@@ -132,6 +148,28 @@ async def test_batch_size_and_worker_count_change_no_decision(
         await topic_sets(**POLICY), engine, kafka_bootstrap, worker_process, records, workers=2
     )
     assert two == default
+
+
+async def test_pod_changes_decide_alike_as_schema_1_or_schema_2_records(
+    topic_sets: TopicSets,
+    engine: AsyncEngine,
+    kafka_bootstrap: str,
+    worker_process: Any,
+) -> None:
+    """Issue 12: the same observations as one schema-1 record each or as one schema-2 record
+    per Pod change give the same directory and the same decisions, in batches of 500 or 1."""
+    single = fleet_log(pods=True)
+    grouped = fleet_log(pods=True, schema=2)
+    assert len(grouped) < len(single) - 300
+    default = await govern(
+        await topic_sets(**POLICY), engine, kafka_bootstrap, worker_process, single
+    )
+    kinds = {row[2] for row in default["decisions"]}
+    assert {"DeviceQuarantined", "DeviceRestricted", "NodeEscalationRecommended"} <= kinds, kinds
+    two = await govern(await topic_sets(**POLICY), engine, kafka_bootstrap, worker_process, grouped)
+    assert two == default
+    ones = await topic_sets(worker_batch_size=1, **POLICY)
+    assert await govern(ones, engine, kafka_bootstrap, worker_process, grouped) == default
 
 
 def dra_examples() -> list[Record]:

@@ -12,7 +12,7 @@ from uuid import uuid4
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, ConsumerRecord
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from services.adapters.kube.errors import ApiRejected
@@ -21,6 +21,7 @@ from services.domain.events import DeviceHealthObserved, format_time
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.objects import ResourceClaimInfo, ResourceSliceInfo
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
+from services.domain.observations import DeviceHealthObservations
 from services.domain.records import TopicRecord, decode_record
 from services.processes.watcher.run import run_watch
 from services.runtime.config import Settings
@@ -49,6 +50,9 @@ async def settings() -> AsyncIterator[Settings]:
             # Counts here are of the device, node and DRA records; the workload resolver's
             # records are tested in test_workloads.py and tests/kubeapi/test_watcher_workloads.py.
             "watch_workloads": False,
+            # One record per observation, so the counts are of observations; schema 2 (the
+            # default) is tested on its own below.
+            "watcher_record_schema": 1,
         }
     )
     yield settings
@@ -79,6 +83,17 @@ async def read_all(
     finally:
         await consumer.stop()
     return records
+
+
+async def log_size(settings: Settings) -> int:
+    """How many records ``settings.topic`` holds (the sum of its end offsets)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers)
+    await consumer.start()
+    try:
+        parts = [TopicPartition(settings.topic, p) for p in range(PARTITIONS)]
+        return sum((await consumer.end_offsets(parts)).values())
+    finally:
+        await consumer.stop()
 
 
 def decoded(records: list[ConsumerRecord[bytes, bytes]]) -> list[TopicRecord]:
@@ -150,6 +165,48 @@ async def test_demo_stream_is_published_with_dead_letters(settings: Settings) ->
     assert by_source[f"file:{path}:28"].value == lines[27]  # stream-10 line 5: no nodeName
     assert dict(by_source[f"file:{path}:28"].headers)["devicestate-stage"] == b"pod-status"
     assert b"missing-node-name" in dict(by_source[f"file:{path}:28"].headers)["devicestate-reason"]
+
+
+async def test_schema_2_publishes_the_same_observations_in_fewer_records(
+    settings: Settings,
+) -> None:
+    """Issue 12: with ``watcher_record_schema`` 2 (the default) each Pod status change's
+    observations go as one ``DeviceHealthObservations`` record keyed by its node; flattened,
+    the topic holds the observations the schema-1 run publishes, in the same order per node."""
+    path = BUNDLED / "demo-stream.jsonl"
+    await asyncio.wait_for(run_watch(settings, from_file=path), 60)
+    grouped = settings.model_copy(
+        update={"topic": settings.topic + "-v2", "watcher_record_schema": 2}
+    )
+    assert Settings().watcher_record_schema == 2
+    try:
+        summary = await asyncio.wait_for(run_watch(grouped, from_file=path), 60)
+        assert summary.events_published["DeviceHealthObserved"] == 23  # observations
+        before = decoded(await read_all(settings, settings.topic, 41 + summary.ticks_sent))
+        after = decoded(await read_all(grouped, grouped.topic, await log_size(grouped)))
+    finally:
+        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
+        await admin.start()
+        try:
+            await admin.delete_topics([grouped.topic])
+        finally:
+            await admin.close()
+
+    def observations(values: list[TopicRecord]) -> dict[str, list[DeviceHealthObserved]]:
+        by_node: dict[str, list[DeviceHealthObserved]] = {}
+        for value in values:
+            if isinstance(value, DeviceHealthObservations):
+                by_node.setdefault(value.node, []).extend(value.observations)
+            elif isinstance(value, DeviceHealthObserved):
+                by_node.setdefault(value.node, []).append(value)
+        return by_node
+
+    flat = observations(after)
+    assert flat == observations(before)
+    assert sum(len(v) for v in flat.values()) == 23
+    grouped_records = [v for v in after if isinstance(v, DeviceHealthObservations)]
+    singles = [v for v in after if isinstance(v, DeviceHealthObserved)]
+    assert grouped_records and len(grouped_records) + len(singles) < 23
 
 
 async def test_truncated_line_is_dead_lettered_with_its_line_number(settings: Settings) -> None:

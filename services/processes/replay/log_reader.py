@@ -1,6 +1,8 @@
 """Reading the event topic back for the replay (:mod:`.run`): every partition from its beginning
 up to the end offsets captured at the start, decoded, with the event times the worker gives its
-batches (bounded by the broker's clock), in batches.
+batches (bounded by the broker's clock), in batches. A schema-2 record
+(:mod:`services.domain.observations`) is read as its observations, each at its own position, as
+the worker reads it; its bad entries count as undecodable.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from services.domain.inventory.events import InventoryObserved
 from services.domain.lifecycle_events import PodLifecycleObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeResourcesChanged
+from services.domain.observations import DeviceHealthObservations, observation_positions
 from services.domain.records import check_key, decode_typed_record
 from services.domain.workloads.events import PodWorkloadObserved
 
@@ -139,14 +142,24 @@ async def read_log(
                         except Exception:
                             undecodable += 1
                             continue
-                        if isinstance(
-                            event, DeviceHealthObserved | InventoryObserved | NodeResourcesChanged
-                        ):
-                            items.append((position, event))
                         at, clamped = event.observed_at, False
                         if skew_seconds is not None:
                             appended = _append_time(message.timestamp)
                             at, clamped = bounded(event.observed_at, appended, skew_seconds)
+                        if isinstance(event, DeviceHealthObservations):
+                            # As the worker files it (streams.dedup_decode): its observations,
+                            # each at its own position; a bad entry is left out alone.
+                            undecodable += len(event.rejected)
+                            for at_index, seen in observation_positions(position, event):
+                                items.append((at_index, seen))
+                                if clamped:
+                                    times.append((at_index, at))
+                                records.append(LoggedEvent(at_index, seen))
+                            continue
+                        if isinstance(
+                            event, DeviceHealthObserved | InventoryObserved | NodeResourcesChanged
+                        ):
+                            items.append((position, event))
                         if isinstance(event, PodWorkloadObserved):
                             workloads.append((position, event))
                         if isinstance(event, DRAFailureObserved):

@@ -23,6 +23,7 @@ from services.domain.codec import parse_resource_version
 from services.domain.events import DeviceHealthObserved, Event, PodDevicesReleased
 from services.domain.inventory.events import InventoryKind, InventoryObserved
 from services.domain.limits import field_violations
+from services.domain.observations import DeviceHealthObservations, group_pod_changes
 from services.domain.pod_reader import read_pod
 from services.domain.pod_status import DEAD_LETTER_CODES, PodReading, Problem, ProblemCode
 from services.domain.record_size import event_budget, fit_events
@@ -67,7 +68,7 @@ class Outcome:
     """What to do after one Pod event or one LIST: publish ``events`` in order, dead-letter
     ``dead_letters``, and count ``problems``."""
 
-    events: list[Event] = field(default_factory=list)
+    events: list[Event | DeviceHealthObservations] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
 
@@ -86,11 +87,19 @@ def _dead_letter(reading: PodReading, original: bytes, source: str) -> DeadLette
     )
 
 
+def _unfitted(outcome: Outcome) -> list[Event]:
+    """``outcome.events`` before :meth:`WatchProcessor._fit` (no schema-2 record yet)."""
+    events = [e for e in outcome.events if not isinstance(e, DeviceHealthObservations)]
+    assert len(events) == len(outcome.events), "the outcome's events are fitted already"
+    return events
+
+
 def _refuse_unstorable(outcome: Outcome, reading: PodReading, original: bytes, source: str) -> None:
     """Move events the projection could not store (``limits.field_violations``) from
     ``outcome.events`` to one dead letter of the Pod's original bytes."""
-    kept, reasons = [], []
-    for event in outcome.events:
+    kept: list[Event | DeviceHealthObservations] = []
+    reasons: list[str] = []
+    for event in _unfitted(outcome):
         violations = field_violations(event)
         if violations:
             reasons.extend(violations)
@@ -112,19 +121,30 @@ class WatchProcessor:
     """Pod events in, actions out. Holds the tracker (the only state). Every event is made to
     fit a record of ``max_message_bytes`` bytes (:func:`~services.domain.record_size.fit_events`:
     a large release split, a large observation's containers cut and flagged, counted as a
-    ``containers-truncated`` problem)."""
+    ``containers-truncated`` problem). With ``record_schema`` 2 (``DEVICESTATE_WATCHER_RECORD_SCHEMA``)
+    the observations of one Pod status change then go as one schema-2 record
+    (:func:`~services.domain.observations.group_pod_changes`: split in records that fit, a
+    change of one device stays a schema-1 record); with 1 each is its own record."""
 
     def __init__(
         self,
         tracker: PodTracker | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        record_schema: int = 1,
     ) -> None:
+        if record_schema not in (1, 2):
+            raise ValueError(f"record_schema must be 1 or 2, not {record_schema!r}")
         self.tracker = tracker if tracker is not None else PodTracker()
         self._budget = event_budget(max_message_bytes)
+        self.record_schema = record_schema
 
     def _fit(self, outcome: Outcome) -> Outcome:
-        fitted = fit_events(outcome.events, self._budget)
-        outcome.events = fitted.events
+        fitted = fit_events(_unfitted(outcome), self._budget)
+        outcome.events = (
+            group_pod_changes(fitted.events, self._budget)
+            if self.record_schema == 2
+            else list(fitted.events)
+        )
         outcome.problems.extend(fitted.problems)
         return outcome
 
@@ -139,7 +159,7 @@ class WatchProcessor:
         """One ADDED/MODIFIED/DELETED. ``original`` is the line as read (dead-lettered when the
         Pod is rejected); ``observed_at`` is the watcher time (UTC) stamped on the events."""
         reading = read_pod(pod, observed_at)
-        outcome = Outcome(events=self.tracker.apply(kind, reading))
+        outcome = Outcome(events=list(self.tracker.apply(kind, reading)))
         _refuse_unstorable(outcome, reading, original, source)
         if kind is not WatchKind.DELETED:
             # A DELETED object is not read for health, so its problems are not news either.

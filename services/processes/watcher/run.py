@@ -148,7 +148,9 @@ async def run_watch(
             timedelta(seconds=settings.heartbeat_interval_seconds), settings.lease_namespace
         )
     )
-    processor = WatchProcessor(max_message_bytes=settings.max_message_bytes)
+    processor = WatchProcessor(
+        max_message_bytes=settings.max_message_bytes, record_schema=settings.watcher_record_schema
+    )
     failures = FailureTracker() if settings.watch_events else None
     session = WatchSession(
         publisher, metrics, summary, processor=processor, nodes=nodes, failures=failures

@@ -22,6 +22,7 @@ from services.domain.inventory.events import InventoryKind, InventoryObserved
 from services.domain.inventory.objects import ResourceClaimInfo
 from services.domain.lifecycle_events import lifecycle_record
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
+from services.domain.observations import DeviceHealthObservations
 from services.domain.records import TopicRecord
 from services.domain.watch.failure_tracker import EVENT_KIND, FailureOutcome, FailureTracker
 from services.domain.watch.inventory_tracker import INVENTORY_KINDS
@@ -151,9 +152,13 @@ class WatchSession:
 
     async def _publish(self, event: TopicRecord) -> None:
         # Counted before it is handed over: a publisher that dead-letters it as too large takes
-        # the summary's count back (run.py) while publish() is running.
-        self.summary.events_published[event.type] += 1
-        self.metrics.events_published.labels(event.type).inc()
+        # the summary's count back (run.py) while publish() is running. A schema-2 record counts
+        # as its observations (the counts are of events, whatever the records carrying them).
+        kind, count = event.type, 1
+        if isinstance(event, DeviceHealthObservations):
+            kind, count = "DeviceHealthObserved", len(event.observations)
+        self.summary.events_published[kind] += count
+        self.metrics.events_published.labels(kind).inc(count)
         await self.publisher.publish(event)
 
     async def publish_workload(self, record: PodWorkloadObserved) -> None:
