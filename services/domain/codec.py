@@ -223,3 +223,35 @@ def body_type(payload: bytes) -> object:
     except orjson.JSONDecodeError:
         return None
     return obj.get("type") if isinstance(obj, dict) else None
+
+
+def decode_record(
+    payload: bytes, schema: int, event_type: str, max_version: int
+) -> tuple[dict[str, Any], datetime]:
+    """The envelope of a versioned record of the health topic (``PodWorkloadObserved``,
+    ``PodLifecycleObserved``, ``DRAFailureObserved``): its JSON object, checked to be of
+    ``schema``, of ``type`` ``event_type`` and of a ``version`` in ``[1, max_version]``, and its
+    ``observedAt`` (UTC, an event time: :func:`check_event_time`). Raises
+    :class:`EventDecodeError` with the reason."""
+    try:
+        obj = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise EventDecodeError(json_fault(payload, exc)) from None
+    if not isinstance(obj, dict):
+        raise EventDecodeError("not a JSON object")
+    if obj.get("schema") != schema:
+        raise EventDecodeError(
+            f"unsupported schema {obj.get('schema')!r} (this build reads {schema})"
+        )
+    if obj.get("type") != event_type:
+        raise EventDecodeError(f"not a {event_type}: type {obj.get('type')!r}")
+    version = obj.get("version")
+    if type(version) is not int or not 1 <= version <= max_version:
+        raise EventDecodeError(
+            f"unsupported {event_type} version {version!r} (this build reads 1 to {max_version})"
+        )
+    try:
+        observed_at = check_event_time(parse_time(require(obj, "observedAt")))
+    except ValueError as exc:
+        raise EventDecodeError(f"field 'observedAt': {exc}") from None
+    return obj, observed_at

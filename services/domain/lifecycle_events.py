@@ -28,9 +28,7 @@ import orjson
 
 from services.domain.codec import (
     EventDecodeError,
-    check_event_time,
-    json_fault,
-    parse_time,
+    decode_record,
     require,
 )
 from services.domain.events import SCHEMA_VERSION, format_time
@@ -148,27 +146,9 @@ def _sample(item: Any) -> StageSample:
 
 def decode_lifecycle(payload: bytes) -> PodLifecycleObserved:
     """Parse a ``PodLifecycleObserved``; raises :class:`EventDecodeError` with the reason."""
-    try:
-        obj = orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise EventDecodeError(json_fault(payload, exc)) from None
-    if not isinstance(obj, dict):
-        raise EventDecodeError("not a JSON object")
-    if obj.get("schema") != SCHEMA_VERSION:
-        schema = obj.get("schema")
-        raise EventDecodeError(f"unsupported schema {schema!r} (this build reads {SCHEMA_VERSION})")
-    if obj.get("type") != LIFECYCLE_EVENT_TYPE:
-        raise EventDecodeError(f"not a {LIFECYCLE_EVENT_TYPE}: type {obj.get('type')!r}")
-    version = obj.get("version")
-    if type(version) is not int or not 1 <= version <= LIFECYCLE_RECORD_VERSION:
-        raise EventDecodeError(
-            f"unsupported {LIFECYCLE_EVENT_TYPE} version {version!r} "
-            f"(this build reads 1 to {LIFECYCLE_RECORD_VERSION})"
-        )
-    try:
-        observed_at = check_event_time(parse_time(require(obj, "observedAt")))
-    except ValueError as exc:
-        raise EventDecodeError(f"field 'observedAt': {exc}") from None
+    obj, observed_at = decode_record(
+        payload, SCHEMA_VERSION, LIFECYCLE_EVENT_TYPE, LIFECYCLE_RECORD_VERSION
+    )
     items = require(obj, "stages", list)
     if len(items) > MAX_STAGES:
         raise EventDecodeError(f"field 'stages' has more than {MAX_STAGES} entries")

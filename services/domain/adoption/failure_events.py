@@ -39,12 +39,9 @@ import orjson
 from services.domain.adoption.failure_classes import FailureClass
 from services.domain.codec import (
     EventDecodeError,
-    check_event_time,
+    decode_record,
     int_field,
-    json_fault,
     optional_str_field,
-    parse_time,
-    require,
     required_enum,
     str_field,
 )
@@ -124,27 +121,9 @@ def encode_failure(event: DRAFailureObserved) -> bytes:
 
 def decode_failure(payload: bytes) -> DRAFailureObserved:
     """Parse a ``DRAFailureObserved``; raises :class:`EventDecodeError` with the reason."""
-    try:
-        obj = orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise EventDecodeError(json_fault(payload, exc)) from None
-    if not isinstance(obj, dict):
-        raise EventDecodeError("not a JSON object")
-    if obj.get("schema") != SCHEMA_VERSION:
-        schema = obj.get("schema")
-        raise EventDecodeError(f"unsupported schema {schema!r} (this build reads {SCHEMA_VERSION})")
-    if obj.get("type") != FAILURE_EVENT_TYPE:
-        raise EventDecodeError(f"not a {FAILURE_EVENT_TYPE}: type {obj.get('type')!r}")
-    version = obj.get("version")
-    if type(version) is not int or not 1 <= version <= FAILURE_RECORD_VERSION:
-        raise EventDecodeError(
-            f"unsupported {FAILURE_EVENT_TYPE} version {version!r} "
-            f"(this build reads 1 to {FAILURE_RECORD_VERSION})"
-        )
-    try:
-        observed_at = check_event_time(parse_time(require(obj, "observedAt")))
-    except ValueError as exc:
-        raise EventDecodeError(f"field 'observedAt': {exc}") from None
+    obj, observed_at = decode_record(
+        payload, SCHEMA_VERSION, FAILURE_EVENT_TYPE, FAILURE_RECORD_VERSION
+    )
     occurrences = int_field(obj, "occurrences", minimum=1)
     event = DRAFailureObserved(
         source_uid=str_field(obj, "sourceUID"),

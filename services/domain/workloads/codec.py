@@ -17,10 +17,8 @@ import orjson
 
 from services.domain.codec import (
     EventDecodeError,
-    check_event_time,
-    json_fault,
+    decode_record,
     optional_str_field,
-    parse_time,
     require,
     version_field,
 )
@@ -106,27 +104,9 @@ def _migration(obj: Any) -> tuple[MigrationClass, MigrationSource, int | None, s
 
 def decode_workload(payload: bytes) -> PodWorkloadObserved:
     """Parse a ``PodWorkloadObserved``; raises :class:`EventDecodeError` with the reason."""
-    try:
-        obj = orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise EventDecodeError(json_fault(payload, exc)) from None
-    if not isinstance(obj, dict):
-        raise EventDecodeError("not a JSON object")
-    if obj.get("schema") != SCHEMA_VERSION:
-        schema = obj.get("schema")
-        raise EventDecodeError(f"unsupported schema {schema!r} (this build reads {SCHEMA_VERSION})")
-    if obj.get("type") != WORKLOAD_EVENT_TYPE:
-        raise EventDecodeError(f"not a {WORKLOAD_EVENT_TYPE}: type {obj.get('type')!r}")
-    version = obj.get("version")
-    if type(version) is not int or not 1 <= version <= WORKLOAD_RECORD_VERSION:
-        raise EventDecodeError(
-            f"unsupported {WORKLOAD_EVENT_TYPE} version {version!r} "
-            f"(this build reads 1 to {WORKLOAD_RECORD_VERSION})"
-        )
-    try:
-        observed_at = check_event_time(parse_time(require(obj, "observedAt")))
-    except ValueError as exc:
-        raise EventDecodeError(f"field 'observedAt': {exc}") from None
+    obj, observed_at = decode_record(
+        payload, SCHEMA_VERSION, WORKLOAD_EVENT_TYPE, WORKLOAD_RECORD_VERSION
+    )
     chain_items = require(obj, "chain", list)
     if len(chain_items) > MAX_CHAIN_LENGTH:
         raise EventDecodeError(f"field 'chain' has more than {MAX_CHAIN_LENGTH} entries")
