@@ -27,6 +27,9 @@ awaits it inside the batch's transaction, just before the commit. It sends, in t
   ``DRAFailureObserved`` with a node that raised its source's projected count, with the increase
   (issue 16: the gate's ``claim-failures``; :mod:`services.domain.adoption.failure_forward`,
   ``PendingCommit.failures_on_nodes``);
+- one :class:`~services.domain.governance.inputs_ready.NodeReadyObserved` per
+  ``PodLifecycleObserved`` with a bound-to-Ready stage (issue 16: the gate's ``ready-latency``;
+  :mod:`services.domain.adoption.ready_forward`, ``PendingCommit.ready_on_nodes``);
 
 each with its :class:`~services.domain.governance.inputs.MergeKey` (issue 10): the source record's
 effective event time (:func:`~services.domain.event_time.effective_times`: ``observedAt`` bounded by
@@ -251,6 +254,10 @@ def governance_records(batch: BatchView, commit: PendingCommit, partitions: int)
         if position in batch.clamped:
             failure = replace(failure, observed_at=batch.times[position])
         ordered.append((batch.order[position], position, failure))
+    for position, ready in commit.ready_on_nodes:  # issue 16: the gate's ready-latency
+        if position in batch.clamped:
+            ready = replace(ready, observed_at=batch.times[position])
+        ordered.append((batch.order[position], position, ready))
     ordered.sort(key=lambda item: item[0])  # stable: a conflict stays after its record
     out: list[Keyed] = []
     # Counted per Kafka record, across the observations of a schema-2 record (in their order):

@@ -20,6 +20,7 @@ from services.domain.device_ceiling import OverCeiling
 from services.domain.directory import Change
 from services.domain.events import DeviceHealthObserved
 from services.domain.governance.inputs_failures import NodeFailureObserved
+from services.domain.governance.inputs_ready import NodeReadyObserved
 from services.domain.inventory.events import InventoryObserved
 from services.domain.inventory.fold import InventoryPlan
 from services.domain.lifecycle_events import PodLifecycleObserved
@@ -216,6 +217,11 @@ class PendingCommit:
     by how much each raised its source's projected count, with the record's position, in log
     order (:func:`services.domain.adoption.failure_forward.forwarded_failures`); empty unless
     the writer was given a hook."""
+    ready_on_nodes: Sequence[tuple[LogPosition, NodeReadyObserved]] = ()
+    """The bound-to-Ready stages of the batch's ``PodLifecycleObserved`` records, one record per
+    Pod with the record's position, in log order
+    (:func:`services.domain.adoption.ready_forward.forwarded_ready`); empty unless the writer
+    was given a hook."""
 
     def fresh(self, position: LogPosition) -> bool:
         """Whether a record at ``position`` is after its partition's recorded offset."""

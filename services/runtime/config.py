@@ -654,6 +654,31 @@ class AdoptionSettings(SettingsGroup):
     adoption_failures_rollback: int = Field(
         0, ge=0, description="... at which it says rollback (0: failures only hold)."
     )
+    adoption_ready_window_seconds: float = Field(
+        3600.0,
+        gt=0,
+        le=7 * 86400,
+        description="Sliding window (seconds of event time) of the bound-to-Ready samples the gate "
+        "compares (signal `ready-latency`): the pool's DRA Pods against the device plugin's of the "
+        "same class, fleet-wide.",
+    )
+    adoption_ready_min_samples: int = Field(
+        20,
+        ge=1,
+        description="Samples needed on each side (the pool's DRA, the class's device plugin) in the "
+        "window before the gate compares their p95; fewer: `not enough samples`, expand.",
+    )
+    adoption_ready_hold_ratio: float = Field(
+        2.0,
+        ge=0,
+        description="The gate says hold when the pool's DRA bound-to-Ready p95 (nearest rank) is "
+        "above this times the device plugin's (0: never).",
+    )
+    adoption_ready_rollback_ratio: float = Field(
+        0.0,
+        ge=0,
+        description="... and rollback above this times it (0: the latency only holds).",
+    )
 
 
 class LoggingSettings(SettingsGroup):

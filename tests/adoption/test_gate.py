@@ -17,6 +17,7 @@ from services.domain.adoption.facts import (
     DivergenceFact,
     FailureFact,
     InventoryFacts,
+    ReadyFact,
     SliceFact,
 )
 from services.domain.adoption.gate import PoolGate, Thresholds, Verdict, evaluate, evaluate_pool
@@ -72,6 +73,7 @@ def test_a_clean_pool_expands_and_says_every_signal_it_read() -> None:
         ("devices-quarantined", Verdict.EXPAND),
         ("leaked-claims", Verdict.EXPAND),
         ("claim-failures", Verdict.EXPAND),
+        ("ready-latency", Verdict.EXPAND),
     ]
 
 
@@ -112,6 +114,96 @@ def test_claim_failures_in_the_window_hold_and_the_tenants_are_a_figure_only() -
     assert evaluate_pool(pool(), facts(failures=more), rollback, NOW).verdict is Verdict.ROLLBACK
     off = Thresholds(failures_hold=0)
     assert evaluate_pool(pool(), facts(failures=more), off, NOW).verdict is Verdict.EXPAND
+
+
+GPU_CLASS = "gpu.example.com"
+PLUGIN_RESOURCE = "example.com/gpu"
+
+
+def classed_pool(device_class: str | None = GPU_CLASS) -> PoolState:
+    selector = PoolSelector(driver=DRIVER, pool="east")
+    declaration = AdoptionDeclaration("east", selector, Phase.CANARY, device_class)
+    declared = Declared(1, T0, "olga", "canary", declaration)
+    return PoolState(current=declared, history=(declared,))
+
+
+def ready(
+    node: str, pod: str, seconds: float, path: str = "dra", ago: float = 60, cls: str = GPU_CLASS
+) -> ReadyFact:
+    """A Pod's bound-to-Ready sample ``ago`` seconds before NOW; a plugin sample is of
+    PLUGIN_RESOURCE, which the class ``cls`` names as its extendedResourceName."""
+    if path == "dra":
+        return ReadyFact(node, NOW - timedelta(seconds=ago), pod, cls, path, seconds, (cls,))
+    at = NOW - timedelta(seconds=ago)
+    return ReadyFact(node, at, pod, PLUGIN_RESOURCE, path, seconds, (cls,))
+
+
+def test_ready_latency_compares_the_pools_dra_p95_with_the_plugins_of_the_class() -> None:
+    dra = {ready("node-a" if i % 2 else "node-b", f"d{i}", float(i)) for i in range(1, 21)}
+    plugin = {ready(f"plug-{i}", f"p{i}", i / 2, "device-plugin") for i in range(1, 21)}
+    noise = {
+        ready("node-w", "w1", 900.0),  # DRA on another pool's node
+        ready("node-a", "o1", 900.0, cls="other.example.com"),  # DRA of another class
+        ready("plug-1", "q1", 0.0, "device-plugin", cls="other.example.com"),  # another resource
+        ready("node-a", "old", 900.0, ago=3601),  # out of the window
+        ready("node-b", "d2", 2.0, ago=30),  # Pod d2 seen again (a restarted watcher): once
+    }
+    samples = frozenset(dra | plugin | noise)
+    gate = evaluate_pool(classed_pool(), facts(ready=samples), Thresholds(), NOW)
+    # nearest rank: the ceil(0.95 * 20) = 19th smallest of each side
+    assert reason(gate, "ready-latency") == (
+        Verdict.EXPAND,
+        {
+            "deviceClass": GPU_CLASS,
+            "draP95": 19.0,
+            "pluginP95": 9.5,
+            "draSamples": 20,
+            "pluginSamples": 20,
+            "ratio": 2.0,
+            "windowSeconds": 3600.0,
+            "minSamples": 20,
+            "holdRatio": 2.0,
+            "rollbackRatio": 0.0,
+        },
+    )
+    slower = samples | {ready("node-a", "d21", 100.0)}  # 21 samples: the 20th smallest, 20 s
+    gate = evaluate_pool(classed_pool(), facts(ready=slower), Thresholds(), NOW)
+    verdict, figures = reason(gate, "ready-latency")
+    assert (gate.verdict, verdict, figures["draP95"], figures["ratio"]) == (
+        Verdict.HOLD,
+        Verdict.HOLD,
+        20.0,
+        round(20 / 9.5, 4),
+    )
+    assert "p95 20 s on DRA against 9.5 s" in gate.reasons[-1].detail
+    rollback = Thresholds(ready_rollback_ratio=2.05)
+    assert evaluate_pool(classed_pool(), facts(ready=slower), rollback, NOW).verdict is (
+        Verdict.ROLLBACK
+    )
+    off = Thresholds(ready_hold_ratio=0)
+    assert evaluate_pool(classed_pool(), facts(ready=slower), off, NOW).verdict is Verdict.EXPAND
+    # The order the samples came in does not matter: the same answer from any sequence.
+    items = list(slower)
+    random.Random(7).shuffle(items)
+    again = evaluate_pool(classed_pool(), facts(ready=frozenset(items)), Thresholds(), NOW)
+    assert again == gate
+
+
+def test_ready_latency_needs_enough_samples_on_each_side_and_a_device_class() -> None:
+    dra = {ready("node-a", f"d{i}", 100.0) for i in range(25)}
+    plugin = {ready(f"plug-{i}", f"p{i}", 1.0, "device-plugin") for i in range(19)}
+    gate = evaluate_pool(classed_pool(), facts(ready=frozenset(dra | plugin)), Thresholds(), NOW)
+    verdict, figures = reason(gate, "ready-latency")
+    assert (verdict, figures["draSamples"], figures["pluginSamples"]) == (Verdict.EXPAND, 25, 19)
+    assert figures["ratio"] == 100.0
+    [found] = [r for r in gate.reasons if r.code == "ready-latency"]
+    assert found.detail.startswith("not enough samples: 25 DRA on the pool, 19 device-plugin")
+    fewer = Thresholds(ready_min_samples=19)
+    gate = evaluate_pool(classed_pool(), facts(ready=frozenset(dra | plugin)), fewer, NOW)
+    assert reason(gate, "ready-latency")[0] is Verdict.HOLD
+    gate = evaluate_pool(classed_pool(None), facts(ready=frozenset(dra | plugin)), fewer, NOW)
+    verdict, figures = reason(gate, "ready-latency")
+    assert (verdict, figures["deviceClass"], figures["draSamples"]) == (Verdict.EXPAND, None, 0)
 
 
 def test_an_ownership_conflict_rolls_a_canary_back() -> None:

@@ -108,6 +108,7 @@ def test_a_clear_canary_records_expand_once_without_an_alert() -> None:
         "devices-quarantined",
         "leaked-claims",
         "claim-failures",
+        "ready-latency",
     }
     run.feed(node_facts("node-a", 20))  # the same facts again: no change, no decision
     run.feed(watermark(30))
@@ -277,6 +278,7 @@ def test_the_verdicts_do_not_depend_on_the_order_the_facts_come_in() -> None:
         "devices-quarantined": "expand",
         "leaked-claims": "hold",
         "claim-failures": "hold",
+        "ready-latency": "expand",
     }
 
 

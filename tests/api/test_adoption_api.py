@@ -22,6 +22,8 @@ from services.domain.governance.machine import step
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.domain.inventory.state import Conflict, ConflictKind
+from services.domain.lifecycle import DevicePath, Stage
+from services.domain.lifecycle_events import PodLifecycleObserved, StageSample
 from services.domain.log import LogPosition
 from tests.api.conftest import Governor, InventoryWriter, bearer, read_commands
 from tests.api.inventory_scenario import DRIVER, GPU, NODE_A, NODE_C, load_fleet
@@ -70,6 +72,23 @@ async def write_failures(store: ProjectionStore, records: list[DRAFailureObserve
     )
 
 
+def ready_pod(
+    pod: str, node: str, path: DevicePath, seconds: float, minutes: float
+) -> PodLifecycleObserved:
+    device_class = DRIVER if path is DevicePath.DRA else "example.com/gpu"
+    stages = (StageSample(Stage.POD_READY, device_class, path, seconds),)
+    return PodLifecycleObserved(
+        node, "ml", pod, f"uid-{pod}", T0 + timedelta(minutes=minutes), stages
+    )
+
+
+async def write_ready(store: ProjectionStore, records: list[PodLifecycleObserved]) -> None:
+    items = [(LogPosition("lifecycle", 0, i), r) for i, r in enumerate(records)]
+    await store.apply_batch(
+        LoggedBatch(event_times=[(p, r.observed_at) for p, r in items], lifecycles=items)
+    )
+
+
 async def govern(governor: Governor, bootstrap: str, topic: str, count: int) -> None:
     """Decide the topic's first ``count`` commands with the real governor and write its
     decisions as the worker does."""
@@ -104,6 +123,16 @@ async def test_pools_are_declared_on_the_log_and_gated_on_the_inventory(
             failure("e3", 10, FailureClass.NON_RETRYABLE, NODE_A, 58),
             failure("e4", 7, FailureClass.RETRYABLE, NODE_A, 40),  # out of the window
             failure("e5", 7, FailureClass.RETRYABLE, "gpu-node-z", 55),  # no pool's node
+        ],
+    )
+    # Bound-to-Ready: 20 DRA Pods on the canary's node at 10 s, 20 plugin Pods of the class's
+    # extended resource elsewhere at 2 s (pod_lifecycle_stages), one old DRA Pod out of the window
+    await write_ready(
+        store,
+        [
+            *(ready_pod(f"d{i}", NODE_A, DevicePath.DRA, 10, 50) for i in range(20)),
+            *(ready_pod(f"p{i}", NODE_C, DevicePath.DEVICE_PLUGIN, 2, 50) for i in range(20)),
+            ready_pod("old", NODE_A, DevicePath.DRA, 900, -1),
         ],
     )
     empty = await gov_api.get("/v1/adoption", headers=bearer("viewer"))
@@ -143,6 +172,7 @@ async def test_pools_are_declared_on_the_log_and_gated_on_the_inventory(
         "devices-quarantined",
         "leaked-claims",
         "claim-failures",
+        "ready-latency",
     }
     # dra_failures on the canary's node in the window (600 s before the governor's event
     # time): 2 + 1 retryable, 10 non-retryable (a figure only); one older, one on another node
@@ -153,6 +183,11 @@ async def test_pools_are_declared_on_the_log_and_gated_on_the_inventory(
     assert reasons["devices-quarantined"]["figures"]["quarantined"] == 1
     assert reasons["devices-quarantined"]["figures"]["devices"] == 5
     assert reasons["leaked-claims"]["verdict"] == "expand"  # the claim has consumers reserved
+    # From pod_lifecycle_stages: DRA p95 10 s on the pool against 2 s on the plugin path
+    assert reasons["ready-latency"]["verdict"] == "hold"
+    latency = reasons["ready-latency"]["figures"]
+    assert (latency["draP95"], latency["pluginP95"], latency["ratio"]) == (10.0, 2.0, 5.0)
+    assert (latency["draSamples"], latency["pluginSamples"]) == (20, 20)
     # What GET gives is a declaration POST takes back (the new user of stop 20 could not).
     again = {
         "pool": "east",

@@ -6,7 +6,11 @@ decisions: ``expand`` for the clean canary, ``hold`` (AdoptionHold firing) once 
 capacity disagrees with its slices, ``expand`` (resolved) when they agree again; and the
 ``claim-failures`` signal: the worker forwards each ``DRAFailureObserved`` that raised its
 source's projected count as a ``NodeFailureObserved`` with the increase (a re-published Event
-forwards nothing), the pool holds at the threshold and expands once they leave the window."""
+forwards nothing), the pool holds at the threshold and expands once they leave the window; and
+the ``ready-latency`` signal: the worker forwards each ``PodLifecycleObserved``'s bound-to-Ready
+stages as a ``NodeReadyObserved`` (a plugin sample naming the DeviceClass whose
+``extendedResourceName`` it is), the pool holds on a slow DRA p95 and expands once the samples
+leave the window; ``GET /v1/adoption``'s reading of the same rows is in the API tests."""
 
 from __future__ import annotations
 
@@ -25,7 +29,10 @@ from services.domain.governance.adoption import AdoptionDeclaration, Phase, Pool
 from services.domain.governance.inputs import CommandAction, OperatorCommand, Role
 from services.domain.governance.inputs_adoption import NodeAdoptionFacts
 from services.domain.governance.inputs_failures import NodeFailureObserved
+from services.domain.governance.inputs_ready import NodeReadyObserved
 from services.domain.governance.policy import GovernancePolicy
+from services.domain.lifecycle import DevicePath, Stage
+from services.domain.lifecycle_events import PodLifecycleObserved, StageSample, encode_lifecycle
 from services.domain.node_events import NodeResourcesChanged, encode_node_event
 from services.runtime.config import Settings
 from tests.projection.inventory_examples import NODE, inventory_events, resource_slice
@@ -148,5 +155,50 @@ async def test_forwarded_driver_failures_hold_a_canary_until_they_leave_the_wind
         assert [r[0] for r in rows] == [5]  # the projection counts the Event once
 
         # Event time passes the window of the first three: the count drops below the hold.
+        await pipe.wave(ticks(10 + window + 1))
+        assert (await verdicts(pipe))[-1] == ("adoption-hold/east", "resolved", "expand")
+
+
+def ready_pod(pod: str, node: str, path: DevicePath, seconds: float, t: float) -> Record:
+    device_class = DRIVER if path is DevicePath.DRA else "example.com/gpu"
+    stages = (
+        StageSample(Stage.POD_BOUND, device_class, path, 1.0),
+        StageSample(Stage.POD_READY, device_class, path, seconds),
+    )
+    record = PodLifecycleObserved(node, "ml", pod, f"uid-{pod}", at(t), stages)
+    return (node.encode(), encode_lifecycle(record), None)
+
+
+async def test_forwarded_ready_latencies_hold_a_canary_until_they_leave_the_window(
+    stream_settings: Settings, engine: AsyncEngine, kafka_bootstrap: str, worker_process: Any
+) -> None:
+    policy = GovernancePolicy().adoption
+    window, least = policy.ready_window_seconds, policy.ready_min_samples
+    async with Pipeline(stream_settings, engine, kafka_bootstrap) as pipe:
+        pipe.worker = worker_process(stream_settings)
+        await pipe.wave([*map(inventory, inventory_events(0)), *ticks(1)])
+        await pipe.append([declare(2)])
+        assert await verdicts(pipe) == [(None, None, "expand")]
+
+        # The plugin path of the class's extended resource on another node, 2 s to Ready; the
+        # canary's DRA Pods, 10 s: the DRA p95 is 5 times the plugin's (hold above 2).
+        plugin = [
+            ready_pod(f"p{i}", "plug-node", DevicePath.DEVICE_PLUGIN, 2, 10) for i in range(least)
+        ]
+        slow = [ready_pod(f"d{i}", NODE, DevicePath.DRA, 10, 20) for i in range(least)]
+        await pipe.wave([*plugin, *slow, plugin[0], *ticks(21)])  # p0 published twice
+        forwarded = of_type(await governance_records(pipe), NodeReadyObserved)
+        assert len(forwarded) == 2 * least + 1  # the copy too: the governor counts a Pod once
+        plugin_samples = [s for f in forwarded for s in f.samples if s.path == "device-plugin"]
+        assert {s.classes for s in plugin_samples} == {(DRIVER,)}
+        assert {len(f.samples) for f in forwarded} == {1}  # pod_ready only
+        assert (await verdicts(pipe))[-1] == ("adoption-hold/east", "firing", "hold")
+        [hold] = [d for d in await pipe.decisions() if d["incident"] == "adoption-hold/east"]
+        reasons = {r["code"]: r for r in hold["details"]["reasons"]}
+        figures = reasons["ready-latency"]["figures"]
+        assert (figures["draP95"], figures["pluginP95"], figures["ratio"]) == (10.0, 2.0, 5.0)
+        assert (figures["draSamples"], figures["pluginSamples"]) == (least, least)
+
+        # Event time passes the plugin samples' window: not enough samples, expand.
         await pipe.wave(ticks(10 + window + 1))
         assert (await verdicts(pipe))[-1] == ("adoption-hold/east", "resolved", "expand")

@@ -54,6 +54,17 @@ class AdoptionReportReads:
         )
         return [StageRow(*r) for r in rows]
 
+    async def ready_stages(self, since: datetime, until: datetime) -> list[StageRow]:
+        """The ``pod_ready`` rows (bound-to-Ready) observed in ``[since, until]`` (UTC), of
+        every class and path (the gate's ``ready-latency``, on read)."""
+        s = pod_lifecycle_stages.c
+        rows = await self._fetch(
+            select(s.pod_uid, s.node, s.stage, s.device_class, s.path, s.seconds, s.observed_at)
+            .where(s.stage == "pod_ready", s.observed_at >= since, s.observed_at <= until)
+            .order_by(s.pod_uid, s.device_class, s.path, s.claim_uid)
+        )
+        return [StageRow(*r) for r in rows]
+
     async def history(self, since: datetime, until: datetime) -> list[HistoryRow]:
         """``device_history`` rows observed in ``[since, until]`` with their device's source and
         resource name, in log order per device (observed time, then offset)."""

@@ -72,6 +72,7 @@ from services.adapters.projection.workload_sql import (
     write_workloads,
 )
 from services.domain.adoption.failure_forward import forwarded_failures
+from services.domain.adoption.ready_forward import ready_to_forward
 from services.domain.batch import (
     CommitHook,
     LoggedBatch,
@@ -243,6 +244,12 @@ class ProjectionStore:
                             rekeys(inventory, plan.history),
                         ),
                         on_nodes,
+                        ready_to_forward(
+                            [(p, r) for p, r in batch.lifecycles if fresh_position(p)],
+                            None
+                            if self.inventory.current is None
+                            else self.inventory.current.state,
+                        ),
                     )
                 )
         if inventory_items is not None:

@@ -3,14 +3,17 @@
 
 Sources: ResourceSlices (``spec.driver``, ``spec.pool.name``, ``spec.nodeName``), the inventory's
 conflicts (``plugin-and-dra``), the reconcile check (:mod:`services.domain.inventory.reconcile`:
-slices against Node capacity), the governor's device rows (quarantines) and ResourceClaims
-(``status.allocation``, ``status.reservedFor``).
+slices against Node capacity), the governor's device rows (quarantines), ResourceClaims
+(``status.allocation``, ``status.reservedFor``) and the ``pod_ready`` rows of
+``pod_lifecycle_stages`` (:func:`ready_facts`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from services.domain.adoption.ready_forward import extended_classes
+from services.domain.adoption.report_rows import StageRow
 from services.domain.governance.adoption_facts import (
     OWNERSHIP_CONFLICTS,
     QUARANTINED_STATES,
@@ -20,6 +23,7 @@ from services.domain.governance.adoption_facts import (
     DivergenceFact,
     FailureFact,
     InventoryFacts,
+    ReadyFact,
     SliceFact,
 )
 from services.domain.inventory.reconcile import divergence
@@ -34,8 +38,10 @@ __all__ = [
     "DivergenceFact",
     "FailureFact",
     "InventoryFacts",
+    "ReadyFact",
     "SliceFact",
     "read_facts",
+    "ready_facts",
 ]
 
 
@@ -43,6 +49,7 @@ def read_facts(
     snapshot: Snapshot,
     conflicts: Iterable[ConflictFact],
     failures: Iterable[FailureFact] = (),
+    ready: Iterable[ReadyFact] = (),
 ) -> InventoryFacts:
     """The gate's facts from one read of the projection: ``snapshot`` (the whole fleet), the
     active inventory conflicts and the recent driver and claim failures on nodes."""
@@ -73,4 +80,27 @@ def read_facts(
             for c in inv.claims.values()
         ),
         failures=frozenset(failures),
+        ready=frozenset(ready),
     )
+
+
+def ready_facts(snapshot: Snapshot, rows: Iterable[StageRow]) -> list[ReadyFact]:
+    """The gate's bound-to-Ready samples from ``pod_ready`` stage ``rows``: a plugin sample
+    names the DeviceClasses whose ``extendedResourceName`` is its resource in ``snapshot`` now
+    (the governor's, when the worker forwarded it)."""
+    classes = extended_classes(
+        {c.name: c.extended_resource_name for c in snapshot.inventory.classes.values()}
+    )
+    return [
+        ReadyFact(
+            r.node,
+            r.observed_at,
+            r.pod_uid,
+            r.device_class,
+            r.path,
+            r.seconds,
+            (r.device_class,) if r.path == "dra" else classes.get(r.device_class, ()),
+        )
+        for r in rows
+        if r.stage == "pod_ready"
+    ]

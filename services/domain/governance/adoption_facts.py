@@ -8,7 +8,9 @@ Sources: ResourceSlices (``spec.driver``, ``spec.pool.name``, ``spec.nodeName``)
 conflicts (``plugin-and-dra``), the reconcile check (slices against Node capacity), the governor's
 device rows (quarantines), ResourceClaims (``status.allocation``, ``status.reservedFor``) and the
 driver and claim failures of each node (``NodeFailureObserved`` records in the governor; the
-``dra_failures`` rows in the API's view).
+``dra_failures`` rows in the API's view) and the Pods' bound-to-Ready latencies by path
+(``NodeReadyObserved`` records in the governor; the ``pod_lifecycle_stages`` rows in the API's
+view).
 """
 
 from __future__ import annotations
@@ -97,6 +99,28 @@ node's (transient errors, half-prepared claims), not the tenant's (``non-retryab
 that cannot be satisfied as written fails on every path; it is a figure, not a hold)."""
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class ReadyFact:
+    """One Pod's bound-to-Ready latency (``pod_ready``: ``PodScheduled`` to ``Ready``,
+    ``seconds`` >= 0) on ``node``, seen at event time ``at`` (UTC), for ``device_class`` on
+    ``path`` (``dra``: a DeviceClass; ``device-plugin``: an extended resource name).
+    ``classes``: the DeviceClasses a plugin sample compares against (those whose
+    ``extendedResourceName`` is ``device_class``; for a DRA sample ``(device_class,)``)."""
+
+    node: str
+    at: datetime
+    pod_uid: str
+    device_class: str
+    path: str
+    seconds: float
+    classes: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """What makes a sample one Pod's: a Pod's latency of one class on one path counts once."""
+        return (self.pod_uid, self.device_class, self.path)
+
+
 @dataclass(frozen=True, slots=True)
 class InventoryFacts:
     """Everything the gate reads about the fleet. Each field is a set: the order facts arrive in
@@ -108,3 +132,4 @@ class InventoryFacts:
     devices: frozenset[DeviceFact] = field(default_factory=frozenset)
     claims: frozenset[ClaimFact] = field(default_factory=frozenset)
     failures: frozenset[FailureFact] = field(default_factory=frozenset)
+    ready: frozenset[ReadyFact] = field(default_factory=frozenset)

@@ -9,8 +9,9 @@ nothing to roll back: a rollback finding holds it (the reason keeps its own verd
 
 Signals read: ownership conflicts (``plugin-and-dra``) on the pool's nodes, slice/Node-capacity
 divergence, quarantined devices, leaked claims (allocated, no consumer reserved, for longer than
-a threshold), driver and claim failures on the pool's nodes in a sliding window of event time.
-Not read yet: claim-to-Ready latency against the plugin path, tenant-boundary findings.
+a threshold), driver and claim failures on the pool's nodes in a sliding window of event time,
+the pool's DRA bound-to-Ready p95 against the plugin path's of the same class
+(:mod:`.adoption_ready`). Not read yet: tenant-boundary findings.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from services.domain.governance.adoption_facts import (
     ClaimFact,
     InventoryFacts,
 )
+from services.domain.governance.adoption_ready import nearest_rank, ready_sides
 
 
 class Verdict(StrEnum):
@@ -67,6 +69,14 @@ class Thresholds:
     """Retryable and needs-cleanup failures on the pool's nodes in the window at which it holds."""
     failures_rollback: int = 0
     """... and at which it rolls back (0: never)."""
+    ready_window_seconds: float = 3600.0
+    """The sliding window (seconds of event time) of the bound-to-Ready samples compared."""
+    ready_min_samples: int = 20
+    """Samples needed on each side (the pool's DRA, the class's plugin path) to compare."""
+    ready_hold_ratio: float = 2.0
+    """DRA p95 above this times the plugin p95 holds (0: never)."""
+    ready_rollback_ratio: float = 0.0
+    """... and above this times it rolls back (0: never)."""
 
 
 Figures = Mapping[str, int | float | str | None]
@@ -305,12 +315,61 @@ def rule_claim_failures(
     )
 
 
+def rule_ready_latency(
+    state: PoolState,
+    facts: InventoryFacts,
+    nodes: frozenset[str],
+    t: Thresholds,
+    now: datetime | None,
+) -> Reason:
+    """The pool's DRA bound-to-Ready p95 (nearest rank) against the plugin path's of the same
+    class in the last ``ready_window_seconds``: ``expand`` with fewer than
+    ``ready_min_samples`` on either side or no declared DeviceClass."""
+    device_class = state.current.declaration.device_class
+    dra, plugin = ready_sides(facts.ready, device_class or "", nodes, now, t.ready_window_seconds)
+    p95 = {side: nearest_rank(v, 0.95) if v else None for side, v in (("d", dra), ("p", plugin))}
+    d, p = p95["d"], p95["p"]
+    figures: dict[str, int | float | str | None] = {
+        "deviceClass": device_class,
+        "draP95": d,
+        "pluginP95": p,
+        "draSamples": len(dra),
+        "pluginSamples": len(plugin),
+        "ratio": None if d is None or not p else round(d / p, 4),
+        "windowSeconds": t.ready_window_seconds,
+        "minSamples": t.ready_min_samples,
+        "holdRatio": t.ready_hold_ratio,
+        "rollbackRatio": t.ready_rollback_ratio,
+    }
+    if device_class is None:
+        detail = "the pool declares no deviceClass: no plugin samples to compare with"
+        return Reason("ready-latency", Verdict.EXPAND, detail, figures)
+    least = max(1, t.ready_min_samples)
+    if d is None or p is None or len(dra) < least or len(plugin) < least:
+        detail = (
+            f"not enough samples: {len(dra)} DRA on the pool, {len(plugin)} device-plugin of "
+            f"{device_class}, {least} needed on each side"
+        )
+        return Reason("ready-latency", Verdict.EXPAND, detail, figures)
+    verdict = Verdict.EXPAND
+    if t.ready_rollback_ratio and d > t.ready_rollback_ratio * p:
+        verdict = Verdict.ROLLBACK
+    elif t.ready_hold_ratio and d > t.ready_hold_ratio * p:
+        verdict = Verdict.HOLD
+    detail = (
+        f"bound-to-Ready p95 {d:g} s on DRA against {p:g} s on the device plugin "
+        f"({len(dra)} and {len(plugin)} samples in the last {t.ready_window_seconds:g} s)"
+    )
+    return Reason("ready-latency", verdict, detail, figures)
+
+
 RULES: Final[tuple[Rule, ...]] = (
     rule_ownership,
     rule_divergence,
     rule_quarantined,
     rule_leaked_claims,
     rule_claim_failures,
+    rule_ready_latency,
 )
 
 

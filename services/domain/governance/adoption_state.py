@@ -1,8 +1,9 @@
 """What the governor keeps for the adoption gate (issue 16): each pool's current declaration, the
 active ownership conflicts, each node's inventory facts (:class:`~.inputs_adoption.NodeAdoptionFacts`),
 each node's recent driver and claim failures (:class:`~.inputs_failures.NodeFailureObserved`, at
-most :data:`MAX_FAILURES_PER_NODE`, dropped once out of the gate's window of event time) and the
-verdict last recorded per pool, with its JSON snapshot form (part of the fleet's snapshot, so a
+most :data:`MAX_FAILURES_PER_NODE`, dropped once out of the gate's window of event time), each
+node's recent bound-to-Ready samples (:class:`~.inputs_ready.NodeReadyObserved`, at most
+:data:`MAX_READY_PER_NODE`, likewise) and the verdict last recorded per pool, with its JSON snapshot form (part of the fleet's snapshot, so a
 restored governor continues exactly like one that never stopped).
 """
 
@@ -20,7 +21,7 @@ from services.domain.governance.adoption import (
     declaration_from_dict,
     declaration_to_dict,
 )
-from services.domain.governance.adoption_facts import ConflictFact, FailureFact
+from services.domain.governance.adoption_facts import ConflictFact, FailureFact, ReadyFact
 from services.domain.governance.inputs_adoption import (
     NodeAdoptionFacts,
     adoption_facts_from_dict,
@@ -31,6 +32,22 @@ MAX_FAILURES_PER_NODE: Final = 256
 """Most failure facts the governor keeps per node (the oldest in event time go first): with the
 default hold at 5 in 600 s, a node past it holds its pool whatever else it had."""
 
+MAX_READY_PER_NODE: Final = 512
+"""Most bound-to-Ready samples the governor keeps per node (the oldest in event time go first):
+more Pods turning Ready on one node in the window than this is a batch of short Pods; the p95
+of its newest 512 is the gate's figure."""
+
+
+def _prune(
+    held: dict[str, list[Any]], now: datetime, window_seconds: float, node: str | None
+) -> None:
+    for name in sorted(held) if node is None else [node]:
+        kept = [f for f in held.get(name, []) if (now - f.at).total_seconds() <= window_seconds]
+        if kept:
+            held[name] = kept
+        else:
+            held.pop(name, None)
+
 
 @dataclass(slots=True)
 class AdoptionGov:
@@ -38,7 +55,8 @@ class AdoptionGov:
     ``AdoptionVerdictChanged`` recorded; ``next_due`` is the earliest event time (UTC) at which a
     claim of a pool turns leaked (the gate is evaluated again then); ``timed`` says the last
     evaluation had an event time. ``failures`` maps a node to its failure facts, sorted (oldest
-    first), each unique per ``(source_uid, occurrences)``."""
+    first), each unique per ``(source_uid, occurrences)``; ``ready`` a node to its bound-to-Ready
+    samples, sorted (oldest first), each unique per :attr:`ReadyFact.key` (the smallest kept)."""
 
     pools: dict[str, Declared] = field(default_factory=dict)
     conflicts: set[ConflictFact] = field(default_factory=set)
@@ -47,11 +65,33 @@ class AdoptionGov:
     next_due: datetime | None = None
     timed: bool = False
     failures: dict[str, list[FailureFact]] = field(default_factory=dict)
+    ready: dict[str, list[ReadyFact]] = field(default_factory=dict)
 
     def empty(self) -> bool:
         return not (
-            self.pools or self.conflicts or self.node_facts or self.verdicts or self.failures
+            self.pools
+            or self.conflicts
+            or self.node_facts
+            or self.verdicts
+            or self.failures
+            or self.ready
         )
+
+    def add_ready(self, fact: ReadyFact) -> bool:
+        """Keep ``fact`` (``False`` when the node holds one of its key already that is not
+        larger: a repeat); past :data:`MAX_READY_PER_NODE` the oldest is dropped."""
+        held = self.ready.setdefault(fact.node, [])
+        same = [f for f in held if f.key == fact.key]
+        if same and min(same) <= fact:
+            return False
+        held[:] = sorted([f for f in held if f.key != fact.key] + [fact])
+        del held[:-MAX_READY_PER_NODE]
+        return True
+
+    def prune_ready(self, now: datetime, window_seconds: float, node: str | None = None) -> None:
+        """Drop the samples (of ``node``; ``None``: of every node) older than ``window_seconds``
+        before event time ``now``."""
+        _prune(self.ready, now, window_seconds, node)
 
     def add_failure(self, fact: FailureFact) -> bool:
         """Keep ``fact`` (``False`` when the node already holds one of its source with the same
@@ -67,13 +107,7 @@ class AdoptionGov:
     def prune_failures(self, now: datetime, window_seconds: float, node: str | None = None) -> None:
         """Drop the failures (of ``node``; ``None``: of every node) older than
         ``window_seconds`` before event time ``now``."""
-        for name in sorted(self.failures) if node is None else [node]:
-            held = self.failures.get(name, [])
-            kept = [f for f in held if (now - f.at).total_seconds() <= window_seconds]
-            if kept:
-                self.failures[name] = kept
-            else:
-                self.failures.pop(name, None)
+        _prune(self.failures, now, window_seconds, node)
 
     def pool_states(self) -> dict[str, PoolState]:
         """The pools as the gate reads them (the current declaration; the history is the
@@ -98,7 +132,23 @@ class AdoptionGov:
             "nextDue": None if self.next_due is None else format_time(self.next_due),
             "timed": self.timed,
             **({"failures": self._failures_json()} if self.failures else {}),
+            **({"ready": self._ready_json()} if self.ready else {}),
         }
+
+    def _ready_json(self) -> list[list[Any]]:
+        return [
+            [
+                f.node,
+                format_time(f.at),
+                f.pod_uid,
+                f.device_class,
+                f.path,
+                f.seconds,
+                list(f.classes),
+            ]
+            for node in sorted(self.ready)
+            for f in self.ready[node]
+        ]
 
     def _failures_json(self) -> list[list[Any]]:
         return [
@@ -123,6 +173,13 @@ class AdoptionGov:
             failures.setdefault(node, []).append(
                 FailureFact(node, parse_time(t), uid, int(occurrences), int(count), failure_class)
             )
+        ready: dict[str, list[ReadyFact]] = {}
+        for node, t, uid, device_class, path, seconds, classes in obj.get("ready") or ():
+            ready.setdefault(node, []).append(
+                ReadyFact(
+                    node, parse_time(t), uid, device_class, path, float(seconds), tuple(classes)
+                )
+            )
         return cls(
             pools=pools,
             conflicts={ConflictFact(k, n, s) for k, n, s in obj.get("conflicts") or ()},
@@ -131,4 +188,5 @@ class AdoptionGov:
             next_due=None if obj.get("nextDue") is None else parse_time(obj["nextDue"]),
             timed=bool(obj.get("timed")),
             failures={node: sorted(held) for node, held in failures.items()},
+            ready={node: sorted(held) for node, held in ready.items()},
         )

@@ -4,10 +4,12 @@ one of its inputs changes, and an ``AdoptionVerdictChanged`` decision when it ch
 Inputs, all from the governance log: the pools' accepted declarations (the step's
 ``AdoptionPhaseDeclared`` decisions), the ownership conflicts (``InventoryConflict`` records of
 kind ``plugin-and-dra``), each node's inventory facts (:class:`.inputs_adoption.NodeAdoptionFacts`),
-each node's driver and claim failures (:class:`.inputs_failures.NodeFailureObserved`), the
+each node's driver and claim failures (:class:`.inputs_failures.NodeFailureObserved`), each
+node's bound-to-Ready samples (:class:`.inputs_ready.NodeReadyObserved`), the
 governor's own devices (quarantined or not) and its watermark (a claim turns leaked when event
 time passes its allocation plus ``leaked_claim_seconds``; a failure leaves the window when it
-passes the failure's time plus ``failure_window_seconds``). The gate itself is
+passes the failure's time plus ``failure_window_seconds``, a sample its time plus
+``ready_window_seconds``). The gate itself is
 :func:`.adoption_gate.evaluate`; this module only feeds it and records its changes, so a replay of
 the log gives the same verdicts and the same decisions.
 
@@ -32,6 +34,7 @@ from services.domain.governance.adoption_facts import (
     DivergenceFact,
     FailureFact,
     InventoryFacts,
+    ReadyFact,
     SliceFact,
 )
 from services.domain.governance.adoption_gate import (
@@ -41,12 +44,14 @@ from services.domain.governance.adoption_gate import (
     pool_claims,
     pool_nodes,
 )
+from services.domain.governance.adoption_ready import counts_for
 from services.domain.governance.adoption_state import AdoptionGov
 from services.domain.governance.context import Ctx
 from services.domain.governance.decisions import AlertAction, DecisionKind, Severity
 from services.domain.governance.inputs import GovernanceInput, InventoryConflict
 from services.domain.governance.inputs_adoption import NodeAdoptionFacts
 from services.domain.governance.inputs_failures import NodeFailureObserved
+from services.domain.governance.inputs_ready import NodeReadyObserved
 
 _DEVICE_KINDS: Final = frozenset(
     {
@@ -115,7 +120,32 @@ def take(ad: AdoptionGov, ctx: Ctx, record: GovernanceInput) -> bool:
         changed = ad.add_failure(failure) and _may_hold(ad, record.node)
         if ctx.now is not None:  # bounded without pools too: what left the window goes
             ad.prune_failures(ctx.now, ctx.policy.adoption.failure_window_seconds, record.node)
+    elif isinstance(record, NodeReadyObserved):
+        samples = [
+            ReadyFact(
+                record.node,
+                record.observed_at,
+                record.pod_uid,
+                sample.device_class,
+                sample.path,
+                sample.seconds,
+                sample.classes,
+            )
+            for sample in record.samples
+        ]
+        added = [f for f in samples if ad.add_ready(f)]
+        changed = any(_may_compare(ad, f) for f in added)
+        if ctx.now is not None:  # bounded without pools too: what left the window goes
+            ad.prune_ready(ctx.now, ctx.policy.adoption.ready_window_seconds, record.node)
     return changed
+
+
+def _may_compare(ad: AdoptionGov, fact: ReadyFact) -> bool:
+    """Whether a pool may read ``fact``: a DRA sample on a node a pool may hold, or a plugin
+    sample of a class some pool declares."""
+    if fact.path == "dra":
+        return _may_hold(ad, fact.node)
+    return any(d.declaration.device_class in fact.classes for d in ad.pools.values())
 
 
 def _may_hold(ad: AdoptionGov, node: str) -> bool:
@@ -151,6 +181,7 @@ def facts_of(ctx: Ctx, ad: AdoptionGov) -> InventoryFacts:
         devices=devices,
         claims=frozenset(claims),
         failures=frozenset(f for held in ad.failures.values() for f in held),
+        ready=frozenset(f for held in ad.ready.values() for f in held),
     )
 
 
@@ -180,6 +211,25 @@ def next_failure_due(ad: AdoptionGov, ctx: Ctx, facts: InventoryFacts) -> dateti
         f.at + timedelta(seconds=seconds)
         for f in facts.failures
         if f.node in nodes and (now is None or f.at + timedelta(seconds=seconds) >= now)
+    ]
+    return min(due, default=None)
+
+
+def next_ready_due(ad: AdoptionGov, ctx: Ctx, facts: InventoryFacts) -> datetime | None:
+    """The latest event time at which the oldest sample a pool reads is still in the window
+    (the gate counts it while ``now - at <= ready_window_seconds``): once event time passes
+    it, the gate is evaluated again without it."""
+    now, seconds = ctx.now, ctx.policy.adoption.ready_window_seconds
+    read = [
+        (s.current.declaration.device_class, pool_nodes(s, facts))
+        for s in ad.pool_states().values()
+        if s.current.declaration.device_class is not None
+    ]
+    due = [
+        f.at + timedelta(seconds=seconds)
+        for f in facts.ready
+        if (now is None or f.at + timedelta(seconds=seconds) >= now)
+        and any(counts_for(f, c, nodes) for c, nodes in read if c is not None)
     ]
     return min(due, default=None)
 
@@ -247,7 +297,7 @@ def record_change(ctx: Ctx, ad: AdoptionGov, gate: PoolGate, at: datetime) -> No
 
 def after_step(ctx: Ctx, record: GovernanceInput, at: datetime) -> None:
     """Re-evaluate the gate when ``record`` changed one of its inputs, event time passed a claim's
-    leak deadline or a failure's exit from the window, or the governor got its first event
+    leak deadline or a failure's or a ready sample's exit from its window, or the governor got its first event
     time; record every pool whose verdict changed. ``at`` (UTC): the decisions' time when the
     governor has no watermark yet."""
     ad = ctx.state.fleet.adoption
@@ -260,9 +310,11 @@ def after_step(ctx: Ctx, record: GovernanceInput, at: datetime) -> None:
         return
     if now is not None:
         ad.prune_failures(now, ctx.policy.adoption.failure_window_seconds)
+        ad.prune_ready(now, ctx.policy.adoption.ready_window_seconds)
     facts = facts_of(ctx, ad)
     ad.timed = now is not None
-    dues = [d for d in (next_leak_due(ad, ctx, facts), next_failure_due(ad, ctx, facts)) if d]
+    timers = (next_leak_due, next_failure_due, next_ready_due)
+    dues = [d for d in (due_at(ad, ctx, facts) for due_at in timers) if d]
     ad.next_due = min(dues, default=None)
     for gate in evaluate(ad.pool_states(), facts, ctx.policy.adoption, now):
         if ad.verdicts.get(gate.pool) != gate.verdict.value:

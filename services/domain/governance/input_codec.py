@@ -29,6 +29,7 @@ from services.domain.codec import (
     type_mismatch,
 )
 from services.domain.events import SCHEMA_VERSION, DeviceSource, Health, format_time
+from services.domain.governance import inputs_ready
 from services.domain.governance.adoption import declaration_from_dict, declaration_to_dict
 from services.domain.governance.inputs import (
     CommandAction,
@@ -93,6 +94,8 @@ def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
         return adoption_facts_to_dict(record)
     if isinstance(record, NodeFailureObserved):
         return failure_to_dict(record)
+    if isinstance(record, inputs_ready.NodeReadyObserved):
+        return inputs_ready.ready_to_dict(record)
     if isinstance(record, DeviceTaintsObserved):
         return taints_to_dict(record)
     if isinstance(record, WorkloadOnDevice | MigrationReport | MigrationEvidence):
@@ -270,6 +273,8 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
         return adoption_facts_from_dict(obj)
     if kind == FAILURE_TYPE:
         return failure_from_dict(obj)
+    if kind == inputs_ready.RECORD_TYPE:
+        return inputs_ready.ready_from_dict(obj)
     if kind in migration_wire.TYPES:
         return migration_wire.from_dict(obj)
     if kind == "HealthTransition":

@@ -32,6 +32,7 @@ from services.domain.events import (
 from services.domain.governance.adoption import AdoptionDeclaration
 from services.domain.governance.inputs_adoption import NodeAdoptionFacts
 from services.domain.governance.inputs_failures import NodeFailureObserved
+from services.domain.governance.inputs_ready import NodeReadyObserved
 from services.domain.governance.taint_inputs import DeviceTaintsObserved
 from services.domain.migration.records import (
     MigrationEvidence,
@@ -277,6 +278,7 @@ GovernanceInput: TypeAlias = (
     | DeviceIdentified
     | NodeAdoptionFacts
     | NodeFailureObserved
+    | NodeReadyObserved
     | DeviceTaintsObserved
     | WorkloadOnDevice  # issue 13: services/domain/migration/records.py
     | MigrationReport

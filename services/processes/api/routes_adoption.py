@@ -12,8 +12,9 @@ from fastapi.responses import JSONResponse
 
 from services.adapters.projection.failure_sql import FailureReads
 from services.adapters.projection.reads_adoption import AdoptionReads
+from services.adapters.projection.reads_adoption_report import AdoptionReportReads
 from services.adapters.projection.reads_inventory import InventoryReads
-from services.domain.adoption.facts import ConflictFact, read_facts
+from services.domain.adoption.facts import ConflictFact, read_facts, ready_facts
 from services.domain.adoption.gate import Thresholds, Verdict, evaluate
 from services.domain.governance.adoption import fold
 from services.domain.governance.inputs import CommandAction
@@ -53,6 +54,10 @@ def thresholds(settings: AdoptionSettings) -> Thresholds:
         failure_window_seconds=settings.adoption_failure_window_seconds,
         failures_hold=settings.adoption_failures_hold,
         failures_rollback=settings.adoption_failures_rollback,
+        ready_window_seconds=settings.adoption_ready_window_seconds,
+        ready_min_samples=settings.adoption_ready_min_samples,
+        ready_hold_ratio=settings.adoption_ready_hold_ratio,
+        ready_rollback_ratio=settings.adoption_ready_rollback_ratio,
     )
 
 
@@ -97,7 +102,16 @@ async def adoption_status(request: Request) -> AdoptionOut:
         if now is None
         else await failures.on_nodes(now - timedelta(seconds=limits.failure_window_seconds), now)
     )
-    gates = evaluate(pools, read_facts(snapshot, conflicts, recent), limits, now)
+    stages: AdoptionReportReads = request.app.state.adoption_report
+    ready = (
+        []
+        if now is None
+        else ready_facts(
+            snapshot,
+            await stages.ready_stages(now - timedelta(seconds=limits.ready_window_seconds), now),
+        )
+    )
+    gates = evaluate(pools, read_facts(snapshot, conflicts, recent, ready), limits, now)
     recorded = {
         pool: RecordedVerdictOut(verdict=Verdict(v), at=at, decision_id=decision)
         for pool, (v, at, decision) in (await reads.verdicts()).items()
