@@ -120,9 +120,9 @@ GPU_CLASS = "gpu.example.com"
 PLUGIN_RESOURCE = "example.com/gpu"
 
 
-def classed_pool(device_class: str | None = GPU_CLASS) -> PoolState:
+def classed_pool(device_class: str | None = GPU_CLASS, phase: Phase = Phase.CANARY) -> PoolState:
     selector = PoolSelector(driver=DRIVER, pool="east")
-    declaration = AdoptionDeclaration("east", selector, Phase.CANARY, device_class)
+    declaration = AdoptionDeclaration("east", selector, phase, device_class)
     declared = Declared(1, T0, "olga", "canary", declaration)
     return PoolState(current=declared, history=(declared,))
 
@@ -182,6 +182,14 @@ def test_ready_latency_compares_the_pools_dra_p95_with_the_plugins_of_the_class(
     )
     off = Thresholds(ready_hold_ratio=0)
     assert evaluate_pool(classed_pool(), facts(ready=slower), off, NOW).verdict is Verdict.EXPAND
+    dra_pool = evaluate_pool(classed_pool(phase=Phase.DRA), facts(ready=slower), Thresholds(), NOW)
+    assert reason(dra_pool, "ready-latency")[0] is Verdict.HOLD
+    # A pool on the plugin path is not gated on DRA latency (its figures are still given).
+    for phase in (Phase.PLUGIN, Phase.ROLLED_BACK):
+        plain = evaluate_pool(classed_pool(phase=phase), facts(ready=slower), Thresholds(), NOW)
+        [found] = [r for r in plain.reasons if r.code == "ready-latency"]
+        assert (found.verdict, found.figures["draP95"]) == (Verdict.EXPAND, 20.0)
+        assert found.detail == "the pool is on the plugin path: no DRA latency to gate"
     # The order the samples came in does not matter: the same answer from any sequence.
     items = list(slower)
     random.Random(7).shuffle(items)

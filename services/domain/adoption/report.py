@@ -30,7 +30,6 @@ data", never a made-up number. Definitions (``docs/dra-adoption.md``, "The compa
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
@@ -47,17 +46,15 @@ from services.domain.adoption.report_rows import (
     ReportRow,
     StageRow,
 )
+from services.domain.governance.adoption_ready import nearest_rank
 
 DRA: Final = "dra"
 PLUGIN: Final = "device-plugin"
 JOB_KINDS: Final = frozenset({"Job", "CronJob"})
 QUANTILES: Final = (("p50", 0.5), ("p95", 0.95))
-
-
-def nearest_rank(values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile (0 < q <= 1) of non-empty ``values`` by nearest rank."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+__all__ = ["build_report", "nearest_rank", "report_pools"]
+"""``nearest_rank`` is the gate's (:mod:`services.domain.governance.adoption_ready`): one
+quantile definition for the report and the ``ready-latency`` signal."""
 
 
 def _insufficient(samples: int, minimum: int) -> Figure:

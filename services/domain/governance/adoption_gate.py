@@ -29,7 +29,7 @@ from services.domain.governance.adoption_facts import (
     ClaimFact,
     InventoryFacts,
 )
-from services.domain.governance.adoption_ready import nearest_rank, ready_sides
+from services.domain.governance.adoption_ready import nearest_rank, ready_sides, side_figures
 
 
 class Verdict(StrEnum):
@@ -324,34 +324,32 @@ def rule_ready_latency(
 ) -> Reason:
     """The pool's DRA bound-to-Ready p95 (nearest rank) against the plugin path's of the same
     class in the last ``ready_window_seconds``: ``expand`` with fewer than
-    ``ready_min_samples`` on either side or no declared DeviceClass."""
+    ``ready_min_samples`` on either side, no declared DeviceClass, or a pool not in ``canary``
+    or ``dra`` (its figures are still given)."""
     device_class = state.current.declaration.device_class
     dra, plugin = ready_sides(facts.ready, device_class or "", nodes, now, t.ready_window_seconds)
-    p95 = {side: nearest_rank(v, 0.95) if v else None for side, v in (("d", dra), ("p", plugin))}
-    d, p = p95["d"], p95["p"]
-    figures: dict[str, int | float | str | None] = {
-        "deviceClass": device_class,
-        "draP95": d,
-        "pluginP95": p,
-        "draSamples": len(dra),
-        "pluginSamples": len(plugin),
-        "ratio": None if d is None or not p else round(d / p, 4),
+    figures = {"deviceClass": device_class, **side_figures(dra, plugin)}
+    figures |= {
         "windowSeconds": t.ready_window_seconds,
         "minSamples": t.ready_min_samples,
         "holdRatio": t.ready_hold_ratio,
         "rollbackRatio": t.ready_rollback_ratio,
     }
-    if device_class is None:
-        detail = "the pool declares no deviceClass: no plugin samples to compare with"
+    if state.phase in _PLUGIN_PATH or device_class is None:
+        detail = (
+            "the pool is on the plugin path: no DRA latency to gate"
+            if state.phase in _PLUGIN_PATH
+            else "the pool declares no deviceClass: no plugin samples to compare with"
+        )
         return Reason("ready-latency", Verdict.EXPAND, detail, figures)
     least = max(1, t.ready_min_samples)
-    if d is None or p is None or len(dra) < least or len(plugin) < least:
+    if min(len(dra), len(plugin)) < least:
         detail = (
             f"not enough samples: {len(dra)} DRA on the pool, {len(plugin)} device-plugin of "
             f"{device_class}, {least} needed on each side"
         )
         return Reason("ready-latency", Verdict.EXPAND, detail, figures)
-    verdict = Verdict.EXPAND
+    d, p, verdict = nearest_rank(dra, 0.95), nearest_rank(plugin, 0.95), Verdict.EXPAND
     if t.ready_rollback_ratio and d > t.ready_rollback_ratio * p:
         verdict = Verdict.ROLLBACK
     elif t.ready_hold_ratio and d > t.ready_hold_ratio * p:

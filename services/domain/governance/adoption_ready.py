@@ -67,3 +67,18 @@ def ready_sides(
     dra = sorted(f.seconds for f in kept.values() if f.path == DRA_PATH)
     plugin = sorted(f.seconds for f in kept.values() if f.path == PLUGIN_PATH)
     return dra, plugin
+
+
+def side_figures(dra: Sequence[float], plugin: Sequence[float]) -> dict[str, float | int | None]:
+    """The signal's sample figures: ``draP95``, ``pluginP95`` (seconds, nearest rank; ``None``
+    without samples), ``draSamples``, ``pluginSamples`` and ``ratio`` (DRA p95 over plugin p95,
+    4 decimals; ``None`` when either is missing or the plugin p95 is 0)."""
+    d = nearest_rank(dra, 0.95) if dra else None
+    p = nearest_rank(plugin, 0.95) if plugin else None
+    return {
+        "draP95": d,
+        "pluginP95": p,
+        "draSamples": len(dra),
+        "pluginSamples": len(plugin),
+        "ratio": None if d is None or not p else round(d / p, 4),
+    }
