@@ -366,6 +366,37 @@ class BatchSinkContract:
         ]
         assert seen == [[(0, "e1", 2, 2)], [(4, "e1", 5, 3), (5, "e2", 4, 3)]]
 
+    async def test_the_hook_sees_each_pods_bound_to_ready_stages_once(
+        self, harness: Harness
+    ) -> None:
+        """Issue 16: a ``PodLifecycleObserved`` with ``pod_ready`` stages reaches the hook as one
+        ``NodeReadyObserved`` with them (its other stages left out); a record without one, or
+        a redelivered batch (offsets already recorded), does not."""
+        from services.domain.lifecycle import DevicePath, Stage
+        from services.domain.lifecycle_events import PodLifecycleObserved, StageSample
+
+        def pod(uid: str, *stages: Stage) -> PodLifecycleObserved:
+            samples = tuple(StageSample(s, "gpu.example.com", DevicePath.DRA, 4.0) for s in stages)
+            return PodLifecycleObserved("gpu-node-a", "ml", uid, uid, T0, samples)
+
+        def batch(*records: PodLifecycleObserved) -> LoggedBatch:
+            items = [(LogPosition(TOPIC, 0, i), r) for i, r in enumerate(records)]
+            return LoggedBatch(event_times=[(p, T0) for p, _ in items], lifecycles=items)
+
+        hooks = [Hook(), Hook()]
+        records = (pod("a", Stage.POD_BOUND, Stage.POD_READY), pod("b", Stage.POD_BOUND))
+        await harness.sink.apply_batch(batch(*records), hooks[0])
+        await harness.sink.apply_batch(batch(*records), hooks[1])  # redelivered
+        seen = [
+            [
+                (p.offset, r.pod_uid, [(s.device_class, s.path, s.seconds) for s in r.samples])
+                for p, r in pending.ready_on_nodes
+            ]
+            for hook in hooks
+            for pending in hook.seen
+        ]
+        assert seen == [[(0, "a", [("gpu.example.com", "dra", 4.0)])], []]
+
     async def test_a_failing_hook_rolls_the_batch_back(
         self, harness: Harness, observation: ObservationFactory, logged: LogFactory
     ) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from services.adapters.projection.store import BatchStats
 from services.domain.adoption.failure_forward import forwarded_failures
+from services.domain.adoption.ready_forward import ready_to_forward
 from services.domain.batch import (
     CommitHook,
     LoggedBatch,
@@ -168,6 +169,10 @@ class FakeSink:
                         {uid: facts_of(w) for uid, w in stored.workloads.items()},
                     ),
                     failures_on_nodes=forwarded_failures(fresh_failures, stored.failure_counts),
+                    # The fake keeps no inventory: no plugin sample names a DeviceClass.
+                    ready_on_nodes=ready_to_forward(
+                        [(p, r) for p, r in batch.lifecycles if fresh(p)], None
+                    ),
                 )
             )
         for _, failure in fresh_failures:

@@ -512,3 +512,28 @@ def test_a_failure_on_a_node_is_forwarded_in_event_time_at_its_bound_when_clampe
     assert (clamped.increase, clamped.occurrences) == (2, 5)
     assert decode_keyed(encode_input(*keyed[1])) == keyed[1]
     assert record_key(first) == b"gpu-node-a"
+
+
+def test_a_pods_ready_latencies_are_forwarded_in_event_time_at_its_bound_when_clamped() -> None:
+    """Issue 16: each ``NodeReadyObserved`` of the batch (a Pod's bound-to-Ready stages) is
+    forwarded with its record's merge key, at its clamped bound when clamped, keyed by node."""
+    from services.domain.governance.inputs_ready import NodeReadyObserved, ReadySample
+
+    sample = ReadySample("example.com/gpu", "device-plugin", 3.0, ("gpu.example.com",))
+    first = NodeReadyObserved("gpu-node-a", at(1), "uid-a", (sample,))
+    late = NodeReadyObserved("gpu-node-a", at(9), "uid-b", (sample,))
+    batch = view([(pos(0, 0), at(1)), (pos(0, 1), at(3))], clamped=[pos(0, 1)])
+    pending = PendingCommit([], {}, {}, ready_on_nodes=[(pos(0, 1), late), (pos(0, 0), first)])
+    keyed = governance_records(batch, pending, 1)
+    assert [type(r).__name__ for r, _ in keyed] == [
+        "NodeReadyObserved",
+        "NodeReadyObserved",
+        "PartitionWatermark",
+    ]
+    assert [k for _, k in keyed][:2] == [key(1, 0, 0), MergeKey(at(3), 0, 1, 0, True)]
+    assert keyed[0][0] == first
+    clamped = keyed[1][0]
+    assert isinstance(clamped, NodeReadyObserved) and clamped.observed_at == at(3)
+    assert clamped.pod_uid == "uid-b"
+    assert decode_keyed(encode_input(*keyed[1])) == keyed[1]
+    assert record_key(first) == b"gpu-node-a"
