@@ -11,6 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from services.adapters.projection.batch_copy import array_literal
 from services.adapters.projection.cache import DeviceCache
 from services.adapters.projection.errors import is_refused, is_transient
 from services.adapters.projection.reads_devices import DeviceReads
@@ -127,3 +128,16 @@ async def test_the_cache_path_writes_the_same_rows(
         DeviceReads(engine, cached)
     )
     assert await history_count(engine, direct) == await history_count(engine, cached) == 8
+
+
+async def test_flags_travel_as_an_array_literal_postgresql_reads_back_exactly(
+    engine: AsyncEngine,
+) -> None:
+    cases = [(), ("",), ("NULL",), (" spaced ",), ('quote"d', "back\\slash", "{brace,comma}")]
+    cases.append(('\\"', "é", "a,b", "}{"))
+    async with engine.connect() as conn:
+        for flags in cases:
+            result = await conn.execute(
+                text("SELECT CAST(CAST(:v AS text) AS text[])"), {"v": array_literal(flags)}
+            )
+            assert tuple(result.scalar_one()) == flags
