@@ -18,25 +18,11 @@ from sqlalchemy import text
 from services.adapters.projection.tables import quoted_schema
 from services.domain.directory import DeviceRecord
 
-_DEVICE_COLUMNS = (
-    "node, resource_id, resource_name, source, health, raw_health, message, status_version, "
-    "ordered, last_observed_at, last_transition_at, allocations, flags"
-)
 _DEVICE_RECORDSET = (
     "jsonb_to_recordset(CAST(:rows AS jsonb)) AS u(node text, resource_id text, "
     "resource_name text, source text, health text, raw_health text, message text, "
     "status_version numeric, last_observed_at timestamptz, last_transition_at timestamptz, "
     "allocations jsonb, flags text[])"
-)
-_HISTORY_COLUMNS = (
-    'topic, "partition", "offset", node, resource_id, kind, health, status_version, '
-    "observed_at, transition, pod_uid, namespace, pod_name, message, raw_health, frozen"
-)
-_HISTORY_RECORDSET = (
-    'jsonb_to_recordset(CAST(:rows AS jsonb)) AS u(topic text, "partition" integer, '
-    '"offset" bigint, node text, resource_id text, kind text, health text, '
-    "status_version numeric, observed_at timestamptz, transition boolean, pod_uid text, "
-    "namespace text, pod_name text, message text, raw_health text, frozen boolean)"
 )
 # One lateral index probe per key (or per released Pod), whatever the planner's statistics say
 # about a young table; keys are sorted, so rows are locked in key order.
