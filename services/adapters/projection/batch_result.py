@@ -67,9 +67,12 @@ class PreparedBatch:
     """The partition offsets the batch records."""
     stats: BatchStats
     """What the batch does once written."""
-    observed_rows: dict[str, str] | None
+    observed_rows: list[tuple[Any, ...]] | None
+    """The observed devices' rows, COPY tuples (:func:`~.batch_copy.device_tuples`)."""
     released_rows: dict[str, str] | None
-    history_rows: dict[str, str] | None
+    """The released devices' rows, the JSON parameter of ``update_released``."""
+    history_rows: list[tuple[Any, ...]] | None
+    """The history rows, COPY tuples (:func:`~.batch_copy.history_tuples`)."""
     progress: dict[str, list[Any]]
     inventory: InventoryPlan | None = None
     """The inventory rows to write (when the batch carries :attr:`LoggedBatch.inventory`)."""

@@ -1,6 +1,7 @@
-"""The batch writer's SQL and the rows it sends: one set-based statement per table.
+"""The batch writer's SQL and the rows it sends: one set-based statement per table (the observed
+devices and the history rows go by COPY instead, :mod:`services.adapters.projection.batch_copy`).
 
-Batch rows travel as ONE jsonb parameter (an array of objects, encoded by orjson) expanded with
+Batch rows here travel as ONE jsonb parameter (an array of objects, encoded by orjson) expanded with
 ``jsonb_to_recordset``: far cheaper on the client than a dozen typed arrays, and nested values
 (allocations, flags) need no second encoding. Status versions travel as decimal strings (JSON
 numbers lose precision above 2**53 in many parsers; PostgreSQL reads them into NUMERIC exactly).
@@ -14,30 +15,14 @@ from typing import Any
 import orjson
 from sqlalchemy import text
 
-from services.adapters.projection.batch_plan import BatchPlan
 from services.adapters.projection.tables import quoted_schema
-from services.domain.directory import DeviceRecord, Outcome
-from services.domain.events import DeviceHealthObserved, PodsListed
+from services.domain.directory import DeviceRecord
 
-_DEVICE_COLUMNS = (
-    "node, resource_id, resource_name, source, health, raw_health, message, status_version, "
-    "ordered, last_observed_at, last_transition_at, allocations, flags"
-)
 _DEVICE_RECORDSET = (
     "jsonb_to_recordset(CAST(:rows AS jsonb)) AS u(node text, resource_id text, "
     "resource_name text, source text, health text, raw_health text, message text, "
     "status_version numeric, last_observed_at timestamptz, last_transition_at timestamptz, "
     "allocations jsonb, flags text[])"
-)
-_HISTORY_COLUMNS = (
-    'topic, "partition", "offset", node, resource_id, kind, health, status_version, '
-    "observed_at, transition, pod_uid, namespace, pod_name, message, raw_health, frozen"
-)
-_HISTORY_RECORDSET = (
-    'jsonb_to_recordset(CAST(:rows AS jsonb)) AS u(topic text, "partition" integer, '
-    '"offset" bigint, node text, resource_id text, kind text, health text, '
-    "status_version numeric, observed_at timestamptz, transition boolean, pod_uid text, "
-    "namespace text, pod_name text, message text, raw_health text, frozen boolean)"
 )
 # One lateral index probe per key (or per released Pod), whatever the planner's statistics say
 # about a young table; keys are sorted, so rows are locked in key order.
@@ -79,30 +64,11 @@ class BatchStatements:
             "SELECT x.* FROM unnest(CAST(:nodes AS text[])) AS k(node) "
             f"CROSS JOIN LATERAL ({by_node}) AS x"
         )
-        # Version guard: an observation overwrites only an older (or unordered, rank 0) state.
-        self.upsert_observed = text(
-            f"INSERT INTO {s}.devices AS d ({_DEVICE_COLUMNS}) "
-            "SELECT u.node, u.resource_id, u.resource_name, u.source, u.health, u.raw_health, "
-            "u.message, u.status_version, u.status_version IS NOT NULL, u.last_observed_at, "
-            f"u.last_transition_at, u.allocations, u.flags FROM {_DEVICE_RECORDSET} "
-            "ON CONFLICT (node, resource_id) DO UPDATE SET "
-            "resource_name = EXCLUDED.resource_name, source = EXCLUDED.source, "
-            "health = EXCLUDED.health, raw_health = EXCLUDED.raw_health, "
-            "message = EXCLUDED.message, status_version = EXCLUDED.status_version, "
-            "ordered = EXCLUDED.ordered, last_observed_at = EXCLUDED.last_observed_at, "
-            "last_transition_at = EXCLUDED.last_transition_at, "
-            "allocations = EXCLUDED.allocations, flags = EXCLUDED.flags "
-            "WHERE COALESCE(d.status_version, 0) < COALESCE(EXCLUDED.status_version, 0)"
-        )
         # A release changes allocations only, of the state the fold saw (same status_version).
         self.update_released = text(
             f"UPDATE {s}.devices AS d SET allocations = u.allocations FROM {_DEVICE_RECORDSET} "
             "WHERE d.node = u.node AND d.resource_id = u.resource_id "
             "AND d.status_version IS NOT DISTINCT FROM u.status_version"
-        )
-        self.insert_history = text(
-            f"INSERT INTO {s}.device_history ({_HISTORY_COLUMNS}) "
-            f"SELECT {_HISTORY_COLUMNS} FROM {_HISTORY_RECORDSET} ON CONFLICT DO NOTHING"
         )
         self.lock_progress = text(
             f'SELECT p.topic, p."partition", p."offset", p.last_event_at '
@@ -172,47 +138,3 @@ def device_rows(records: Iterable[DeviceRecord]) -> dict[str, str]:
             for r in records
         ]
     )
-
-
-def history_rows(plan: BatchPlan) -> dict[str, str]:
-    """The ``:rows`` parameter of ``insert_history``: one object per change of the plan."""
-    rows: list[dict[str, Any]] = []
-    append = rows.append
-    for position, change, event in plan.history:
-        version = event.status_version
-        frozen = change.outcome is Outcome.FROZEN
-        common: dict[str, Any] = {
-            "topic": position.topic,
-            "partition": position.partition,
-            "offset": position.offset,
-            "node": change.key[0],
-            "resource_id": change.key[1],
-            # A frozen Healthy leaves the device as it was: its row keeps what it said.
-            "health": event.health
-            if isinstance(event, DeviceHealthObserved) and frozen
-            else change.record.health,
-            "status_version": None if version is None else str(version),
-            "observed_at": event.observed_at,
-            "transition": change.transition,
-            "frozen": frozen,
-        }
-        if not isinstance(event, PodsListed):
-            common["pod_uid"] = event.pod_uid
-            common["namespace"] = event.namespace
-            common["pod_name"] = event.pod_name
-        if isinstance(event, PodsListed):
-            # A snapshot has no Pod of its own: the row names the Pod(s) it released.
-            gone = change.released
-            common["pod_uid"] = ",".join(a.pod_uid for a in gone)
-            common["namespace"] = ",".join(dict.fromkeys(a.namespace for a in gone))
-            common["pod_name"] = ",".join(a.pod_name for a in gone)
-        if isinstance(event, DeviceHealthObserved):
-            common["kind"] = "observed"
-            common["message"] = event.message
-            common["raw_health"] = event.raw_health
-        else:
-            common["kind"] = "released"
-            common["message"] = None
-            common["raw_health"] = None
-        append(common)
-    return _json_rows(rows)

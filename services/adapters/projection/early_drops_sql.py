@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.adapters.projection.batch_sql import BatchStatements
-from services.adapters.projection.rows import record_from_row
+from services.adapters.projection.rows import records_from_rows
 from services.domain.early_drops import EarlyDropsUnjustified, unjustified_drops
 from services.domain.events import DeviceHealthObserved
 from services.domain.log import LoggedEvent
@@ -29,7 +29,7 @@ async def check_early_drops(
     )
     params = {"nodes": [n for n, _ in keys], "ids": [i for _, i in keys]}
     result = await conn.execute(sql.lock_by_key, params)
-    committed = {r.key: r.status_version for r in map(record_from_row, result)}
+    committed = {r.key: r.status_version for r in records_from_rows(result)}
     unexplained = unjustified_drops(dropped, records, committed)
     if unexplained:
         raise EarlyDropsUnjustified(unexplained)

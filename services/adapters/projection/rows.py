@@ -9,7 +9,7 @@ versions are decimal integers (``NUMERIC(39,0)``, decimal strings inside JSON).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -100,6 +100,54 @@ def record_from_row(row: Sequence[Any]) -> DeviceRecord:
         allocations=tuple(_allocation_from_json(a) for a in allocations),
         flags=tuple(flags),
     )
+
+
+def records_from_rows(rows: Iterable[Sequence[Any]]) -> list[DeviceRecord]:
+    """:func:`record_from_row` of each of ``rows``, the ``allocations`` JSON text decoded once per
+    distinct value (a Pod's devices share one: their ``Allocation`` objects are then shared too,
+    which is safe, they are immutable). Raises what :func:`record_from_row` raises."""
+    decoded: dict[Any, tuple[Allocation, ...]] = {}
+    out: list[DeviceRecord] = []
+    append = out.append
+    for row in rows:
+        (
+            node,
+            resource_id,
+            resource_name,
+            source,
+            health,
+            raw_health,
+            message,
+            status_version,
+            _ordered,
+            last_observed_at,
+            last_transition_at,
+            allocations,
+            flags,
+        ) = row
+        held = decoded.get(allocations) if isinstance(allocations, str) else None
+        if held is None:
+            parsed = orjson.loads(allocations) if isinstance(allocations, str) else allocations
+            held = tuple(_allocation_from_json(a) for a in parsed)
+            if isinstance(allocations, str):
+                decoded[allocations] = held
+        append(
+            DeviceRecord(
+                node=node,
+                resource_id=resource_id,
+                resource_name=resource_name,
+                source=SOURCE[source],
+                health=HEALTH[health],
+                raw_health=raw_health,
+                message=message,
+                status_version=None if status_version is None else int(status_version),
+                last_observed_at=last_observed_at,
+                last_transition_at=last_transition_at,
+                allocations=held,
+                flags=tuple(flags),
+            )
+        )
+    return out
 
 
 def history_from_row(row: Any) -> HistoryEntry:

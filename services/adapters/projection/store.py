@@ -3,8 +3,11 @@
 :meth:`ProjectionStore.apply_batch` is the only writer. In one transaction it locks the rows the
 batch touches, runs the pure :func:`services.domain.directory.apply_event` over the batch in log
 order in memory (:mod:`services.adapters.projection.batch_plan`: any batch split gives the same
-rows as one-by-one processing), then writes the changed devices, their history rows and the
-partition progress with one set-based statement each (:mod:`services.adapters.projection.batch_sql`).
+rows as one-by-one processing), then writes the changed devices and their history rows by binary COPY into session temporary
+tables merged by one statement (:mod:`services.adapters.projection.batch_copy`), the released
+devices and the partition progress with one set-based statement each
+(:mod:`services.adapters.projection.batch_sql`); the reads and locks at the transaction's start
+are in :mod:`services.adapters.projection.batch_reads`.
 Redelivered observations are duplicates or stale in the fold, and history rows are keyed by log
 position (``ON CONFLICT DO NOTHING``), so at-least-once delivery never writes history twice. An
 ``ON CONFLICT`` version guard backs up the row locks: a write the guard refuses raises
@@ -18,11 +21,18 @@ objects in UTC. Status versions are ``int`` (``NUMERIC(39,0)``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from services.adapters.projection.batch_copy import (
+    CopyStatements,
+    device_tuples,
+    history_tuples,
+    write_rows,
+)
 from services.adapters.projection.batch_plan import (
     BatchPlan,
     applied_positions,
@@ -31,9 +41,15 @@ from services.adapters.projection.batch_plan import (
     progress_params,
     recorded_offsets,
 )
+from services.adapters.projection.batch_reads import (
+    lock_devices,
+    lock_progress,
+    locked_within_ceiling,
+    workload_inputs,
+)
 from services.adapters.projection.batch_result import BatchStats as BatchStats
 from services.adapters.projection.batch_result import PreparedBatch, batch_stats
-from services.adapters.projection.batch_sql import BatchStatements, device_rows, history_rows
+from services.adapters.projection.batch_sql import BatchStatements, device_rows
 from services.adapters.projection.cache import DeviceCache
 from services.adapters.projection.early_drops_sql import check_early_drops
 from services.adapters.projection.errors import ProjectionConflictError
@@ -58,17 +74,13 @@ from services.adapters.projection.retention_sql import (
     batch_event_times,
     prune_history,
 )
-from services.adapters.projection.rows import record_from_row
 from services.adapters.projection.tombstone_sql import (
     TombstoneStatements,
-    load_tombstones,
     write_tombstones,
 )
 from services.adapters.projection.workload_sql import (
     WorkloadStatements,
     fresh_rows,
-    governed_names,
-    stored_facts,
     write_workloads,
 )
 from services.domain.adoption.failure_forward import forwarded_failures
@@ -81,13 +93,9 @@ from services.domain.batch import (
     RecordsAfterGap,
     find_gaps,
 )
-from services.domain.device_ceiling import OverCeiling, new_device_nodes, within_ceiling
-from services.domain.directory import DeviceKey, DeviceRecord
-from services.domain.events import DeviceHealthObserved, PodsListed
-from services.domain.log import LoggedEvent, LogPosition
-from services.domain.tombstones import Tombstone
-from services.domain.workloads.events import PodWorkloadObserved
-from services.domain.workloads.on_device import WorkloadFacts, rekeys, workloads_on_devices
+from services.domain.device_ceiling import new_device_nodes, within_ceiling
+from services.domain.log import LogPosition
+from services.domain.workloads.on_device import rekeys, workloads_on_devices
 
 
 class ProjectionStore:
@@ -101,6 +109,7 @@ class ProjectionStore:
         self._engine = engine
         self._schema = schema
         self._sql = BatchStatements(schema)
+        self._copy = CopyStatements(schema)
         self._tombstones = TombstoneStatements(schema)
         self._retention = RetentionStatements(schema)
         self._workloads = WorkloadStatements(schema)
@@ -167,7 +176,7 @@ class ProjectionStore:
         inventory_items = batch.inventory
         async with self._engine.begin() as conn:
             parts = batch.partitions()
-            applied_through, last_event_at = await self._lock_progress(conn, parts)
+            applied_through, last_event_at = await lock_progress(conn, self._sql, parts)
             gaps = find_gaps(batch, applied_through)
             if gaps:
                 raise RecordsAfterGap(gaps)  # rolls back: nothing of the batch is written
@@ -184,17 +193,17 @@ class ProjectionStore:
                 await check_early_drops(conn, self._sql, dropped, records)
             workloads = [(p, w) for p, w in batch.workloads if fresh_position(p)]
             held = [(w.node, w.pod_uid) for _, w in workloads] if before_commit else []
-            current, tombstones = await self._lock_devices(conn, records, held)
-            applied, refused = await self._within_ceiling(conn, records, current, batch)
+            current, tombstones = await lock_devices(
+                conn, self._sql, self._tombstones, records, held
+            )
+            applied, refused = await locked_within_ceiling(conn, self._sql, records, current, batch)
             plan = plan_batch(current, applied, tombstones)
             joined = None
             if before_commit is not None:  # read before this batch writes them
-                joined = await self._workload_inputs(
-                    conn, current, plan, workloads, inventory_items is not None
+                joined = await workload_inputs(
+                    conn, self._workloads, current, plan, workloads, inventory_items is not None
                 )
-            written = await self._write_devices(conn, plan)
-            if plan.history:
-                await conn.execute(self._sql.insert_history, history_rows(plan))
+            written = await self._write_rows(conn, *_device_rows(plan), len(plan.written))
             await write_tombstones(conn, self._tombstones, plan.tombstones)
             times = [(p, t) for p, t in batch.event_times if fresh_position(p)]
             progress = progress_params(records, batch.highwaters, batch.consumed_through, times)
@@ -302,8 +311,7 @@ class ProjectionStore:
             inventory = self.inventory.fold_owned(
                 fresh_items(batch.inventory, recorded), applied_positions(plan), clock, allocated
             )
-        observed = [r for k, r in plan.written.items() if k in plan.observed]
-        released = [r for k, r in plan.written.items() if k not in plan.observed]
+        observed_rows, released_rows, history = _device_rows(plan)
         progress = progress_params(fresh, batch.highwaters, batch.consumed_through, times)
         offsets = {
             (topic, partition): offset
@@ -319,9 +327,9 @@ class ProjectionStore:
             written=plan.written,
             offsets=offsets,
             stats=batch_stats(plan, len(plan.written), len(records) - len(fresh), len(refused)),
-            observed_rows=device_rows(observed) if observed else None,
-            released_rows=device_rows(released) if released else None,
-            history_rows=history_rows(plan) if plan.history else None,
+            observed_rows=observed_rows,
+            released_rows=released_rows,
+            history_rows=history,
             progress=progress,
             inventory=inventory,
             tombstones=plan.tombstones or None,
@@ -334,12 +342,14 @@ class ProjectionStore:
         version guard refuses a device write (rolled back), and SQLAlchemy's ``DBAPIError``
         family for database failures (rolled back)."""
         async with self._engine.begin() as conn:
-            await self._write_device_rows(
-                conn, prepared.observed_rows, prepared.released_rows, len(prepared.written)
-            )
-            if prepared.history_rows is not None:
-                await conn.execute(self._sql.insert_history, prepared.history_rows)
             await conn.execute(self._sql.upsert_progress, prepared.progress)
+            await self._write_rows(
+                conn,
+                prepared.observed_rows,
+                prepared.released_rows,
+                prepared.history_rows,
+                len(prepared.written),
+            )
             if prepared.inventory is not None:
                 await write_plan(conn, self.inventory.sql, prepared.inventory)
             if prepared.tombstones:
@@ -358,124 +368,19 @@ class ProjectionStore:
         async with self._engine.begin() as conn:
             await prune_history(conn, self._retention, watermarks, retention_seconds)
 
-    async def _lock_progress(
-        self, conn: AsyncConnection, partitions: Iterable[Partition]
-    ) -> tuple[dict[Partition, int], dict[Partition, datetime]]:
-        """The recorded offset and newest event time of each of ``partitions`` (those with a
-        value), rows locked until commit."""
-        parts = sorted(set(partitions))
-        if not parts:
-            return {}, {}
-        result = await conn.execute(
-            self._sql.lock_progress,
-            {"topic": [t for t, _ in parts], "partition": [p for _, p in parts]},
-        )
-        offsets: dict[Partition, int] = {}
-        times: dict[Partition, datetime] = {}
-        for topic, partition, offset, last_event_at in result:
-            if offset is not None:
-                offsets[(topic, partition)] = offset
-            if last_event_at is not None:
-                times[(topic, partition)] = last_event_at
-        return offsets, times
-
-    async def _within_ceiling(
+    async def _write_rows(
         self,
         conn: AsyncConnection,
-        records: Sequence[LoggedEvent],
-        current: dict[DeviceKey, DeviceRecord],
-        batch: LoggedBatch,
-    ) -> tuple[list[LoggedEvent], list[OverCeiling]]:
-        """:func:`~services.domain.device_ceiling.within_ceiling` over the locked rows, with the
-        device counts of the nodes that get a new device (one query; none without a ceiling)."""
-        ceiling = batch.max_devices_per_node
-        if ceiling is None:
-            return list(records), []
-        nodes = new_device_nodes(records, current.__contains__)
-        counts: dict[str, int] = {}
-        if nodes:
-            result = await conn.execute(self._sql.count_by_node, {"nodes": sorted(nodes)})
-            counts = {node: int(count) for node, count in result}
-        return within_ceiling(records, current.__contains__, counts, ceiling)
-
-    async def _workload_inputs(
-        self,
-        conn: AsyncConnection,
-        current: Mapping[DeviceKey, DeviceRecord],
-        plan: BatchPlan,
-        workloads: Sequence[tuple[LogPosition, PodWorkloadObserved]],
-        named: bool,
-    ) -> tuple[dict[str, WorkloadFacts], dict[DeviceKey, str]]:
-        """What :func:`workloads_on_devices` reads of the projection at the batch's start: the
-        stored workload facts of every Pod the batch's devices and workload records name, and
-        (``named``: the batch maintains the inventory) the governor's name of those devices."""
-        uids = {w.pod_uid for _, w in workloads}
-        for record in (*current.values(), *plan.written.values()):
-            uids.update(a.pod_uid for a in record.allocations)
-        stored = await stored_facts(conn, self._workloads, uids)
-        keys = current.keys() | plan.written.keys()
-        names = await governed_names(conn, self._workloads, keys) if named else {}
-        return stored, names
-
-    async def _lock_devices(
-        self,
-        conn: AsyncConnection,
-        records: Sequence[LoggedEvent],
-        holders: Iterable[tuple[str, str]] = (),
-    ) -> tuple[dict[DeviceKey, DeviceRecord], dict[str, Tombstone]]:
-        """Lock and load the observed devices (by key), the devices released Pods and the Pods of
-        ``holders`` (``(node, Pod UID)``) hold, every device a Pod holds on a snapshot's node,
-        and the tombstones of the observed Pods."""
-        keys: set[DeviceKey] = set()
-        pods: set[tuple[str, str]] = set(holders)
-        nodes: set[str] = set()
-        uids: set[str] = set()
-        for logged in records:
-            event = logged.event
-            if isinstance(event, DeviceHealthObserved):
-                keys.add(event.device_key)
-                uids.add(event.pod_uid)
-            elif isinstance(event, PodsListed):
-                nodes.add(event.node)
-            else:
-                pods.add((event.node, event.pod_uid))
-        current: dict[DeviceKey, DeviceRecord] = {}
-        if keys:
-            ordered = sorted(keys)
-            params = {"nodes": [n for n, _ in ordered], "ids": [i for _, i in ordered]}
-            result = await conn.execute(self._sql.lock_by_key, params)
-            current.update((r.key, r) for r in map(record_from_row, result))
-        if pods:
-            ordered = sorted(pods)
-            params = {"nodes": [n for n, _ in ordered], "pods": [p for _, p in ordered]}
-            result = await conn.execute(self._sql.lock_by_pod, params)
-            current.update((r.key, r) for r in map(record_from_row, result))
-        if nodes:
-            result = await conn.execute(self._sql.lock_by_node, {"nodes": sorted(nodes)})
-            current.update((r.key, r) for r in map(record_from_row, result))
-        return current, await load_tombstones(conn, self._tombstones, uids)
-
-    async def _write_devices(self, conn: AsyncConnection, plan: BatchPlan) -> int:
-        observed = [r for k, r in plan.written.items() if k in plan.observed]
-        released = [r for k, r in plan.written.items() if k not in plan.observed]
-        return await self._write_device_rows(
-            conn,
-            device_rows(observed) if observed else None,
-            device_rows(released) if released else None,
-            len(plan.written),
-        )
-
-    async def _write_device_rows(
-        self,
-        conn: AsyncConnection,
-        observed: dict[str, str] | None,
+        observed: list[tuple[Any, ...]] | None,
         released: dict[str, str] | None,
+        history: list[tuple[Any, ...]] | None,
         expected: int,
     ) -> int:
-        written = 0
-        if observed is not None:
-            result = await conn.execute(self._sql.upsert_observed, observed)
-            written += result.rowcount
+        """Write the observed device rows and the history rows by COPY and one merge
+        (:mod:`services.adapters.projection.batch_copy`), the released ones by one ``UPDATE``;
+        raise :class:`ProjectionConflictError` when the version guard let fewer than
+        ``expected`` device rows through."""
+        written = await write_rows(conn, self._copy, observed, history)
         if released is not None:
             result = await conn.execute(self._sql.update_released, released)
             written += result.rowcount
@@ -485,3 +390,17 @@ class ProjectionStore:
                 "device writes: a concurrent writer changed them; the batch was rolled back"
             )
         return written
+
+
+def _device_rows(
+    plan: BatchPlan,
+) -> tuple[list[tuple[Any, ...]] | None, dict[str, str] | None, list[tuple[Any, ...]] | None]:
+    """The plan's rows to write: observed devices (stage tuples), released devices (the JSON
+    parameter of ``update_released``), history (stage tuples); ``None`` for an empty set."""
+    observed = [r for k, r in plan.written.items() if k in plan.observed]
+    released = [r for k, r in plan.written.items() if k not in plan.observed]
+    return (
+        device_tuples(observed) if observed else None,
+        device_rows(released) if released else None,
+        history_tuples(plan) if plan.history else None,
+    )
