@@ -6,7 +6,6 @@ interleaving, redelivery or restarts."""
 
 from __future__ import annotations
 
-import random
 from datetime import timedelta
 from typing import Any
 
@@ -19,18 +18,17 @@ from services.domain.adoption.failure_forward import forwarded_failures
 from services.domain.codec import EventDecodeError
 from services.domain.governance.adoption_state import MAX_FAILURES_PER_NODE
 from services.domain.governance.decisions import AlertAction, Decision
-from services.domain.governance.input_codec import decode_input, decode_keyed, encode_input
+from services.domain.governance.input_codec import decode_input, encode_input
 from services.domain.governance.inputs_failures import NodeFailureObserved
-from services.domain.governance.intake import take
-from services.domain.governance.machine import step
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.domain.log import LogPosition
 from services.domain.node_events import WatcherTick
+from tests.adoption.replays import verdict_rows_of_every_seed
 from tests.adoption.test_verdicts import VERDICT, canary, declare, node_facts, verdicts
 from tests.governance.harness import GovernanceRun
 from tests.governance.strategies import at, watermark
-from tests.governance.test_event_order import Log, forwarded_batches
+from tests.governance.test_event_order import Log
 
 WINDOW = GovernancePolicy().adoption.failure_window_seconds
 HOLD_AT = GovernancePolicy().adoption.failures_hold
@@ -208,29 +206,7 @@ def test_any_batching_interleaving_redelivery_or_restart_records_the_same_verdic
             (WatcherTick(1, at(3000)), at(3000)),
         ],
     ]
-    runs = set()
-    for seed in range(16):
-        rng = random.Random(seed)
-        state, policy = GovernorState(), GovernancePolicy()
-        decided: list[Decision] = []
-        for folded in take(state, declare(1), None, policy, step):
-            decided.extend(folded.decisions)
-        for batch in forwarded_batches(logs, rng):
-            for record, key in batch:
-                record, key = decode_keyed(encode_input(record, key))  # over the wire
-                for folded in take(state, record, key, policy, step):
-                    decided.extend(folded.decisions)
-            if rng.random() < 0.3:
-                snap = orjson.loads(orjson.dumps(state.snapshot()))
-                state = GovernorState.restore(
-                    snap["devices"], snap["nodes"], snap["fleet"], policy.heartbeat_grace_seconds
-                )
-        rows = [
-            (d.decision_id, d.at, d.incident, d.alert, orjson.dumps(d.details))
-            for d in decided
-            if d.kind is VERDICT
-        ]
-        runs.add((tuple(rows), orjson.dumps(state.fleet.adoption.to_json())))
+    runs = verdict_rows_of_every_seed(logs, declare(1))
     assert len(runs) == 1
     [(rows, _)] = runs
     summary = [(incident, alert, orjson.loads(details)) for _, _, incident, alert, details in rows]

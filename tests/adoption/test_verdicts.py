@@ -18,7 +18,7 @@ from services.domain.governance.adoption_gate import evaluate
 from services.domain.governance.adoption_verdicts import facts_of
 from services.domain.governance.context import Ctx
 from services.domain.governance.decisions import AlertAction, Decision, DecisionKind, Severity
-from services.domain.governance.input_codec import decode_input, decode_keyed, encode_input
+from services.domain.governance.input_codec import decode_input, encode_input
 from services.domain.governance.inputs import (
     CommandAction,
     GovernanceInput,
@@ -28,15 +28,14 @@ from services.domain.governance.inputs import (
 )
 from services.domain.governance.inputs_adoption import NodeAdoptionFacts
 from services.domain.governance.inputs_failures import NodeFailureObserved
-from services.domain.governance.intake import take
-from services.domain.governance.machine import step
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.domain.node_events import WatcherTick
 from services.processes.alerts.mapping import ActiveAlerts
+from tests.adoption.replays import verdict_rows_of_every_seed
 from tests.governance.harness import GovernanceRun
 from tests.governance.strategies import at, transition, watermark
-from tests.governance.test_event_order import Log, forwarded_batches
+from tests.governance.test_event_order import Log
 
 DRIVER = "gpu.example.com"
 EAST = PoolSelector(driver=DRIVER, pool="east")
@@ -333,29 +332,7 @@ def test_any_batching_interleaving_redelivery_or_restart_records_the_same_verdic
             (WatcherTick(1, at(3000)), at(3000)),
         ],
     ]
-    runs = set()
-    for seed in range(16):
-        rng = random.Random(seed)
-        state, policy = GovernorState(), GovernancePolicy()
-        decided: list[Decision] = []
-        for folded in take(state, declare(1), None, policy, step):
-            decided.extend(folded.decisions)
-        for batch in forwarded_batches(logs, rng):
-            for record, key in batch:
-                record, key = decode_keyed(encode_input(record, key))  # over the wire
-                for folded in take(state, record, key, policy, step):
-                    decided.extend(folded.decisions)
-            if rng.random() < 0.3:
-                snap = orjson.loads(orjson.dumps(state.snapshot()))
-                state = GovernorState.restore(
-                    snap["devices"], snap["nodes"], snap["fleet"], policy.heartbeat_grace_seconds
-                )
-        verdict_rows = [
-            (d.decision_id, d.at, d.incident, d.alert, orjson.dumps(d.details))
-            for d in decided
-            if d.kind is VERDICT
-        ]
-        runs.add((tuple(verdict_rows), orjson.dumps(state.fleet.adoption.to_json())))
+    runs = verdict_rows_of_every_seed(logs, declare(1))
     assert len(runs) == 1
     [(rows, _)] = runs
     assert [(incident, alert) for _, _, incident, alert, _ in rows] == [
