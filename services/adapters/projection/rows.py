@@ -69,6 +69,33 @@ def record_from_row(row: Sequence[Any]) -> DeviceRecord:
     """A :class:`DeviceRecord` from a ``devices`` row in column order (``allocations`` as JSON text
     or already parsed). Raises ``KeyError`` for a health, source or container kind value the model
     lacks (the projection only ever writes model values)."""
+    allocations = row[11]
+    parsed = orjson.loads(allocations) if isinstance(allocations, str) else allocations
+    return _record(row, tuple(_allocation_from_json(a) for a in parsed))
+
+
+def records_from_rows(rows: Iterable[Sequence[Any]]) -> list[DeviceRecord]:
+    """:func:`record_from_row` of each of ``rows``, the ``allocations`` JSON text decoded once per
+    distinct value (a Pod's devices share one: their ``Allocation`` objects are then shared too,
+    which is safe, they are immutable). Raises what :func:`record_from_row` raises."""
+    decoded: dict[str, tuple[Allocation, ...]] = {}
+    out: list[DeviceRecord] = []
+    for row in rows:
+        allocations = row[11]
+        if not isinstance(allocations, str):
+            out.append(record_from_row(row))
+            continue
+        held = decoded.get(allocations)
+        if held is None:
+            held = decoded[allocations] = tuple(
+                _allocation_from_json(a) for a in orjson.loads(allocations)
+            )
+        out.append(_record(row, held))
+    return out
+
+
+def _record(row: Sequence[Any], allocations: tuple[Allocation, ...]) -> DeviceRecord:
+    """The :class:`DeviceRecord` of a ``devices`` row (column order) with its allocations decoded."""
     (
         node,
         resource_id,
@@ -81,11 +108,9 @@ def record_from_row(row: Sequence[Any]) -> DeviceRecord:
         _ordered,
         last_observed_at,
         last_transition_at,
-        allocations,
+        _allocations,
         flags,
     ) = row
-    if isinstance(allocations, str):
-        allocations = orjson.loads(allocations)
     return DeviceRecord(
         node=node,
         resource_id=resource_id,
@@ -97,57 +122,9 @@ def record_from_row(row: Sequence[Any]) -> DeviceRecord:
         status_version=None if status_version is None else int(status_version),
         last_observed_at=last_observed_at,
         last_transition_at=last_transition_at,
-        allocations=tuple(_allocation_from_json(a) for a in allocations),
+        allocations=allocations,
         flags=tuple(flags),
     )
-
-
-def records_from_rows(rows: Iterable[Sequence[Any]]) -> list[DeviceRecord]:
-    """:func:`record_from_row` of each of ``rows``, the ``allocations`` JSON text decoded once per
-    distinct value (a Pod's devices share one: their ``Allocation`` objects are then shared too,
-    which is safe, they are immutable). Raises what :func:`record_from_row` raises."""
-    decoded: dict[Any, tuple[Allocation, ...]] = {}
-    out: list[DeviceRecord] = []
-    append = out.append
-    for row in rows:
-        (
-            node,
-            resource_id,
-            resource_name,
-            source,
-            health,
-            raw_health,
-            message,
-            status_version,
-            _ordered,
-            last_observed_at,
-            last_transition_at,
-            allocations,
-            flags,
-        ) = row
-        held = decoded.get(allocations) if isinstance(allocations, str) else None
-        if held is None:
-            parsed = orjson.loads(allocations) if isinstance(allocations, str) else allocations
-            held = tuple(_allocation_from_json(a) for a in parsed)
-            if isinstance(allocations, str):
-                decoded[allocations] = held
-        append(
-            DeviceRecord(
-                node=node,
-                resource_id=resource_id,
-                resource_name=resource_name,
-                source=SOURCE[source],
-                health=HEALTH[health],
-                raw_health=raw_health,
-                message=message,
-                status_version=None if status_version is None else int(status_version),
-                last_observed_at=last_observed_at,
-                last_transition_at=last_transition_at,
-                allocations=held,
-                flags=tuple(flags),
-            )
-        )
-    return out
 
 
 def history_from_row(row: Any) -> HistoryEntry:
