@@ -29,6 +29,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.adapters.projection.batch_plan import BatchPlan
+from services.adapters.projection.rows import allocation_to_json
 from services.adapters.projection.tables import quoted_schema
 from services.domain.directory import Allocation, DeviceRecord, Outcome
 from services.domain.events import DeviceHealthObserved, PodsListed
@@ -168,25 +169,7 @@ async def write_rows(
 
 
 def _allocations_json(allocations: tuple[Allocation, ...]) -> str:
-    return orjson.dumps(
-        [
-            {
-                "podUID": a.pod_uid,
-                "namespace": a.namespace,
-                "podName": a.pod_name,
-                "containers": [{"name": c.name, "kind": c.kind} for c in a.containers],
-                "claim": None
-                if (claim := a.claim) is None
-                else {
-                    "podClaimName": claim.pod_claim_name,
-                    "request": claim.request,
-                    "resourceClaimName": claim.resource_claim_name,
-                },
-                "statusVersion": None if a.status_version is None else str(a.status_version),
-            }
-            for a in allocations
-        ]
-    ).decode()
+    return orjson.dumps([allocation_to_json(a) for a in allocations]).decode()
 
 
 def array_literal(values: Sequence[str]) -> str:

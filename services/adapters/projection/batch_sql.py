@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 from sqlalchemy import text
 
+from services.adapters.projection.rows import allocation_to_json
 from services.adapters.projection.tables import quoted_schema
 from services.domain.directory import DeviceRecord
 
@@ -114,25 +115,7 @@ def device_rows(records: Iterable[DeviceRecord]) -> dict[str, str]:
                 "status_version": None if r.status_version is None else str(r.status_version),
                 "last_observed_at": r.last_observed_at,
                 "last_transition_at": r.last_transition_at,
-                "allocations": [
-                    {
-                        "podUID": a.pod_uid,
-                        "namespace": a.namespace,
-                        "podName": a.pod_name,
-                        "containers": [{"name": c.name, "kind": c.kind} for c in a.containers],
-                        "claim": None
-                        if (claim := a.claim) is None
-                        else {
-                            "podClaimName": claim.pod_claim_name,
-                            "request": claim.request,
-                            "resourceClaimName": claim.resource_claim_name,
-                        },
-                        "statusVersion": None
-                        if a.status_version is None
-                        else str(a.status_version),
-                    }
-                    for a in r.allocations
-                ],
+                "allocations": [allocation_to_json(a) for a in r.allocations],
                 "flags": r.flags,
             }
             for r in records

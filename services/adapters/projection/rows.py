@@ -32,13 +32,13 @@ def _version_text(version: int | None) -> str | None:
 
 def allocation_to_json(allocation: Allocation) -> dict[str, Any]:
     """The JSON object of one allocation in ``devices.allocations`` (camelCase, statusVersion as a
-    decimal string)."""
+    decimal string; the container kind is the enum member, which orjson writes as its value)."""
     claim = allocation.claim
     return {
         "podUID": allocation.pod_uid,
         "namespace": allocation.namespace,
         "podName": allocation.pod_name,
-        "containers": [{"name": c.name, "kind": c.kind.value} for c in allocation.containers],
+        "containers": [{"name": c.name, "kind": c.kind} for c in allocation.containers],
         "claim": None
         if claim is None
         else {
