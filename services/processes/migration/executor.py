@@ -33,12 +33,11 @@ from services.processes.migration.api import (
 from services.processes.migration.events import (
     EVENT_REASON,
     EVICTION_REASON,
-    event_body,
     eviction_message,
     evidence_message,
 )
 from services.processes.migration.kube import MigrationPods
-from services.processes.migration.marker import eviction_marked
+from services.processes.migration.marker import eviction_marked, write_event
 from services.processes.migration.metrics import ExecutorMetrics
 from services.processes.migration.plan import (
     ACTIONABLE_PHASES,
@@ -305,7 +304,9 @@ class MigrationExecutor:
                 continue
             await self._serving_off(m, pod)
             if not self.dry_run:  # first the marker: it outlives the Pod (see below)
-                await self._event(m, pod, "Normal", EVICTION_REASON, eviction_message(m))
+                await write_event(
+                    self.pods, m, pod, "Normal", EVICTION_REASON, eviction_message(m), self.clock()
+                )
             self._do(f"evict {meta['namespace']}/{meta['name']} (policy/v1 Eviction)")
             try:
                 await self.pods.evict_pod(
@@ -388,16 +389,6 @@ class MigrationExecutor:
         self._do(f"write a Warning Event {EVENT_REASON} on {meta['namespace']}/{meta['name']}")
         if self.dry_run:
             return
-        await self._event(m, pod, "Warning", EVENT_REASON, evidence_message(m))
-
-    async def _event(
-        self, m: MigrationView, pod: dict[str, Any], kind: str, reason: str, message: str
-    ) -> None:
-        try:
-            await self.pods.create_event(
-                pod["metadata"]["namespace"],
-                event_body(m, pod, kind, reason, message, self.clock()),
-            )
-        except KubeApiError as exc:
-            if exc.status != 409:  # 409: written by an earlier pass
-                raise
+        await write_event(
+            self.pods, m, pod, "Warning", EVENT_REASON, evidence_message(m), self.clock()
+        )

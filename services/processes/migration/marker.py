@@ -1,4 +1,5 @@
-"""Whether the Pods of a migration were evicted by an executor killed before its report.
+"""The Events the executor writes on a migration's Pods, and whether the Pods of a migration
+were evicted by an executor killed before its report.
 
 Just before each eviction the executor writes a Normal Event on the Pod (:mod:`.events`), named
 after the Pod, the migration and the reason: a restarted executor that finds every Pod gone
@@ -10,6 +11,7 @@ server's ``--event-ttl`` (1 h by default).
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from services.adapters.kube.errors import KubeApiError
 from services.processes.migration.events import EVICTION_REASON, event_body, eviction_message
@@ -30,3 +32,25 @@ async def eviction_marked(pods: MigrationPods, m: MigrationView, now: datetime) 
                 return True
             raise
     return False
+
+
+async def write_event(
+    pods: MigrationPods,
+    m: MigrationView,
+    pod: dict[str, Any],
+    kind: str,
+    reason: str,
+    message: str,
+    now: datetime,
+) -> None:
+    """Create the core/v1 Event ``reason`` of ``m`` on ``pod`` (``kind``: ``Normal`` or
+    ``Warning``; ``now``: UTC). An existing one (409: written by an earlier pass, the name is
+    the Pod's, the migration's and the reason's) is left as it is; any other refusal raises
+    :class:`KubeApiError`."""
+    try:
+        await pods.create_event(
+            pod["metadata"]["namespace"], event_body(m, pod, kind, reason, message, now)
+        )
+    except KubeApiError as exc:
+        if exc.status != 409:
+            raise
