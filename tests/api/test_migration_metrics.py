@@ -104,3 +104,32 @@ async def test_without_the_table_the_read_is_down(
         body = (await client.get("/metrics")).text
     assert "devicestate_api_migrations_up 0.0" in body
     assert "devicestate_migrations_total" not in body
+
+
+async def test_one_api_folds_only_the_new_decisions_and_starts_again_after_a_rebuild(
+    engine: AsyncEngine, fresh_schema: str, make_api: ApiFactory, governor: Governor
+) -> None:
+    """One API process scraped between the writes (it folds only what was written since) serves
+    what a fresh process computes from the whole table; a table rebuilt shorter (a replay into
+    an emptied projection) is folded again from its first decision, not added to the old."""
+    run = GovernanceRun(policy=POLICY)
+    cut: dict[str, int] = {}
+    scenario(run, lambda step: cut.setdefault(step, len(run.decisions)))
+    async with make_api() as client:
+
+        async def scraped() -> dict[Any, float]:
+            response = await client.get("/metrics")
+            assert "devicestate_api_migrations_up 1.0" in response.text
+            return samples(response.text)
+
+        await write(governor, run.decisions[: cut["deferred"]])
+        early = await scraped()
+        await write(governor, run.decisions[cut["deferred"] :])
+        assert await scraped() == await scrape(make_api)  # incremental == whole
+        total = ("devicestate_migrations_total",)
+        assert sum(v for k, v in (await scraped()).items() if k[:1] == total) == 3  # not re-added
+
+        async with engine.begin() as conn:
+            await conn.execute(text(f'TRUNCATE "{fresh_schema}".governance_decisions'))
+        await write(governor, run.decisions[: cut["deferred"]])
+        assert await scraped() == early

@@ -5,11 +5,14 @@ numbers from a governor restored in the middle of the run (a restart, a replay).
 
 from __future__ import annotations
 
+import random
+
 from services.domain.governance.state import GovernorState
 from services.domain.migration.metrics import (
     CHECKPOINT_BUCKETS,
     QUARANTINE_RELEASED,
     QUARANTINED,
+    MetricsFold,
     MigrationFact,
     fold,
     histogram,
@@ -92,3 +95,21 @@ def test_histogram_buckets_are_cumulative() -> None:
     assert h.buckets[0] == (5.0, 1) and h.buckets[2] == (30.0, 2)
     assert h.buckets[-2] == (3600.0, 2) and h.buckets[-1] == (float("inf"), 3)
     assert (h.total, h.count) == (5031.0, 3)
+
+
+def test_the_decisions_fed_in_any_parts_give_the_metrics_of_one_fold() -> None:
+    """The API folds only the decisions written since its last scrape (MetricsFold): cut the
+    scenario's decisions at random places, read the metrics between the parts (a scrape), and
+    the last read equals one fold of them all, the watermark included."""
+    facts = facts_of(scenario().decisions)
+    whole = fold(facts, watermark=at(200))
+    for seed in range(20):
+        rng = random.Random(seed)
+        cuts = sorted(rng.sample(range(len(facts) + 1), rng.randint(1, min(6, len(facts)))))
+        folded, start = MetricsFold(), 0
+        for cut in [*cuts, len(facts)]:
+            folded.add(facts[start:cut])
+            folded.metrics(watermark=at(100))  # a scrape between the parts changes nothing
+            start = cut
+        assert folded.metrics(watermark=at(200)) == whole
+    assert whole.outcomes and whole.checkpoint_seconds  # the scenario has something to count

@@ -177,44 +177,82 @@ class _Idle:
         return total
 
 
+class MetricsFold:
+    """The fold of :func:`fold`, fed in parts: :meth:`add` the decisions in log order, as they
+    are written, and :meth:`metrics` at any time; the API keeps one and reads only the decisions
+    after the last it read (a scrape costs the new decisions, not the whole log). Feeding the
+    facts in any number of parts gives the same metrics as one :func:`fold` of all of them."""
+
+    def __init__(self) -> None:
+        self._out = MigrationMetrics()
+        self._idle = _Idle()
+        self._requested: dict[str, datetime] = {}
+        self._released: dict[str, datetime] = {}
+        self._waiting: dict[str, str] = {}
+        self._newest: datetime | None = None
+
+    def add(self, facts: Iterable[MigrationFact]) -> None:
+        """Fold ``facts``, the decisions after those already added, in log order. Kinds outside
+        :data:`FACT_KINDS` are ignored; nothing raises."""
+        out, requested, released, waiting = (
+            self._out,
+            self._requested,
+            self._released,
+            self._waiting,
+        )
+        for f in facts:
+            self._newest = f.at if self._newest is None or f.at > self._newest else self._newest
+            self._idle.see(f)
+            if not f.migration_id:
+                continue
+            mid, kind = f.migration_id, f.kind
+            waiting.pop(mid, None)
+            if kind == OutcomeKind.DEFERRED.value:
+                out.deferred[f.waiting_for] = out.deferred.get(f.waiting_for, 0) + 1
+                waiting[mid] = f.waiting_for
+            elif kind == OutcomeKind.CHECKPOINT_REQUESTED.value:
+                requested.setdefault(mid, f.at)
+            elif kind == OutcomeKind.CHECKPOINT_COMMITTED.value and mid in requested:
+                out.checkpoint_seconds.append((f.at - requested.pop(mid)).total_seconds())
+            elif kind == OutcomeKind.DEVICE_RELEASED.value:
+                released.setdefault(mid, f.at)
+            elif kind in OUTCOMES:
+                if kind == OutcomeKind.COMPLETED.value and mid in released:
+                    out.rebuild_seconds.append((f.at - released[mid]).total_seconds())
+                released.pop(mid, None)
+                requested.pop(mid, None)
+                reason = f.reason if kind == OutcomeKind.FAILED.value else ""
+                key = (OUTCOMES[kind], reason, f.namespace)
+                out.outcomes[key] = out.outcomes.get(key, 0) + 1
+
+    def metrics(self, watermark: datetime | None = None) -> MigrationMetrics:
+        """The metrics of the decisions added so far (a copy: later :meth:`add` calls do not
+        change it); ``watermark``: the governor's event time (UTC), up to which open idle
+        periods count (the newest decision's time if later)."""
+        newest = self._newest
+        if watermark is not None and (newest is None or watermark > newest):
+            newest = watermark
+        waiting: dict[str, int] = {}
+        for reason in self._waiting.values():
+            waiting[reason] = waiting.get(reason, 0) + 1
+        out = self._out
+        return MigrationMetrics(
+            outcomes=dict(out.outcomes),
+            deferred=dict(out.deferred),
+            waiting=waiting,
+            checkpoint_seconds=list(out.checkpoint_seconds),
+            rebuild_seconds=list(out.rebuild_seconds),
+            idle_gpu_seconds=self._idle.close(newest),
+        )
+
+
 def fold(facts: Iterable[MigrationFact], watermark: datetime | None = None) -> MigrationMetrics:
     """The metrics of ``facts``, given in log order (``governance_decisions`` ``seq``, ``idx``);
     ``watermark``: the governor's event time (UTC), up to which open idle periods count. Kinds
     outside :data:`FACT_KINDS` are ignored; nothing raises."""
-    out = MigrationMetrics()
-    idle = _Idle()
-    requested: dict[str, datetime] = {}
-    released: dict[str, datetime] = {}
-    waiting: dict[str, str] = {}
-    newest = watermark
-    for f in facts:
-        newest = f.at if newest is None or f.at > newest else newest
-        idle.see(f)
-        if not f.migration_id:
-            continue
-        mid, kind = f.migration_id, f.kind
-        waiting.pop(mid, None)
-        if kind == OutcomeKind.DEFERRED.value:
-            out.deferred[f.waiting_for] = out.deferred.get(f.waiting_for, 0) + 1
-            waiting[mid] = f.waiting_for
-        elif kind == OutcomeKind.CHECKPOINT_REQUESTED.value:
-            requested.setdefault(mid, f.at)
-        elif kind == OutcomeKind.CHECKPOINT_COMMITTED.value and mid in requested:
-            out.checkpoint_seconds.append((f.at - requested.pop(mid)).total_seconds())
-        elif kind == OutcomeKind.DEVICE_RELEASED.value:
-            released.setdefault(mid, f.at)
-        elif kind in OUTCOMES:
-            if kind == OutcomeKind.COMPLETED.value and mid in released:
-                out.rebuild_seconds.append((f.at - released[mid]).total_seconds())
-            released.pop(mid, None)
-            requested.pop(mid, None)
-            reason = f.reason if kind == OutcomeKind.FAILED.value else ""
-            key = (OUTCOMES[kind], reason, f.namespace)
-            out.outcomes[key] = out.outcomes.get(key, 0) + 1
-    for reason in waiting.values():
-        out.waiting[reason] = out.waiting.get(reason, 0) + 1
-    out.idle_gpu_seconds = idle.close(newest)
-    return out
+    folded = MetricsFold()
+    folded.add(facts)
+    return folded.metrics(watermark)
 
 
 def namespace_of(pods: object) -> str:

@@ -63,6 +63,7 @@ from services.processes.api.hardening import (
     validation_failed,
 )
 from services.processes.api.idempotency import KeyRegistry
+from services.processes.api.migration_metrics import MigrationMetricsFollower
 from services.processes.api.openapi import install_openapi
 from services.processes.api.readiness import LagReader
 from services.processes.api.routes_ops import GovernanceGaugeCache
@@ -186,7 +187,9 @@ def create_app(settings: ApiProcessSettings, *, clock: Callable[[], datetime] = 
         app.state.workloads = WorkloadReads(engine, settings.database_schema)
         app.state.failures = FailureReads(engine, settings.database_schema)
         app.state.migrations = MigrationReads(engine, settings.database_schema)
-        app.state.migration_metrics = MigrationMetricReads(engine, settings.database_schema)
+        app.state.migration_metrics = MigrationMetricsFollower(
+            MigrationMetricReads(engine, settings.database_schema)
+        )
         publisher = CommandPublisher(settings)
         app.state.publisher = publisher
         app.state.lag = LagReader.of(settings)

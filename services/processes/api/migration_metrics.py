@@ -1,5 +1,6 @@
 """The migration metrics on the API's ``/metrics`` (issue 13 item 5), computed from the
-projection's governance decisions when scraped (:mod:`services.domain.migration.metrics` has
+projection's governance decisions when scraped (each scrape folds the decisions written since the
+last: :class:`MigrationMetricsFollower`) (:mod:`services.domain.migration.metrics` has
 the definitions): every API replica serves the same values, a restart of the worker or the API
 neither loses nor repeats a count, and a replay rebuilds them.
 
@@ -18,6 +19,7 @@ All durations are seconds of event time.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import structlog
@@ -35,8 +37,8 @@ from services.adapters.projection.migration_metrics_sql import MigrationMetricRe
 from services.domain.migration.metrics import (
     WAITING_REASONS,
     Histogram,
+    MetricsFold,
     MigrationMetrics,
-    fold,
 )
 
 log = structlog.get_logger(__name__)
@@ -98,6 +100,32 @@ class _Migrations(Collector):
         )
 
 
+class MigrationMetricsFollower:
+    """The API process's fold of the migration decisions: each scrape reads only the decisions
+    written after the last one it folded (``governance_decisions`` is append-only in ``(seq,
+    idx)`` order, and a replay writes the same rows at the same positions), so a scrape costs
+    the new decisions, not the whole log. A table behind the position read (rebuilt or emptied)
+    starts the fold again from the first decision."""
+
+    def __init__(self, reads: MigrationMetricReads) -> None:
+        self._reads = reads
+        self._fold = MetricsFold()
+        self._after: tuple[int, int] | None = None
+        self._lock = asyncio.Lock()  # one read at a time: concurrent scrapes fold once
+
+    async def metrics(self) -> MigrationMetrics:
+        """The metrics of every decision so far. Raises what
+        :meth:`MigrationMetricReads.facts` raises (the fold is left as it was)."""
+        async with self._lock:
+            facts, after, watermark, behind = await self._reads.facts(self._after)
+            if behind:
+                self._fold, self._after = MetricsFold(), None
+                facts, after, watermark, _ = await self._reads.facts(None)
+            self._fold.add(facts)
+            self._after = after
+            return self._fold.metrics(watermark)
+
+
 async def migration_metrics(
     request: Request, registry: CollectorRegistry, errors: tuple[type[BaseException], ...]
 ) -> None:
@@ -108,15 +136,17 @@ async def migration_metrics(
         "1 when the API could read the migration decisions for this scrape.",
         registry=registry,
     )
-    reads: MigrationMetricReads | None = getattr(request.app.state, "migration_metrics", None)
-    if reads is None:
+    follower: MigrationMetricsFollower | None = getattr(
+        request.app.state, "migration_metrics", None
+    )
+    if follower is None:
         up.set(0)
         return
     try:
-        facts, watermark = await reads.facts()
+        metrics = await follower.metrics()
     except errors as exc:
         log.warning("migration metrics read failed", error=repr(exc))
         up.set(0)
         return
     up.set(1)
-    registry.register(_Migrations(fold(facts, watermark)))
+    registry.register(_Migrations(metrics))
