@@ -205,8 +205,12 @@ class WatchProcessor:
             if isinstance(e, DeviceHealthObserved | PodDevicesReleased)
         ]
         # Unstorable events (limits.field_violations): one dead letter per Pod, its own bytes.
-        for uid in dict.fromkeys(e.pod_uid for e in events):
-            pod_outcome = Outcome(events=[e for e in events if e.pod_uid == uid])
+        # Grouped by Pod in one pass (a LIST of 20k Pods of 8 GPUs is 160k events).
+        per_pod: dict[str, list[Event | DeviceHealthObservations]] = {}
+        for e in events:
+            per_pod.setdefault(e.pod_uid, []).append(e)
+        for uid, pod_events in per_pod.items():
+            pod_outcome = Outcome(events=pod_events)
             if uid in by_uid:
                 reading, raw = by_uid[uid]
                 _refuse_unstorable(pod_outcome, reading, orjson.dumps(raw), source)
