@@ -258,7 +258,8 @@ async def main_async(count: int, gpus: int, per_node: int, keep: bool) -> int:
             again = time.process_time() - again
             sent = sum(live.summary.events_published.values()) - before
             figures.add(
-                "(d) unchanged re-LIST, CPU", f"{again:.2f} s, {sent:,} records (snapshots)"
+                "(d) the same LIST again, CPU",
+                f"{again:.2f} s, {sent:,} observations and snapshots",
             )
         finally:
             await publisher.close(10.0)
