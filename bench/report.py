@@ -24,6 +24,8 @@ TARGET_GET_P99_INGEST_MS = 25.0
 TARGET_FILTER_RATE = 200.0
 """Scheduler-extender filter calls per second (100 candidate nodes) the p99 target holds at."""
 TARGET_GET_RATE = 1000.0
+TARGET_RSS_PER_DEVICE_BYTES = 1024
+"""The worker's RSS once caught up above its idle RSS, per distinct device (issue 12)."""
 
 
 def verdicts(results: dict[str, Any], events: int) -> list[dict[str, Any]]:
@@ -82,6 +84,23 @@ def verdicts(results: dict[str, Any], events: int) -> list[dict[str, Any]]:
                 "verdict": "-",
             }
         )
+        idle, held, devices = (
+            worker.get("idle_rss_kb"),
+            worker.get("caught_up_rss_kb"),
+            worker.get("devices"),
+        )
+        if idle and held and devices:
+            per_device = round((held - idle) * 1024 / devices)
+            rows.append(
+                {
+                    "figure": "(b) worker RSS above idle, per device",
+                    "value": per_device,
+                    "unit": "bytes",
+                    "ratio": None,
+                    "target": f"<= {TARGET_RSS_PER_DEVICE_BYTES:,} bytes",
+                    "verdict": "PASS" if per_device <= TARGET_RSS_PER_DEVICE_BYTES else "MISS",
+                }
+            )
     replay = results.get("replay")
     if replay and "events_per_second" in replay:
         rows.append(

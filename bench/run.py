@@ -141,6 +141,7 @@ async def main_async(opts: Options) -> int:
                     profile=opts.profile_worker,
                     observations=observations,
                 )
+                w["devices"] = opts.devices
                 if during is not None:
                     results["api_ingest"] = await during
                 run.done.add("worker")

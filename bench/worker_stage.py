@@ -134,6 +134,7 @@ async def run_worker_stage(
     consumed = 0.0
     last_metrics: dict[str, float] = {}
     rss_samples: list[int] = []
+    idle_rss_kb: int | None = None
     last_commit_poll = 0.0
     committed: dict[int, int] = {}
     try:
@@ -154,12 +155,14 @@ async def run_worker_stage(
                             last_metrics, "devicestate_worker_events_consumed_total"
                         )
                     now = time.monotonic()
+                    status = child.sample()
                     if consumed > 0 and first_consumed is None:
                         first_consumed = now
                         cpu.start()
+                    elif first_consumed is None and "VmRSS" in status:
+                        idle_rss_kb = status["VmRSS"]  # started, nothing consumed yet
                     if consumed >= total and consumed_all is None:
                         consumed_all = now
-                    status = child.sample()
                     if "VmRSS" in status:
                         rss_samples.append(status["VmRSS"])
                     if first_consumed is not None and now - last_commit_poll >= 0.25:
@@ -229,6 +232,10 @@ async def run_worker_stage(
         "median_rss_mb": round(sorted(rss_samples)[len(rss_samples) // 2] / 1024, 1)
         if rss_samples
         else None,
+        # The memory figure: what the worker holds once caught up above what it held
+        # started and idle (before its first record), in kB as /proc gives them.
+        "idle_rss_kb": idle_rss_kb,
+        "caught_up_rss_kb": status.get("VmRSS"),
         "cpu_seconds": cpu_used,
         "exit_code": code,
         "stop_seconds": round(stop_seconds, 2),

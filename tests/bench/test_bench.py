@@ -179,3 +179,19 @@ def test_a_training_pod_change_is_one_schema_2_record() -> None:
     assert all(len(r.observations) == 8 for r in records)
     assert [k.decode() for k in workload.keys] == [r.node for r in records]
     assert [o for r in records for o in r.observations] == [decode_event(v) for v in single.values]
+
+
+def test_the_worker_rss_above_idle_is_judged_per_device() -> None:
+    """(held - idle) kB x 1024 / devices against the 1 KiB target; absent without an idle
+    sample (a run of a revision before the figure existed)."""
+    worker = {"events_per_second": 1.0, "peak_rss_mb": 300.0, "devices": 100_000}
+
+    def row(**w: Any) -> dict[str, Any] | None:
+        rows = verdicts({"worker": {**worker, **w}}, 1)
+        return next((r for r in rows if r["figure"].endswith("per device")), None)
+
+    under = row(idle_rss_kb=200_000, caught_up_rss_kb=290_000)  # 90,000 kB over 100k devices
+    assert under is not None and (under["value"], under["verdict"]) == (922, "PASS")
+    over = row(idle_rss_kb=200_000, caught_up_rss_kb=310_000)
+    assert over is not None and (over["value"], over["verdict"]) == (1126, "MISS")
+    assert row() is None
