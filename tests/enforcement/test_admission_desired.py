@@ -59,6 +59,14 @@ def test_only_rolled_back_pools_with_a_device_class_get_a_policy() -> None:
     assert [(s.pool, "DeviceClass" in s.reason) for s in skipped] == [("c", True), ("d", True)]
 
 
+def test_a_pool_whose_name_makes_no_object_name_is_skipped() -> None:
+    # Declared before the API refused such names: the API server would refuse every write.
+    pools = {"a..b": pool("a..b", Phase.ROLLED_BACK), "a.b": pool("a.b", Phase.ROLLED_BACK)}
+    wanted, skipped = desired_policies(pools)
+    assert wanted == [RollbackPolicy("a.b", "gpu.example.com")]
+    assert [s.pool for s in skipped] == ["a..b"] and "object name" in skipped[0].reason
+
+
 def test_the_policy_refuses_claim_creation_for_the_class_only() -> None:
     p = RollbackPolicy("east", "gpu.example.com")
     policy, binding = p.policy(), p.binding()
