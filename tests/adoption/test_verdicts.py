@@ -23,11 +23,13 @@ from services.domain.governance.inputs import (
     CommandAction,
     GovernanceInput,
     InventoryConflict,
+    MergeKey,
     OperatorCommand,
     Role,
 )
 from services.domain.governance.inputs_adoption import NodeAdoptionFacts
 from services.domain.governance.inputs_failures import NodeFailureObserved
+from services.domain.governance.machine import step
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.domain.node_events import WatcherTick
@@ -112,6 +114,36 @@ def test_a_clear_canary_records_expand_once_without_an_alert() -> None:
     run.feed(node_facts("node-a", 20))  # the same facts again: no change, no decision
     run.feed(watermark(30))
     assert len(verdicts(run.decisions)) == 1
+
+
+def keyed(
+    run: GovernanceRun, record: GovernanceInput, t: float, clamped: bool = False
+) -> list[Decision]:
+    """Feed ``record`` as the event-time merge releases it: with a merge key at ``t``."""
+    key = MergeKey(at(t), 0, len(run.records), 0, clamped)
+    decided = step(run.state, record, len(run.records), run.policy, key)
+    run.records.append(record)
+    run.decisions.extend(decided)
+    return decided
+
+
+def test_a_record_whose_observed_at_ran_ahead_takes_its_clamped_time() -> None:
+    # The watcher's clock jumps a year ahead for one record: the merge clamps its key to 40 and
+    # the divergence it reports holds the pool; at 50 the divergence clears with the clock right
+    # again. Dated a year ahead, the held facts would hide that clearing for a year.
+    year = 365 * 86400
+    run = canary()
+    decided = keyed(run, node_facts("node-a", year, divergent=True), 40, clamped=True)
+    assert verdicts(decided) == [("adoption-hold/east", AlertAction.FIRING, "hold")]
+    decided = keyed(run, node_facts("node-a", 50), 50)
+    assert verdicts(decided) == [("adoption-hold/east", AlertAction.RESOLVED, "expand")]
+    # A failure so dated leaves its window as one at 60 does, not a year later.
+    failure = NodeFailureObserved("node-a", at(year), "e1", 5, 5, "retryable", "FailedPrepare")
+    decided = keyed(run, failure, 60, clamped=True)
+    assert verdicts(decided) == [("adoption-hold/east", AlertAction.FIRING, "hold")]
+    window = run.policy.adoption.failure_window_seconds
+    decided = keyed(run, WatcherTick(partition=0, observed_at=at(61 + window)), 61 + window)
+    assert verdicts(decided) == [("adoption-hold/east", AlertAction.RESOLVED, "expand")]
 
 
 def test_an_ownership_conflict_rolls_back_and_its_clearing_expands_again() -> None:
