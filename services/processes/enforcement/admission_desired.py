@@ -38,6 +38,8 @@ LABEL_SELECTOR: Final = (
     "app.kubernetes.io/managed-by=devicestate,devicestate.io/component=adoption-rollback"
 )
 NAME_PREFIX: Final = "devicestate-adoption-rollback-"
+MAX_LABEL_VALUE: Final = 63
+"""The longest label value the API server takes."""
 DEVICE_CLASS_NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 """A DeviceClass name: a DNS subdomain (so it needs no escaping in a CEL string literal)."""
 _LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -76,7 +78,12 @@ class RollbackPolicy:
         return object_name(self.pool)
 
     def labels(self) -> dict[str, str]:
-        return {**LABELS, POOL_LABEL: self.pool, CLASS_LABEL: self.device_class}
+        """Ours, the pool and the class; a class name over :data:`MAX_LABEL_VALUE` characters (a
+        DeviceClass name may have 253) is left out: the API server would refuse the object."""
+        labels = {**LABELS, POOL_LABEL: self.pool}
+        if len(self.device_class) <= MAX_LABEL_VALUE:
+            labels[CLASS_LABEL] = self.device_class
+        return labels
 
     def policy(self) -> dict[str, Any]:
         """The ValidatingAdmissionPolicy manifest."""
