@@ -9,6 +9,7 @@ import random
 
 import orjson
 import pytest
+from pydantic import ValidationError
 
 from services.domain.codec import EventDecodeError
 from services.domain.events import Health
@@ -30,10 +31,11 @@ from services.domain.governance.inputs import (
 from services.domain.governance.inputs_adoption import NodeAdoptionFacts
 from services.domain.governance.inputs_failures import NodeFailureObserved
 from services.domain.governance.machine import step
-from services.domain.governance.policy import GovernancePolicy
+from services.domain.governance.policy import GovernancePolicy, thresholds_from_settings
 from services.domain.governance.state import GovernorState
 from services.domain.node_events import WatcherTick
 from services.processes.alerts.mapping import ActiveAlerts
+from services.runtime.config import AdoptionSettings
 from tests.adoption.replays import verdict_rows_of_every_seed
 from tests.governance.harness import GovernanceRun
 from tests.governance.strategies import at, transition, watermark
@@ -187,6 +189,23 @@ def test_a_leaked_claim_holds_once_event_time_passes_its_threshold() -> None:
     )
     [reason] = [r for r in d.details["reasons"] if r["code"] == "leaked-claims"]
     assert reason["figures"]["leaked"] == 1 and reason["figures"]["oldestSeconds"] == 901.0
+
+
+@pytest.mark.parametrize("seconds", ["inf", "1e12"])
+def test_a_leak_threshold_the_governor_cannot_time_is_refused_at_start(
+    monkeypatch: pytest.MonkeyPatch, seconds: str
+) -> None:
+    # Accepted, it made the governor's leak timer (allocation + threshold) overflow on a pool's
+    # first unreserved claim: the worker's governor failed on that record on every restart.
+    monkeypatch.setenv("DEVICESTATE_ADOPTION_LEAKED_CLAIM_SECONDS", seconds)
+    with pytest.raises(ValidationError, match="adoption_leaked_claim_seconds"):
+        AdoptionSettings()
+    monkeypatch.setenv("DEVICESTATE_ADOPTION_LEAKED_CLAIM_SECONDS", str(366 * 86400))
+    run = canary()
+    run.policy = GovernancePolicy(adoption=thresholds_from_settings(AdoptionSettings()))
+    decided = run.feed(node_facts("node-a", 20, claims=(claim("node-a", "idle", 15),)))
+    assert run.state.fleet.adoption.next_due == at(15 + 366 * 86400)
+    assert verdicts(decided) == []
 
 
 def test_a_reserved_claim_never_leaks() -> None:
