@@ -148,6 +148,16 @@ def test_a_record_whose_observed_at_ran_ahead_takes_its_clamped_time() -> None:
     assert verdicts(decided) == [("adoption-hold/east", AlertAction.RESOLVED, "expand")]
 
 
+def test_a_record_whose_observed_at_went_back_takes_its_event_time() -> None:
+    # The watcher's clock jumps a year back for the record that clears the divergence: its
+    # event time is its partition's (50); dated a year back, it would be ignored as older.
+    run = canary()
+    decided = keyed(run, node_facts("node-a", 40, divergent=True), 40)
+    assert verdicts(decided) == [("adoption-hold/east", AlertAction.FIRING, "hold")]
+    decided = keyed(run, node_facts("node-a", -365 * 86400), 50)
+    assert verdicts(decided) == [("adoption-hold/east", AlertAction.RESOLVED, "expand")]
+
+
 def test_an_ownership_conflict_rolls_back_and_its_clearing_expands_again() -> None:
     run = canary(watermark(20))
     decided = run.feed(conflict("node-a", 20))

@@ -143,11 +143,12 @@ def take(ad: AdoptionGov, ctx: Ctx, record: GovernanceInput, key: MergeKey | Non
 
 
 def _time(observed_at: datetime, key: MergeKey | None) -> datetime:
-    """An input's time in the gate: its ``observedAt``, or its merge key's time when that was
-    clamped (the ``observedAt`` ran ahead of the broker's append time). Else a node's facts dated
-    a year ahead would hide every later change of them, and a failure or a sample so dated would
-    stay in its window for a year."""
-    return key.event_time if key is not None and key.clamped else observed_at
+    """An input's time in the gate: its record's event time, the merge key's (its ``observedAt``
+    bounded by the broker's append time, never before the partition's earlier records), else its
+    ``observedAt``. With the ``observedAt`` of a watcher whose clock jumped, a node's facts dated
+    a year ahead would hide every later change of them (a year back: be ignored), and a failure
+    or a sample so dated would stay in its window for a year (or never enter it)."""
+    return key.event_time if key is not None else observed_at
 
 
 def _may_compare(ad: AdoptionGov, fact: ReadyFact) -> bool:
