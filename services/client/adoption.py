@@ -37,7 +37,7 @@ adoption_app = typer.Typer(
 
 @adoption_app.command("set")
 def adoption_set(
-    pool: Annotated[str, typer.Argument(metavar="POOL", help="The pool's name (a DNS label).")],
+    pool: Annotated[str, typer.Argument(metavar="POOL", help="The pool's name (a DNS subdomain).")],
     phase: Annotated[
         str, typer.Argument(metavar="PHASE", help="plugin, canary, dra or rolled-back.")
     ],

@@ -628,8 +628,10 @@ class AdoptionSettings(SettingsGroup):
     adoption_leaked_claim_seconds: float = Field(
         900.0,
         gt=0,
+        le=366 * 86400,
         description="Seconds of event time a ResourceClaim may stay allocated with no consumer "
-        "reserved (`status.reservedFor` empty) before it counts as leaked.",
+        "reserved (`status.reservedFor` empty) before it counts as leaked (at most 366 days: "
+        "the governor times the leak as a date).",
     )
     adoption_leaked_hold: int = Field(
         1, ge=0, description="Leaked claims in a pool at which the gate says hold."

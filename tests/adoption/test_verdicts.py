@@ -9,6 +9,7 @@ import random
 
 import orjson
 import pytest
+from pydantic import ValidationError
 
 from services.domain.codec import EventDecodeError
 from services.domain.events import Health
@@ -23,15 +24,18 @@ from services.domain.governance.inputs import (
     CommandAction,
     GovernanceInput,
     InventoryConflict,
+    MergeKey,
     OperatorCommand,
     Role,
 )
 from services.domain.governance.inputs_adoption import NodeAdoptionFacts
 from services.domain.governance.inputs_failures import NodeFailureObserved
-from services.domain.governance.policy import GovernancePolicy
+from services.domain.governance.machine import step
+from services.domain.governance.policy import GovernancePolicy, thresholds_from_settings
 from services.domain.governance.state import GovernorState
 from services.domain.node_events import WatcherTick
 from services.processes.alerts.mapping import ActiveAlerts
+from services.runtime.config import AdoptionSettings
 from tests.adoption.replays import verdict_rows_of_every_seed
 from tests.governance.harness import GovernanceRun
 from tests.governance.strategies import at, transition, watermark
@@ -114,6 +118,46 @@ def test_a_clear_canary_records_expand_once_without_an_alert() -> None:
     assert len(verdicts(run.decisions)) == 1
 
 
+def keyed(
+    run: GovernanceRun, record: GovernanceInput, t: float, clamped: bool = False
+) -> list[Decision]:
+    """Feed ``record`` as the event-time merge releases it: with a merge key at ``t``."""
+    key = MergeKey(at(t), 0, len(run.records), 0, clamped)
+    decided = step(run.state, record, len(run.records), run.policy, key)
+    run.records.append(record)
+    run.decisions.extend(decided)
+    return decided
+
+
+def test_a_record_whose_observed_at_ran_ahead_takes_its_clamped_time() -> None:
+    # The watcher's clock jumps a year ahead for one record: the merge clamps its key to 40 and
+    # the divergence it reports holds the pool; at 50 the divergence clears with the clock right
+    # again. Dated a year ahead, the held facts would hide that clearing for a year.
+    year = 365 * 86400
+    run = canary()
+    decided = keyed(run, node_facts("node-a", year, divergent=True), 40, clamped=True)
+    assert verdicts(decided) == [("adoption-hold/east", AlertAction.FIRING, "hold")]
+    decided = keyed(run, node_facts("node-a", 50), 50)
+    assert verdicts(decided) == [("adoption-hold/east", AlertAction.RESOLVED, "expand")]
+    # A failure so dated leaves its window as one at 60 does, not a year later.
+    failure = NodeFailureObserved("node-a", at(year), "e1", 5, 5, "retryable", "FailedPrepare")
+    decided = keyed(run, failure, 60, clamped=True)
+    assert verdicts(decided) == [("adoption-hold/east", AlertAction.FIRING, "hold")]
+    window = run.policy.adoption.failure_window_seconds
+    decided = keyed(run, WatcherTick(partition=0, observed_at=at(61 + window)), 61 + window)
+    assert verdicts(decided) == [("adoption-hold/east", AlertAction.RESOLVED, "expand")]
+
+
+def test_a_record_whose_observed_at_went_back_takes_its_event_time() -> None:
+    # The watcher's clock jumps a year back for the record that clears the divergence: its
+    # event time is its partition's (50); dated a year back, it would be ignored as older.
+    run = canary()
+    decided = keyed(run, node_facts("node-a", 40, divergent=True), 40)
+    assert verdicts(decided) == [("adoption-hold/east", AlertAction.FIRING, "hold")]
+    decided = keyed(run, node_facts("node-a", -365 * 86400), 50)
+    assert verdicts(decided) == [("adoption-hold/east", AlertAction.RESOLVED, "expand")]
+
+
 def test_an_ownership_conflict_rolls_back_and_its_clearing_expands_again() -> None:
     run = canary(watermark(20))
     decided = run.feed(conflict("node-a", 20))
@@ -155,6 +199,23 @@ def test_a_leaked_claim_holds_once_event_time_passes_its_threshold() -> None:
     )
     [reason] = [r for r in d.details["reasons"] if r["code"] == "leaked-claims"]
     assert reason["figures"]["leaked"] == 1 and reason["figures"]["oldestSeconds"] == 901.0
+
+
+@pytest.mark.parametrize("seconds", ["inf", "1e12"])
+def test_a_leak_threshold_the_governor_cannot_time_is_refused_at_start(
+    monkeypatch: pytest.MonkeyPatch, seconds: str
+) -> None:
+    # Accepted, it made the governor's leak timer (allocation + threshold) overflow on a pool's
+    # first unreserved claim: the worker's governor failed on that record on every restart.
+    monkeypatch.setenv("DEVICESTATE_ADOPTION_LEAKED_CLAIM_SECONDS", seconds)
+    with pytest.raises(ValidationError, match="adoption_leaked_claim_seconds"):
+        AdoptionSettings()
+    monkeypatch.setenv("DEVICESTATE_ADOPTION_LEAKED_CLAIM_SECONDS", str(366 * 86400))
+    run = canary()
+    run.policy = GovernancePolicy(adoption=thresholds_from_settings(AdoptionSettings()))
+    decided = run.feed(node_facts("node-a", 20, claims=(claim("node-a", "idle", 15),)))
+    assert run.state.fleet.adoption.next_due == at(15 + 366 * 86400)
+    assert verdicts(decided) == []
 
 
 def test_a_reserved_claim_never_leaks() -> None:

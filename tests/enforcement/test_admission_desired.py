@@ -59,6 +59,26 @@ def test_only_rolled_back_pools_with_a_device_class_get_a_policy() -> None:
     assert [(s.pool, "DeviceClass" in s.reason) for s in skipped] == [("c", True), ("d", True)]
 
 
+def test_a_pool_whose_name_makes_no_object_name_is_skipped() -> None:
+    # Declared before the API refused such names: the API server would refuse every write.
+    pools = {"a..b": pool("a..b", Phase.ROLLED_BACK), "a.b": pool("a.b", Phase.ROLLED_BACK)}
+    wanted, skipped = desired_policies(pools)
+    assert wanted == [RollbackPolicy("a.b", "gpu.example.com")]
+    assert [s.pool for s in skipped] == ["a..b"] and "object name" in skipped[0].reason
+
+
+def test_a_device_class_too_long_for_a_label_value_is_not_a_label() -> None:
+    # A DeviceClass name is a DNS subdomain of up to 253 characters, a label value at most 63.
+    long_class = f"{'a' * 40}.{'b' * 40}.example.com"
+    [wanted], _ = desired_policies({"east": pool("east", Phase.ROLLED_BACK, long_class)})
+    for kind in ("policy", "binding"):
+        labels = wanted.manifest(kind)["metadata"]["labels"]  # type: ignore[arg-type]
+        assert all(len(v) <= 63 for v in labels.values())
+        assert labels["devicestate.io/adoption-pool"] == "east"
+    assert long_class in wanted.policy()["spec"]["validations"][0]["expression"]
+    assert plan([wanted], present(wanted)).writes == []  # and it is found equal next pass
+
+
 def test_the_policy_refuses_claim_creation_for_the_class_only() -> None:
     p = RollbackPolicy("east", "gpu.example.com")
     policy, binding = p.policy(), p.binding()

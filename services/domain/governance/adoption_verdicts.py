@@ -21,6 +21,7 @@ and rollback is two decisions: the new incident firing, then the old one resolve
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -48,7 +49,7 @@ from services.domain.governance.adoption_ready import counts_for
 from services.domain.governance.adoption_state import AdoptionGov
 from services.domain.governance.context import Ctx
 from services.domain.governance.decisions import AlertAction, DecisionKind, Severity
-from services.domain.governance.inputs import GovernanceInput, InventoryConflict
+from services.domain.governance.inputs import GovernanceInput, InventoryConflict, MergeKey
 from services.domain.governance.inputs_adoption import NodeAdoptionFacts
 from services.domain.governance.inputs_failures import NodeFailureObserved
 from services.domain.governance.inputs_ready import NodeReadyObserved
@@ -75,9 +76,9 @@ def incident_of(pool: str, verdict: Verdict) -> str | None:
     return None if alert is None else f"{alert[0]}/{pool}"
 
 
-def take(ad: AdoptionGov, ctx: Ctx, record: GovernanceInput) -> bool:
-    """Fold what ``record`` (and the decisions it caused) change in the gate's inputs; ``True``
-    when one changed."""
+def take(ad: AdoptionGov, ctx: Ctx, record: GovernanceInput, key: MergeKey | None = None) -> bool:
+    """Fold what ``record`` (its merge ``key``, if any) and the decisions it caused change in the
+    gate's inputs; ``True`` when one changed."""
     changed = False
     for d in ctx.decisions:
         if d.kind is DecisionKind.ADOPTION_DECLARED:
@@ -101,6 +102,7 @@ def take(ad: AdoptionGov, ctx: Ctx, record: GovernanceInput) -> bool:
         changed = True
     elif isinstance(record, NodeAdoptionFacts):
         held = ad.node_facts.get(record.node)
+        record = replace(record, observed_at=_time(record.observed_at, key))
         if held is None or held.observed_at <= record.observed_at:
             # Empty facts are forgotten: a node without slices or claims needs no memory.
             if record.slices or record.claims or record.divergences:
@@ -111,7 +113,7 @@ def take(ad: AdoptionGov, ctx: Ctx, record: GovernanceInput) -> bool:
     elif isinstance(record, NodeFailureObserved):
         failure = FailureFact(
             record.node,
-            record.observed_at,
+            _time(record.observed_at, key),
             record.source_uid,
             record.occurrences,
             record.increase,
@@ -124,7 +126,7 @@ def take(ad: AdoptionGov, ctx: Ctx, record: GovernanceInput) -> bool:
         samples = [
             ReadyFact(
                 record.node,
-                record.observed_at,
+                _time(record.observed_at, key),
                 record.pod_uid,
                 sample.device_class,
                 sample.path,
@@ -138,6 +140,15 @@ def take(ad: AdoptionGov, ctx: Ctx, record: GovernanceInput) -> bool:
         if ctx.now is not None:  # bounded without pools too: what left the window goes
             ad.prune_ready(ctx.now, ctx.policy.adoption.ready_window_seconds, record.node)
     return changed
+
+
+def _time(observed_at: datetime, key: MergeKey | None) -> datetime:
+    """An input's time in the gate: its record's event time, the merge key's (its ``observedAt``
+    bounded by the broker's append time, never before the partition's earlier records), else its
+    ``observedAt``. With the ``observedAt`` of a watcher whose clock jumped, a node's facts dated
+    a year ahead would hide every later change of them (a year back: be ignored), and a failure
+    or a sample so dated would stay in its window for a year (or never enter it)."""
+    return key.event_time if key is not None else observed_at
 
 
 def _may_compare(ad: AdoptionGov, fact: ReadyFact) -> bool:
@@ -295,13 +306,15 @@ def record_change(ctx: Ctx, ad: AdoptionGov, gate: PoolGate, at: datetime) -> No
         ctx.emit(DecisionKind.ADOPTION_VERDICT_CHANGED, at, summary=summary, **details)
 
 
-def after_step(ctx: Ctx, record: GovernanceInput, at: datetime) -> None:
+def after_step(
+    ctx: Ctx, record: GovernanceInput, at: datetime, key: MergeKey | None = None
+) -> None:
     """Re-evaluate the gate when ``record`` changed one of its inputs, event time passed a claim's
     leak deadline or a failure's or a ready sample's exit from its window, or the governor got its first event
     time; record every pool whose verdict changed. ``at`` (UTC): the decisions' time when the
-    governor has no watermark yet."""
+    governor has no watermark yet; ``key``: the record's merge key, if any."""
     ad = ctx.state.fleet.adoption
-    changed = take(ad, ctx, record)
+    changed = take(ad, ctx, record, key)
     if not ad.pools:
         return
     now = ctx.now

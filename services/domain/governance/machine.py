@@ -125,7 +125,7 @@ def step(
     watch_freshness.on_record(ctx, record)
     node_faults.settle(ctx)
     migrations.after_step(ctx)
-    adoption_verdicts.after_step(ctx, record, record_time(record, ctx))
+    adoption_verdicts.after_step(ctx, record, record_time(record, ctx), key)
     return ctx.decisions
 
 

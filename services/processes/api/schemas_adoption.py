@@ -12,7 +12,6 @@ from pydantic import ConfigDict, Field, model_validator
 from services.domain.adoption.gate import PoolGate, Reason, Verdict
 from services.domain.governance.adoption import (
     MAX_NODES,
-    POOL_NAME,
     AdoptionDeclaration,
     Declared,
     Phase,
@@ -82,8 +81,11 @@ class AdoptionIn(ReasonIn):
     """A pool's declared phase and the nodes it holds."""
 
     pool: str = Field(
-        description="The pool's name: a DNS label (dots allowed), at most 63 characters.",
-        pattern=POOL_NAME.pattern,
+        description="The pool's name: a DNS subdomain (dot-separated DNS labels) of at most 63 "
+        "characters, as it names the rollback policy (`devicestate-adoption-rollback-<pool>`) "
+        "and labels it.",
+        max_length=63,
+        pattern=f"^{_SUBDOMAIN}$",
     )
     phase: Phase = Field(description="plugin, canary, dra or rolled-back.")
     selector: SelectorIn = Field(description="`{driver, slicePool?}` or `{nodes}`.")

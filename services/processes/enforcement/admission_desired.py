@@ -38,12 +38,20 @@ LABEL_SELECTOR: Final = (
     "app.kubernetes.io/managed-by=devicestate,devicestate.io/component=adoption-rollback"
 )
 NAME_PREFIX: Final = "devicestate-adoption-rollback-"
+MAX_LABEL_VALUE: Final = 63
+"""The longest label value the API server takes."""
 DEVICE_CLASS_NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 """A DeviceClass name: a DNS subdomain (so it needs no escaping in a CEL string literal)."""
+_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+OBJECT_NAME: Final = re.compile(f"^{_LABEL}(\\.{_LABEL})*$")
+"""A Kubernetes object name (DNS subdomain): what ``devicestate-adoption-rollback-<pool>`` must
+be. The API refuses a pool name that would not make one; a pool declared before it did (``a..b``)
+is skipped."""
 
 
 def object_name(pool: str) -> str:
-    """The policy's and the binding's name for ``pool`` (a DNS label: the name is valid)."""
+    """The policy's and the binding's name for ``pool`` (valid when the pool's name is a DNS
+    subdomain, as the API requires: :data:`OBJECT_NAME`)."""
     return f"{NAME_PREFIX}{pool}"
 
 
@@ -70,7 +78,12 @@ class RollbackPolicy:
         return object_name(self.pool)
 
     def labels(self) -> dict[str, str]:
-        return {**LABELS, POOL_LABEL: self.pool, CLASS_LABEL: self.device_class}
+        """Ours, the pool and the class; a class name over :data:`MAX_LABEL_VALUE` characters (a
+        DeviceClass name may have 253) is left out: the API server would refuse the object."""
+        labels = {**LABELS, POOL_LABEL: self.pool}
+        if len(self.device_class) <= MAX_LABEL_VALUE:
+            labels[CLASS_LABEL] = self.device_class
+        return labels
 
     def policy(self) -> dict[str, Any]:
         """The ValidatingAdmissionPolicy manifest."""
@@ -138,7 +151,9 @@ def desired_policies(
         if state.phase is not Phase.ROLLED_BACK:
             continue
         device_class = state.current.declaration.device_class
-        if device_class is None:
+        if not OBJECT_NAME.fullmatch(object_name(name)):
+            skipped.append(SkippedPool(name, f"{object_name(name)!r} is not an object name"))
+        elif device_class is None:
             skipped.append(
                 SkippedPool(name, "no DeviceClass declared (adoption set --device-class)")
             )
