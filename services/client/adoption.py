@@ -121,7 +121,8 @@ def adoption_status(
     ]
     if rows:
         print_table(make_table(["POOL", "REASON", "VERDICT", "FIGURES", "DETAIL"], rows), console)
-    console.print(f"\n{len(pools)} pools, gate at event time {cell(body.get('eventTime'))}")
+    noun = "pool" if len(pools) == 1 else "pools"
+    console.print(f"\n{len(pools)} {noun}, gate at event time {cell(body.get('eventTime'))}")
 
 
 def _value(figure: dict[str, Any], unit: str = "", scale: float = 1.0) -> str:

@@ -66,7 +66,7 @@ async def test_adoption_set_appends_the_declaration_and_status_reads_the_gate(
     assert table.exit_code == 0, table.output
     assert "east" in table.stdout and "canary" in table.stdout
     assert "devices-quarantined" in table.stdout
-    assert "1 pools, gate at event time 2026-11-29T13:00:00Z" in table.stdout
+    assert "1 pool, gate at event time 2026-11-29T13:00:00Z" in table.stdout
     out = run(cli, "adoption", "status", "-o", "json", "--api-url", api_url, role="viewer")
     [pool] = orjson.loads(out.stdout)["pools"]
     assert (pool["pool"], pool["phase"], pool["nodes"], pool["verdict"]) == (
