@@ -18,6 +18,7 @@ key and indexes well inside PostgreSQL's btree entry limit.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Final
 
 from services.domain.events import (
@@ -77,6 +78,7 @@ def bidi_control_problem(field: str, value: str) -> str | None:
     )
 
 
+@lru_cache(maxsize=4096)
 def node_name_problem(value: str) -> str | None:
     """Why ``value`` is not a Node name (a DNS-1123 subdomain), or ``None``."""
     problem = _name_problem("node", value, NODE_NAME_MAX_LENGTH)
@@ -102,6 +104,10 @@ def invisible_problem(field: str, value: str) -> str | None:
     )
 
 
+# Cached: a Pod's events repeat its namespace, name, UID, node, containers and claim, so the
+# watcher and the worker's decode check each value once per Pod instead of once per device (pure
+# functions of their arguments; bounded so a LIST of many Pods keeps a constant few hundred KiB).
+@lru_cache(maxsize=8192)
 def _name_problem(field: str, value: str, max_bytes: int) -> str | None:
     if not value:
         return f"{field} is empty"

@@ -249,29 +249,43 @@ def decode_observations(payload: bytes) -> DeviceHealthObservations:
 
 
 def group_pod_changes(
-    events: Sequence[Event], budget: int
+    events: Sequence[Event], budget: int, sizes: Sequence[int] | None = None
 ) -> list[Event | DeviceHealthObservations]:
     """``events`` with each run of consecutive observations of one Pod change
     (:func:`pod_change`, distinct resourceIDs) of two or more made into schema-2 records of at
     most ``budget`` bytes (their JSON), in order; a part of one observation stays a schema-1
     event, and every other event is unchanged. Each observation must already fit alone
-    (:func:`services.domain.record_size.fit_events`)."""
+    (:func:`services.domain.record_size.fit_events`). ``sizes``, when given, are the events'
+    own JSON sizes in bytes (``Fitted.sizes``): a run whose events add up to at most ``budget``
+    is one record without being encoded again (a schema-2 record of two or more observations
+    is smaller than their schema-1 events together: it writes the Pod's fields once)."""
     out: list[Event | DeviceHealthObservations] = []
     run: list[DeviceHealthObserved] = []
+    run_ids: set[str] = set()
+    run_head: tuple[Any, ...] = ()
+    run_bytes = 0
 
     def flush() -> None:
+        nonlocal run_bytes
         if run:
-            out.extend(_fit_run(run, budget))
+            if sizes is not None and len(run) > 1 and run_bytes <= budget:
+                out.append(DeviceHealthObservations.of(run))
+            else:
+                out.extend(_fit_run(run, budget))
             run.clear()
+            run_ids.clear()
+        run_bytes = 0
 
-    for event in events:
+    for index, event in enumerate(events):
         if isinstance(event, DeviceHealthObserved):
-            if run and (
-                pod_change(event) != pod_change(run[0])
-                or any(o.resource_id == event.resource_id for o in run)
-            ):
+            head = pod_change(event)
+            if run and (head != run_head or event.resource_id in run_ids):
                 flush()
+            if not run:
+                run_head = head
             run.append(event)
+            run_ids.add(event.resource_id)
+            run_bytes += sizes[index] if sizes is not None else 0
             continue
         flush()
         out.append(event)

@@ -60,10 +60,17 @@ def event_budget(max_message_bytes: int) -> int:
 @dataclass(slots=True)
 class Fitted:
     """What :func:`fit_events` made: ``events`` to publish in order (a split event's parts in
-    its place), and one ``problems`` entry per observation it cut."""
+    its place), ``sizes`` the JSON body of each in bytes (same order: what
+    :func:`~services.domain.observations.group_pod_changes` needs to size a record without
+    encoding it again), and one ``problems`` entry per observation it cut."""
 
     events: list[Event] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+
+    def add(self, event: Event, size: int | None = None) -> None:
+        self.events.append(event)
+        self.sizes.append(_size(event) if size is None else size)
 
 
 def _size(event: Event) -> int:
@@ -136,14 +143,16 @@ def fit_events(events: list[Event], budget: int) -> Fitted:
     for event in events:
         size = _size(event)
         if size <= budget:
-            fitted.events.append(event)
+            fitted.add(event, size)
         elif isinstance(event, PodDevicesReleased):
-            fitted.events.extend(_split_release(event, budget))
+            for part in _split_release(event, budget):
+                fitted.add(part)
         elif isinstance(event, PodsListed):
-            fitted.events.extend(_split_snapshot(event, budget))
+            for chunk in _split_snapshot(event, budget):
+                fitted.add(chunk)
         else:
             cut = _cut_containers(event, budget)
-            fitted.events.append(cut)
+            fitted.add(cut)
             fitted.problems.append(
                 Problem(
                     ProblemCode.CONTAINERS_TRUNCATED,

@@ -18,6 +18,7 @@ from services.domain.events import (
     ContainerRef,
     DeviceHealthObserved,
     DeviceSource,
+    Event,
     Health,
     PodDevicesReleased,
     ReleaseReason,
@@ -31,7 +32,7 @@ from services.domain.observations import (
     observation_positions,
 )
 from services.domain.records import check_key, decode_record, decode_typed_record, encode_record
-from tests.domain.strategies import EPOCH, versions
+from tests.domain.strategies import EPOCH, events, versions
 
 AT = datetime(2026, 12, 3, 12, 0, 0, 250000, tzinfo=UTC)
 
@@ -222,3 +223,55 @@ def test_grouping_fits_the_budget_and_keeps_every_observation(budget: int) -> No
         else:
             flat.append(record)
     assert flat == change
+
+
+# Hypothesis: the Pod's fields of any length (escaped or multi-byte characters make the JSON
+# longer than the text), any number of a change's devices, with or without messages.
+_text = st.text(min_size=1, max_size=80)
+
+
+@given(
+    st.integers(min_value=2, max_value=12),
+    _text,
+    _text,
+    st.one_of(st.none(), _text),
+    st.booleans(),
+)
+def test_a_record_of_a_change_is_smaller_than_its_single_events(
+    count: int, namespace: str, pod_name: str, message: str | None, terminated: bool
+) -> None:
+    # What lets the watcher skip encoding a record it has sized by its events (Fitted.sizes).
+    change = [
+        gpu(i, namespace=namespace, pod_name=pod_name, message=message, pod_terminated=terminated)
+        for i in range(count)
+    ]
+    record = DeviceHealthObservations.of(change)
+    assert len(encode_observations(record)) < sum(len(encode_event(e)) for e in change)
+
+
+def _changes(shapes: list[tuple[int, int]]) -> list[Event]:
+    """One Pod change per shape (devices, message length), each its own statusVersion."""
+    return [
+        gpu(i, status_version=1000 + n, message="m" * length if length else None)
+        for n, (count, length) in enumerate(shapes)
+        for i in range(count)
+    ]
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 8), st.integers(0, 300)), max_size=6),
+    st.lists(events, max_size=6),
+    st.integers(min_value=600, max_value=4000),
+)
+def test_grouping_by_the_events_sizes_gives_the_records_of_encoding_them(
+    shapes: list[tuple[int, int]], others: list[Event], budget: int
+) -> None:
+    log = _changes(shapes) + others
+    sizes = [len(encode_event(e)) for e in log]
+    by_sizes = group_pod_changes(log, budget, sizes)
+    for record in by_sizes:
+        if isinstance(record, DeviceHealthObservations):
+            assert len(encode_observations(record)) <= budget
+    # Where a run's events add up to the budget the record is not encoded again; it is the one
+    # record greedy sizing makes too, so the records are the same either way.
+    assert by_sizes == group_pod_changes(log, budget)

@@ -141,7 +141,7 @@ class WatchProcessor:
     def _fit(self, outcome: Outcome) -> Outcome:
         fitted = fit_events(_unfitted(outcome), self._budget)
         outcome.events = (
-            group_pod_changes(fitted.events, self._budget)
+            group_pod_changes(fitted.events, self._budget, fitted.sizes)
             if self.record_schema == 2
             else list(fitted.events)
         )
