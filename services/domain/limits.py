@@ -78,7 +78,7 @@ def bidi_control_problem(field: str, value: str) -> str | None:
     )
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=256)
 def node_name_problem(value: str) -> str | None:
     """Why ``value`` is not a Node name (a DNS-1123 subdomain), or ``None``."""
     problem = _name_problem("node", value, NODE_NAME_MAX_LENGTH)
@@ -106,8 +106,8 @@ def invisible_problem(field: str, value: str) -> str | None:
 
 # Cached: a Pod's events repeat its namespace, name, UID, node, containers and claim, so the
 # watcher and the worker's decode check each value once per Pod instead of once per device (pure
-# functions of their arguments; bounded so a LIST of many Pods keeps a constant few hundred KiB).
-@lru_cache(maxsize=8192)
+# functions of their arguments; a Pod's events come together, so a small cache keeps the hits).
+@lru_cache(maxsize=256)
 def _name_problem(field: str, value: str, max_bytes: int) -> str | None:
     if not value:
         return f"{field} is empty"
