@@ -23,7 +23,7 @@ and absence of data never becomes ``Healthy``. Rules, from ``../shared/examples`
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -41,6 +41,7 @@ from services.domain.events import (
     Health,
 )
 from services.domain.limits import RAW_HEALTH_MAX_LENGTH
+from services.domain.pod_sightings import Sighting, reconcile
 from services.domain.pod_status import CLAIM_PREFIX, PodReading, Problem, ProblemCode
 
 _FLAG_CODES: Final = frozenset(
@@ -49,24 +50,6 @@ _FLAG_CODES: Final = frozenset(
 
 
 _HEALTH_VALUES: Final = frozenset(h.value for h in Health)
-
-
-@dataclass(frozen=True, slots=True)
-class _Sighting:
-    """One ``resources[]`` item as one container reports it, before merging per resourceID."""
-
-    container: ContainerRef
-    entry_name: str
-    resource_id: str
-    health: Health
-    raw_health: str | None
-    message: str | None
-    flags: frozenset[str]
-
-    @property
-    def order(self) -> tuple[str, ContainerRef, str]:
-        # Deterministic choice among duplicates, whatever the order of resources[] (not stable).
-        return (self.entry_name, self.container, self.message or "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +127,7 @@ def _container_names(spec: Mapping[str, Any], key: str) -> frozenset[str]:
     return frozenset(n for c in items if (n := _str(_dict(c).get("name"))) is not None)
 
 
-def _sightings(pod: Mapping[str, Any], problems: list[Problem]) -> Iterator[_Sighting]:
+def _sightings(pod: Mapping[str, Any], problems: list[Problem]) -> Iterator[Sighting]:
     spec, status = _dict(pod.get("spec")), _dict(pod.get("status"))
     lists = (
         ("containerStatuses", ContainerKind.REGULAR, _container_names(spec, "containers")),
@@ -188,7 +171,7 @@ def _entry_sightings(
     entries: Iterable[Any],
     unknown_container: bool,
     problems: list[Problem],
-) -> Iterator[_Sighting]:
+) -> Iterator[Sighting]:
     for entry_item in entries:
         entry = _dict(entry_item)
         entry_name = _str(entry.get("name"))
@@ -225,7 +208,7 @@ def _entry_sightings(
             flags = {p.code.value for p in problems[count:] if p.code in _FLAG_CODES}
             if unknown_container:
                 flags.add(ProblemCode.STATUS_FOR_UNKNOWN_CONTAINER.value)
-            yield _Sighting(
+            yield Sighting(
                 container=container,
                 entry_name=entry_name,
                 resource_id=resource_id,
@@ -274,51 +257,25 @@ def _claim_names(spec: Any, status: Mapping[str, Any], problems: list[Problem]) 
 
 def _merge(
     resource_id: str,
-    sightings: list[_Sighting],
+    sightings: list[Sighting],
     pod: _PodFacts,
     claim_names: Mapping[str, str],
     problems: list[Problem],
 ) -> DeviceHealthObserved | None:
     """One observation for all sightings of ``resource_id`` in the Pod, or ``None`` on conflict."""
-    healths = {(s.health, s.raw_health) for s in sightings}
-    if len(healths) > 1:
-        shown = ", ".join(sorted(raw or health.value for health, raw in healths))
-        problems.append(
-            Problem(
-                ProblemCode.CONFLICTING_HEALTH,
-                f"resourceID {resource_id!r} reported with conflicting health ({shown}) "
-                "in one Pod: no observation",
-            )
-        )
-        return None
-    sightings = sorted(sightings, key=lambda s: s.order)
-    first = sightings[0]
-    flags = set().union(*(s.flags for s in sightings))
-    places = [(s.entry_name, s.container) for s in sightings]
-    if len(set(places)) < len(places) or len({s.entry_name for s in sightings}) > 1:
-        # Several devices behind one resourceID (e.g. a shared CDI device listed first): flag,
-        # never merge silently (see the DRA notes on resourceID).
-        flags.add(ProblemCode.DUPLICATE_RESOURCE_ID.value)
-        problems.append(
-            Problem(
-                ProblemCode.DUPLICATE_RESOURCE_ID,
-                f"resourceID {resource_id!r} reported {len(places)} times under "
-                f"{sorted({s.entry_name for s in sightings})}",
-            )
-        )
-    messages = {s.message for s in sightings if s.message is not None}
-    if len(messages) > 1:
-        flags.add(ProblemCode.CONFLICTING_MESSAGE.value)
-        problems.append(
-            Problem(
-                ProblemCode.CONFLICTING_MESSAGE,
-                f"resourceID {resource_id!r} reported with {len(messages)} different messages",
-            )
-        )
-    message = next((s.message for s in sightings if s.message is not None), None)
+    if len(sightings) == 1:  # the usual case: one entry per device, nothing to reconcile
+        first = sightings[0]
+        containers: tuple[ContainerRef, ...] = (first.container,)
+        flags: Set[str] = first.flags
+        message = first.message
+    else:
+        reconciled = reconcile(resource_id, sightings, problems)
+        if reconciled is None:
+            return None
+        first, containers, flags, message = reconciled
     claim = _claim_of(first.entry_name, claim_names)
     return DeviceHealthObserved(
-        containers=tuple(sorted({s.container for s in sightings})),
+        containers=containers,
         resource_name=first.entry_name,
         resource_id=resource_id,
         health=first.health,
@@ -358,7 +315,7 @@ def read_pod(pod: Mapping[str, Any], observed_at: datetime) -> PodReading:
     phase = _str(status.get("phase"))
     problems: list[Problem] = []
 
-    grouped: dict[str, list[_Sighting]] = {}
+    grouped: dict[str, list[Sighting]] = {}
     for sighting in _sightings(pod, problems):
         grouped.setdefault(sighting.resource_id, []).append(sighting)
 
