@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from services.client.common import (
+    EXIT_USAGE,
     ApiUrl,
     Output,
     ReadFormat,
@@ -25,6 +26,7 @@ from services.client.common import (
 from services.client.directory import make_console
 from services.client.tables import print_table
 from services.client.writes import IdempotencyKey, Reason, Wait, submit
+from services.domain.governance.adoption import pool_name_problem
 
 PHASES = ("plugin", "canary", "dra", "rolled-back")
 
@@ -65,6 +67,9 @@ def adoption_set(
     devicestate adoption set a100-east canary --driver gpu.nvidia.com --slice-pool a100-east
     -r "canary of DRA on the east A100 nodes" --wait 10
     """
+    problem = pool_name_problem(pool)
+    if problem is not None:  # what the API's 422 says too, before any request
+        fail(problem, EXIT_USAGE)
     if phase not in PHASES:
         fail(f"phase must be one of {', '.join(PHASES)}, not {phase!r}")
     if (driver is None) == (not node):

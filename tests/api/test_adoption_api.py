@@ -235,6 +235,13 @@ async def test_a_bad_declaration_is_a_422_and_a_viewer_may_not_declare(
         bad_name = {**EAST, "pool": name}
         response = await gov_api.post("/v1/adoption", json=bad_name, headers=bearer("operator"))
         assert response.status_code == 422, name
+        # The rule in words, not the schema's regex (the OpenAPI document keeps the pattern).
+        assert response.json()["detail"].startswith(f"body.pool: {name!r} is not a pool name: ")
+        assert (
+            "a pool name is a DNS subdomain of at most 63 characters: lower-case letters, "
+            "digits, '-' and '.'" in response.json()["detail"]
+        )
+        assert "[a-z0-9]" not in response.text
     bad_phase = {**EAST, "phase": "half"}
     response = await gov_api.post("/v1/adoption", json=bad_phase, headers=bearer("operator"))
     assert response.status_code == 422

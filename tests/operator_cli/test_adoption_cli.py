@@ -89,6 +89,17 @@ def test_adoption_set_needs_one_selector_and_a_known_phase(cli: typer.Typer) -> 
     assert "phase must be one of plugin, canary, dra, rolled-back" in phase.output
 
 
+def test_adoption_set_says_what_a_pool_name_is(cli: typer.Typer) -> None:
+    # Not the API's regex: the rule in words, before any request is made.
+    bad = run(cli, "adoption", "set", "a..b", "plugin", "--driver", "d", "-r", "x")
+    assert bad.exit_code == 2
+    assert (
+        "'a..b' is not a pool name: a pool name is a DNS subdomain of at most 63 characters: "
+        "lower-case letters, digits, '-' and '.'" in " ".join(bad.output.split())
+    )
+    assert "[a-z0-9]" not in bad.output
+
+
 async def test_adoption_report_prints_a_table_and_json(
     cli: typer.Typer,
     api_url: str,

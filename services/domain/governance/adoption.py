@@ -20,7 +20,31 @@ from typing import Any, Final
 from services.domain.codec import EventDecodeError, optional_str_field, required_enum, str_field
 
 POOL_NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
-"""A pool's name: a DNS label (with dots), at most 63 characters."""
+"""A pool's name on the log: a DNS label (with dots), at most 63 characters (what the governor
+decodes: a pool declared before the API held names to :data:`NEW_POOL_NAME`, such as ``a..b``,
+still reads)."""
+
+_DNS_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+NEW_POOL_NAME: Final = re.compile(f"{_DNS_LABEL}(\\.{_DNS_LABEL})*")
+"""A name a new declaration may give (with ``fullmatch``, at most :data:`MAX_POOL_NAME`
+characters): a DNS subdomain, as it names the rollback policy
+``devicestate-adoption-rollback-<pool>``."""
+MAX_POOL_NAME: Final = 63
+POOL_NAME_RULE: Final = (
+    "a pool name is a DNS subdomain of at most 63 characters: lower-case letters, digits, "
+    "'-' and '.' (each part between dots starting and ending with a letter or digit)"
+)
+"""What the API (422) and the CLI say of a name that is not :data:`NEW_POOL_NAME`."""
+
+
+def pool_name_problem(name: str) -> str | None:
+    """Why ``name`` may not name a new pool (``None``: it may): :data:`POOL_NAME_RULE`, with
+    the name given."""
+    if len(name) <= MAX_POOL_NAME and NEW_POOL_NAME.fullmatch(name):
+        return None
+    shown = name if len(name) <= 80 else name[:80] + "..."
+    return f"{shown!r} is not a pool name: {POOL_NAME_RULE}"
+
 
 MAX_NODES: Final = 1000
 """Most nodes a pool may name explicitly (a larger pool is a driver/pool selector)."""

@@ -7,16 +7,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from services.domain.adoption.gate import PoolGate, Reason, Verdict
 from services.domain.governance.adoption import (
     MAX_NODES,
+    MAX_POOL_NAME,
     AdoptionDeclaration,
     Declared,
     Phase,
     PoolSelector,
     PoolState,
+    pool_name_problem,
 )
 from services.processes.api.schemas import ApiModel
 from services.processes.api.schemas_governance import ReasonIn, RequestModel
@@ -84,12 +86,21 @@ class AdoptionIn(ReasonIn):
         description="The pool's name: a DNS subdomain (dot-separated DNS labels) of at most 63 "
         "characters, as it names the rollback policy (`devicestate-adoption-rollback-<pool>`) "
         "and labels it.",
-        max_length=63,
-        pattern=f"^{_SUBDOMAIN}$",
+        # Stated for the schema, checked by `_pool_name` (whose 422 says the rule in words,
+        # not the regex pydantic would print).
+        json_schema_extra={"maxLength": MAX_POOL_NAME, "pattern": f"^{_SUBDOMAIN}$"},
     )
     phase: Phase = Field(description="plugin, canary, dra or rolled-back.")
     selector: SelectorIn = Field(description="`{driver, slicePool?}` or `{nodes}`.")
     device_class: NameField | None = Field(None, description="The DeviceClass the pool moves to.")
+
+    @field_validator("pool")
+    @classmethod
+    def _pool_name(cls, pool: str) -> str:
+        problem = pool_name_problem(pool)
+        if problem is not None:
+            raise ValueError(problem)
+        return pool
 
     def declaration(self) -> AdoptionDeclaration:
         """The domain's declaration (the schema already holds it to the domain's rules)."""
