@@ -1,11 +1,13 @@
-"""``devicestate adoption set|status|report``: DRA adoption pools through the API (issue 16).
-``set`` is a governance command (``POST /v1/adoption``, :func:`.writes.submit`); ``status`` reads
+"""``devicestate adoption set|retire|status|report``: DRA adoption pools through the API (issue
+16). ``set`` is a governance command (``POST /v1/adoption``, :func:`.writes.submit`), ``retire``
+another (``DELETE /v1/adoption/{pool}``); ``status`` reads
 ``GET /v1/adoption``: each pool's phase, the nodes it matches and the gate with its reasons;
 ``report`` reads ``GET /v1/adoption/report``: DRA against the device plugin per pool."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import typer
 
@@ -81,6 +83,40 @@ def adoption_set(
     if device_class is not None:
         body["deviceClass"] = device_class
     submit(api_url, token, "/v1/adoption", body, wait, idempotency_key, output)
+
+
+@adoption_app.command("retire")
+def adoption_retire(
+    pool: Annotated[str, typer.Argument(metavar="POOL", help="The declared pool's name.")],
+    reason: Reason,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Retire a pool in canary or dra (its devices on DRA)."),
+    ] = False,
+    wait: Wait = 0,
+    idempotency_key: IdempotencyKey = None,
+    output: WriteFormat = WriteOutput.TEXT,
+    api_url: ApiUrl = None,
+    token: Token = None,
+) -> None:
+    """Retire a pool (operator): it leaves the gate and the status, its alert is resolved and
+    the next `adoption enforce` pass removes its rollback policy; declaring the name again
+    starts a new pool. A pool in canary or dra needs --force. Example:
+    devicestate adoption retire a100-esat -r "typo of a100-east" --wait 10
+    """
+    query = {"force": "true"} if force else None
+    path = f"/v1/adoption/{quote(pool, safe='')}"
+    submit(
+        api_url,
+        token,
+        path,
+        {"reason": reason},
+        wait,
+        idempotency_key,
+        output,
+        method="DELETE",
+        query=query,
+    )
 
 
 def _figures(figures: dict[str, Any]) -> str:

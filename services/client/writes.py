@@ -130,14 +130,18 @@ def submit(
     wait: float,
     idempotency_key: str | None,
     output: WriteOutput,
+    *,
+    method: str = "POST",
+    query: dict[str, Any] | None = None,
 ) -> None:
-    """POST a command and report its outcome (see the module doc for exit codes)."""
-    params = {"wait": wait} if wait > 0 else None
+    """Send a command (``method``, ``POST`` unless said; ``query`` parameters beside ``wait``)
+    and report its outcome (see the module doc for exit codes)."""
+    params = {**(query or {}), **({"wait": wait} if wait > 0 else {})} or None
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
     try:
         with api_client(api_url, token) as client:
             response = client.request(
-                "POST",
+                method,
                 path,
                 json=body,
                 params=params,

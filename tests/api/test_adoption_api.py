@@ -89,14 +89,17 @@ async def write_ready(store: ProjectionStore, records: list[PodLifecycleObserved
     )
 
 
-async def govern(governor: Governor, bootstrap: str, topic: str, count: int) -> None:
+async def govern(
+    governor: Governor, bootstrap: str, topic: str, count: int, written: int = 0
+) -> None:
     """Decide the topic's first ``count`` commands with the real governor and write its
-    decisions as the worker does."""
+    decisions as the worker does (those of the first ``written`` commands are written already)."""
     state, policy = GovernorState(), GovernancePolicy()
     rows = []
     for seq, (_, command) in enumerate(await read_commands(bootstrap, topic, count)):
-        assert command.action is CommandAction.ADOPTION_SET
-        rows += [decision_row(d) for d in step(state, command, seq, policy)]
+        assert command.action in (CommandAction.ADOPTION_SET, CommandAction.ADOPTION_RETIRE)
+        decided = step(state, command, seq, policy)
+        rows += [decision_row(d) for d in decided if seq >= written]
     await governor._insert(governance_decisions, rows)
 
 
@@ -250,3 +253,72 @@ async def test_a_bad_declaration_is_a_422_and_a_viewer_may_not_declare(
     assert response.status_code == 422
     response = await gov_api.post("/v1/adoption", json=EAST, headers=bearer("viewer"))
     assert response.status_code == 403
+
+
+async def test_a_pool_is_retired_by_delete_and_declared_again_as_a_new_pool(
+    gov_api: httpx.AsyncClient,
+    governor: Governor,
+    kafka_bootstrap: str,
+    governance_topic: str,
+) -> None:
+    await governor.fleet(T0 + timedelta(hours=1))
+    reason = {"reason": "typo of a100-east"}
+    unknown = await gov_api.request(
+        "DELETE", "/v1/adoption/east", json=reason, headers=bearer("operator")
+    )
+    assert unknown.status_code == 404, unknown.text
+    assert unknown.json()["detail"] == (
+        "pool 'east' is not declared (GET /v1/adoption lists the pools)"
+    )
+    response = await gov_api.post("/v1/adoption", json=EAST, headers=bearer("operator"))
+    assert response.status_code == 202, response.text
+    await govern(governor, kafka_bootstrap, governance_topic, 1)
+
+    # A canary's devices are on DRA: refused without force, before anything is appended.
+    on_dra = await gov_api.request(
+        "DELETE", "/v1/adoption/east", json=reason, headers=bearer("operator")
+    )
+    assert on_dra.status_code == 409, on_dra.text
+    assert "is in canary: its devices are still on DRA" in on_dra.json()["detail"]
+    viewer = await gov_api.request(
+        "DELETE", "/v1/adoption/east?force=true", json=reason, headers=bearer("viewer")
+    )
+    assert viewer.status_code == 403
+    no_reason = await gov_api.request(
+        "DELETE", "/v1/adoption/east?force=true", headers=bearer("operator")
+    )
+    assert no_reason.status_code == 422
+
+    keyed = {**bearer("operator"), "Idempotency-Key": "retire-east-1"}
+    retired = await gov_api.request(
+        "DELETE", "/v1/adoption/east?force=true", json=reason, headers=keyed
+    )
+    assert retired.status_code == 202, retired.text
+    assert retired.json()["action"] == "adoption-retire"
+    [_, (_, command)] = await read_commands(kafka_bootstrap, governance_topic, 2)
+    assert command.retire is not None
+    assert (command.retire.pool, command.retire.force) == ("east", True)
+    await govern(governor, kafka_bootstrap, governance_topic, 2, written=1)
+    await governor.decide(command.command_id, "adoption-retire", True)  # its outcome row
+
+    body = (await gov_api.get("/v1/adoption", headers=bearer("viewer"))).json()
+    assert body["pools"] == []
+    # A retry of the request gets its command's outcome, not a 404 for the pool now gone.
+    again = await gov_api.request(
+        "DELETE", "/v1/adoption/east?force=true", json=reason, headers=keyed
+    )
+    assert again.status_code == 200, again.text
+    assert again.json()["commandID"] == retired.json()["commandID"]
+    gone = await gov_api.request(
+        "DELETE", "/v1/adoption/east?force=true", json=reason, headers=bearer("operator")
+    )
+    assert gone.status_code == 404
+
+    # Declared again: a new pool, its history from the new declaration only.
+    plugin = {**EAST, "phase": "plugin", "reason": "the real plan"}
+    response = await gov_api.post("/v1/adoption", json=plugin, headers=bearer("operator"))
+    assert response.status_code == 202, response.text
+    await govern(governor, kafka_bootstrap, governance_topic, 3, written=2)
+    [pool] = (await gov_api.get("/v1/adoption", headers=bearer("viewer"))).json()["pools"]
+    assert [h["phase"] for h in pool["history"]] == ["plugin"]
+    assert pool["recorded"]["decisionId"].startswith("2.")  # the new pool's first verdict

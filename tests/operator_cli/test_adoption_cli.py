@@ -13,8 +13,13 @@ import typer
 from services.adapters.projection.governance_rows import decision_row
 from services.adapters.projection.governance_tables import governance_decisions
 from services.adapters.projection.store import ProjectionStore
-from services.domain.governance.adoption import AdoptionDeclaration, Phase, PoolSelector
-from services.domain.governance.inputs import CommandAction
+from services.domain.governance.adoption import (
+    AdoptionDeclaration,
+    AdoptionRetirement,
+    Phase,
+    PoolSelector,
+)
+from services.domain.governance.inputs import CommandAction, OperatorCommand, Role
 from services.domain.governance.machine import step
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
@@ -76,6 +81,42 @@ async def test_adoption_set_appends_the_declaration_and_status_reads_the_gate(
         "expand",
     )
     assert pool["history"][0]["actor"] == "olga"
+
+
+async def test_adoption_retire_deletes_the_pool_through_the_api(
+    cli: typer.Typer,
+    api_url: str,
+    governor: Governor,
+    kafka_bootstrap: str,
+    governance_topic: str,
+) -> None:
+    unknown = run(cli, "adoption", "retire", "esat", "-r", "typo", "--api-url", api_url,
+                  role="operator")  # fmt: skip
+    assert unknown.exit_code == 1
+    assert "pool 'esat' is not declared" in unknown.output
+    declared = AdoptionDeclaration(
+        "esat", PoolSelector(driver="gpu.example.com", pool="esat"), Phase.CANARY
+    )
+    decisions = step(
+        GovernorState(),
+        OperatorCommand("c0", CommandAction.ADOPTION_SET, "olga", Role.OPERATOR, T0, "typo",
+                        adoption=declared),
+        0,
+        GovernancePolicy(),
+    )  # fmt: skip
+    await governor._insert(governance_decisions, [decision_row(d) for d in decisions])
+    on_dra = run(cli, "adoption", "retire", "esat", "-r", "typo", "--api-url", api_url,
+                 role="operator")  # fmt: skip
+    assert on_dra.exit_code == 1
+    assert "its devices are still on DRA" in on_dra.output
+    forced = run(cli, "adoption", "retire", "esat", "--force", "-r", "typo of east",
+                 "--api-url", api_url, role="operator")  # fmt: skip
+    assert forced.exit_code == 0, forced.output
+    assert forced.stdout.startswith("pending: adoption-retire appended to the governance log")
+    [(_, command)] = await read_commands(kafka_bootstrap, governance_topic, 1)
+    assert command.action is CommandAction.ADOPTION_RETIRE
+    assert command.retire == AdoptionRetirement("esat", force=True)
+    assert command.reason == "typo of east"
 
 
 def test_adoption_set_needs_one_selector_and_a_known_phase(cli: typer.Typer) -> None:

@@ -140,6 +140,49 @@ def declaration_from_dict(obj: Any) -> AdoptionDeclaration:
 
 
 @dataclass(frozen=True, slots=True)
+class AdoptionRetirement:
+    """An operator's retirement of pool ``pool`` (an ``adoption-retire`` command): the pool
+    leaves the governor's state and ``GET /v1/adoption``; declaring the name again starts a new
+    pool. ``force`` retires a pool in ``canary`` or ``dra`` (refused without it: its devices are
+    still on DRA, see :func:`retire_problem`)."""
+
+    pool: str
+    force: bool = False
+
+
+def retirement_to_dict(r: AdoptionRetirement) -> dict[str, Any]:
+    """The retirement's JSON object, as on the governance log."""
+    return {"pool": r.pool, "force": r.force}
+
+
+def retirement_from_dict(obj: Any) -> AdoptionRetirement:
+    """Parse a retirement; raises :class:`EventDecodeError` naming the bad field."""
+    if not isinstance(obj, dict):
+        raise EventDecodeError("field 'retire' must be an object")
+    force = obj.get("force", False)
+    if not isinstance(force, bool):
+        raise EventDecodeError("field 'force' must be a boolean")
+    return AdoptionRetirement(pool=str_field(obj, "pool"), force=force)
+
+
+ON_DRA: Final = frozenset({Phase.CANARY, Phase.DRA})
+"""Phases whose pool is not retired without ``force``: DRA owns (some of) its devices."""
+
+
+def retire_problem(pool: str, phase: Phase | None, force: bool) -> str | None:
+    """Why pool ``pool`` (in ``phase``; ``None``: not declared) may not be retired, or ``None``.
+    The governor rejects the command with this reason; the API answers it first (404, 409)."""
+    if phase is None:
+        return f"pool {pool!r} is not declared (GET /v1/adoption lists the pools)"
+    if phase in ON_DRA and not force:
+        return (
+            f"pool {pool} is in {phase.value}: its devices are still on DRA; declare it "
+            "rolled-back or plugin first, or retire it with force"
+        )
+    return None
+
+
+@dataclass(frozen=True, slots=True)
 class Declared:
     """One accepted declaration as the governor recorded it: the decision's ``seq`` (its place
     on the governance log), event time ``at`` (UTC), ``actor`` and ``reason``."""
@@ -178,11 +221,27 @@ class PoolState:
         return start
 
 
-def fold(entries: Iterable[Declared]) -> dict[str, PoolState]:
-    """Each pool's state from its accepted declarations, in log order (by ``seq`` whatever order
-    they come in: a replay of the log gives the same pools)."""
+@dataclass(frozen=True, slots=True)
+class Retired:
+    """One accepted retirement as the governor recorded it (an ``AdoptionPoolRetired``
+    decision): its ``seq``, time ``at`` (UTC), ``actor``, ``reason`` and ``pool``."""
+
+    seq: int
+    at: datetime
+    actor: str
+    reason: str
+    pool: str
+
+
+def fold(entries: Iterable[Declared | Retired]) -> dict[str, PoolState]:
+    """Each pool's state from its accepted declarations and retirements, in log order (by
+    ``seq`` whatever order they come in: a replay of the log gives the same pools). A retired
+    pool is gone; a declaration after its retirement starts a new pool (a history of its own)."""
     pools: dict[str, list[Declared]] = {}
     for entry in sorted(entries, key=lambda e: e.seq):
+        if isinstance(entry, Retired):
+            pools.pop(entry.pool, None)
+            continue
         pools.setdefault(entry.declaration.pool, []).append(entry)
     return {
         name: PoolState(current=items[-1], history=tuple(items))

@@ -91,6 +91,12 @@ def take(ad: AdoptionGov, ctx: Ctx, record: GovernanceInput, key: MergeKey | Non
                 declaration,
             )
             changed = True
+        elif d.kind is DecisionKind.ADOPTION_RETIRED:
+            # Gone whole: a declaration of the name later is a new pool, its first verdict new.
+            pool = str(d.details.get("pool"))
+            ad.pools.pop(pool, None)
+            ad.verdicts.pop(pool, None)
+            changed = True
         elif d.kind in _DEVICE_KINDS and d.node is not None and _may_hold(ad, d.node):
             changed = True
     if isinstance(record, InventoryConflict) and record.kind in OWNERSHIP_CONFLICTS:

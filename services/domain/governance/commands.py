@@ -8,7 +8,13 @@ from typing import Any
 
 from services.domain.events import format_time
 from services.domain.governance import context, rules, transitions
-from services.domain.governance.adoption import declaration_to_dict
+from services.domain.governance.adoption import (
+    declaration_to_dict,
+    retire_problem,
+    retirement_to_dict,
+)
+from services.domain.governance.adoption_gate import Verdict
+from services.domain.governance.adoption_verdicts import incident_of
 from services.domain.governance.decisions import AlertAction, DecisionKind, Severity
 from services.domain.governance.device_state import DeviceGov, GovState, QuarantineKind
 from services.domain.governance.inputs import (
@@ -123,6 +129,9 @@ def on_command(ctx: context.Ctx, c: OperatorCommand) -> None:
     if c.action is CommandAction.ADOPTION_SET:
         command_adoption(ctx, c)
         return
+    if c.action is CommandAction.ADOPTION_RETIRE:
+        command_adoption_retire(ctx, c)
+        return
     device = ctx.state.devices.get((c.node or "", c.resource_id or ""))
     if device is None:
         reject(ctx, c, f"device {c.node}/{c.resource_id} is not in the directory")
@@ -161,6 +170,47 @@ def command_adoption(ctx: context.Ctx, c: OperatorCommand) -> None:
         actor=c.actor,
         reason=c.reason,
         adoption=declared,
+    )
+
+
+def command_adoption_retire(ctx: context.Ctx, c: OperatorCommand) -> None:
+    """Retire a DRA adoption pool: one ``AdoptionPoolRetired`` decision (which resolves the
+    pool's firing ``adoption-hold``/``adoption-rollback`` incident, if any); the pool then leaves
+    the gate (:func:`.adoption_verdicts.take`) and ``GET /v1/adoption``. Rejected for a pool
+    not declared, and for one in ``canary`` or ``dra`` without ``force``
+    (:func:`.adoption.retire_problem`)."""
+    if c.retire is None:
+        reject(ctx, c, "adoption-retire needs a pool")
+        return
+    if not c.reason:
+        reject(ctx, c, "a reason is required")
+        return
+    ad = ctx.state.fleet.adoption
+    pool = c.retire.pool
+    declared = ad.pools.get(pool)
+    phase = None if declared is None else declared.declaration.phase
+    problem = retire_problem(pool, phase, c.retire.force)
+    if problem is not None or declared is None:
+        reject(ctx, c, problem or f"pool {pool!r} is not declared")
+        return
+    previous = ad.verdicts.get(pool)
+    incident = None if previous is None else incident_of(pool, Verdict(previous))
+    accept(ctx, c, pool=pool, phase=declared.declaration.phase.value, force=c.retire.force)
+    ctx.emit(
+        DecisionKind.ADOPTION_RETIRED,
+        c.requested_at,
+        incident=incident,
+        alert=None if incident is None else AlertAction.RESOLVED,
+        severity=None if incident is None else Severity.INFO,
+        summary=f"pool {pool} ({declared.declaration.phase.value}) retired by {c.actor}",
+        commandID=c.command_id,
+        actor=c.actor,
+        reason=c.reason,
+        pool=pool,
+        phase=declared.declaration.phase.value,
+        previous=previous,
+        retire=retirement_to_dict(c.retire),
+        adoption=declaration_to_dict(declared.declaration),
     )
 
 

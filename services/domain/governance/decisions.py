@@ -57,6 +57,7 @@ class DecisionKind(StrEnum):
     COMMAND_REJECTED = "CommandRejected"
     ADOPTION_DECLARED = "AdoptionPhaseDeclared"  # a DRA adoption pool's accepted phase (issue 16)
     ADOPTION_VERDICT_CHANGED = "AdoptionVerdictChanged"  # a pool's gate verdict changed (issue 16)
+    ADOPTION_RETIRED = "AdoptionPoolRetired"  # a DRA adoption pool retired by an operator
     WATCH_STALE = "WatchStale"  # no watch event, bookmark or LIST for watch_stale_seconds
     WATCH_FRESH = "WatchFresh"  # the watch delivered again
     NODE_FAULT_OPENED = "NodeFaultIncidentOpened"  # devices of a node faulted together

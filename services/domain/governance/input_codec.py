@@ -30,7 +30,12 @@ from services.domain.codec import (
 )
 from services.domain.events import SCHEMA_VERSION, DeviceSource, Health, format_time
 from services.domain.governance import inputs_ready
-from services.domain.governance.adoption import declaration_from_dict, declaration_to_dict
+from services.domain.governance.adoption import (
+    declaration_from_dict,
+    declaration_to_dict,
+    retirement_from_dict,
+    retirement_to_dict,
+)
 from services.domain.governance.inputs import (
     CommandAction,
     DeviceIdentified,
@@ -163,6 +168,8 @@ def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
             base["requestFingerprint"] = record.request_fingerprint
         if record.adoption is not None:  # absent: the bytes of before issue 16
             base["adoption"] = declaration_to_dict(record.adoption)
+        if record.retire is not None:  # absent: the bytes of before the retire command
+            base["retire"] = retirement_to_dict(record.retire)
     elif isinstance(record, RecoveryLeaseRequested):
         base.update(
             node=record.node,
@@ -346,6 +353,7 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
             adoption=None
             if obj.get("adoption") is None
             else declaration_from_dict(obj["adoption"]),
+            retire=None if obj.get("retire") is None else retirement_from_dict(obj["retire"]),
         )
     if kind == "RecoveryLeaseRequested":
         return RecoveryLeaseRequested(

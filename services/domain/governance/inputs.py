@@ -29,7 +29,7 @@ from services.domain.events import (
     DeviceSource,
     Health,
 )
-from services.domain.governance.adoption import AdoptionDeclaration
+from services.domain.governance.adoption import AdoptionDeclaration, AdoptionRetirement
 from services.domain.governance.inputs_adoption import NodeAdoptionFacts
 from services.domain.governance.inputs_failures import NodeFailureObserved
 from services.domain.governance.inputs_ready import NodeReadyObserved
@@ -183,6 +183,7 @@ class CommandAction(StrEnum):
     RESUME = "resume-automation"
     RESET_BREAKER = "reset-breaker"
     ADOPTION_SET = "adoption-set"  # a DRA adoption pool's phase (issue 16)
+    ADOPTION_RETIRE = "adoption-retire"  # a DRA adoption pool retired (issue 16)
 
 
 class Role(StrEnum):
@@ -227,6 +228,8 @@ class OperatorCommand:
     so any API process can tell a retry of that request from another request with the key."""
     adoption: AdoptionDeclaration | None = None
     """The pool and phase an ``adoption-set`` declares (:mod:`services.domain.governance.adoption`)."""
+    retire: AdoptionRetirement | None = None
+    """The pool an ``adoption-retire`` retires (:mod:`services.domain.governance.adoption`)."""
     type: str = field(default="OperatorCommand", init=False)
 
 

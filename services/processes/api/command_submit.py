@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Annotated, Any, Final
 from uuid import uuid4
@@ -35,7 +35,7 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from services.adapters.projection.reads_governance import CommandOutcome, GovernanceReads
-from services.domain.governance.adoption import AdoptionDeclaration
+from services.domain.governance.adoption import AdoptionDeclaration, AdoptionRetirement
 from services.domain.governance.inputs import CommandAction, OperatorCommand
 from services.processes.api.auth import Principal, read_access
 from services.processes.api.command_wait import wait_for_outcome
@@ -198,10 +198,14 @@ async def submit(
     break_glass: bool = False,
     quarantine_id: str | None = None,
     adoption: AdoptionDeclaration | None = None,
+    retire: AdoptionRetirement | None = None,
+    precheck: Callable[[], Awaitable[None]] | None = None,
 ) -> JSONResponse:
     """Append one command; answer 202 pending, or its outcome when known (see the module doc).
     With an ``Idempotency-Key`` (:mod:`services.processes.api.idempotency`): 409 for a key this
-    principal used for another request, the first request's command for a repeat."""
+    principal used for another request, the first request's command for a repeat. ``precheck``
+    runs before a new command is appended (not for a repeat, which gets the first one's
+    answer) and may refuse it with an ``HTTPException`` (e.g. 404 for an unknown pool)."""
     reads: GovernanceReads = request.app.state.reads
     if idempotency_key is None:
         use = None
@@ -218,6 +222,17 @@ async def submit(
         replay = await _replay(request, principal, action, use, wait, quarantine_id)
         if replay is not None:
             return replay
+    if precheck is not None:
+        try:
+            await precheck()
+        except HTTPException as exc:
+            if use is not None:
+                request.app.state.idempotency_keys.failed(use, str(exc.detail), exc.status_code)
+            raise
+        except BaseException:
+            if use is not None:
+                request.app.state.idempotency_keys.failed(use, "the command was not appended")
+            raise
     command = OperatorCommand(
         command_id=command_id,
         action=action,
@@ -232,6 +247,7 @@ async def submit(
         quarantine_id=quarantine_id,
         request_fingerprint=None if use is None else use.fingerprint,
         adoption=adoption,
+        retire=retire,
     )
     await _append(request, command, use)
     log.info(

@@ -1,13 +1,16 @@
 """DRA adoption pools (issue 16): ``POST /v1/adoption`` (operator) appends an ``adoption-set``
 command to the governance log (202 pending, or with ``?wait=`` 200 accepted / 409 rejected);
+``DELETE /v1/adoption/{pool}`` (operator) an ``adoption-retire`` one (404 for a pool not declared,
+409 for one in canary or dra without ``?force=true``, checked on the projection first);
 ``GET /v1/adoption`` folds the accepted declarations and evaluates the gate on the governor's
 event time over one read of the inventory (:mod:`services.domain.adoption`)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 
 from services.adapters.projection.failure_sql import FailureReads
@@ -16,7 +19,7 @@ from services.adapters.projection.reads_adoption_report import AdoptionReportRea
 from services.adapters.projection.reads_inventory import InventoryReads
 from services.domain.adoption.facts import ConflictFact, read_facts, ready_facts
 from services.domain.adoption.gate import Thresholds, Verdict, evaluate
-from services.domain.governance.adoption import fold
+from services.domain.governance.adoption import AdoptionRetirement, fold, retire_problem
 from services.domain.governance.inputs import CommandAction
 from services.processes.api.auth import Operator
 from services.processes.api.command_submit import (
@@ -27,13 +30,14 @@ from services.processes.api.command_submit import (
     writes_router,
 )
 from services.processes.api.command_wait import Wait
+from services.processes.api.schemas import ErrorOut
 from services.processes.api.schemas_adoption import (
     AdoptionIn,
     AdoptionOut,
     PoolOut,
     RecordedVerdictOut,
 )
-from services.processes.api.schemas_governance import CommandOut
+from services.processes.api.schemas_governance import CommandOut, ReasonIn
 from services.runtime.config import AdoptionSettings
 
 write_routes = writes_router()
@@ -80,6 +84,56 @@ async def declare_pool(
         wait=wait,
         idempotency_key=idempotency_key,
         adoption=body.declaration(),
+    )
+
+
+RETIRE_RESPONSES = {
+    **WRITE_RESPONSES,
+    404: {"model": ErrorOut, "description": "No pool of this name is declared."},
+    409: {
+        **WRITE_RESPONSES[409],
+        "description": "The pool is in canary or dra and `force` is not set (an `ErrorOut`), "
+        "or as for every command: " + str(WRITE_RESPONSES[409]["description"]),
+    },
+}
+
+
+@write_routes.delete(
+    "/adoption/{pool}", status_code=202, response_model=CommandOut, responses=RETIRE_RESPONSES
+)
+async def retire_pool(
+    request: Request,
+    principal: Operator,
+    idempotency_key: IdempotencyKey,
+    pool: str,
+    body: ReasonIn,
+    force: Annotated[
+        bool,
+        Query(description="Retire a pool in canary or dra (its devices are still on DRA)."),
+    ] = False,
+    wait: Wait = 0,
+) -> JSONResponse:
+    """Retire a pool (operator): it leaves the gate and `GET /v1/adoption`, its alert is
+    resolved, and the next `adoption enforce` pass removes its rollback policy. 404 for a pool
+    not declared; 409 for a pool in canary or dra without `force`. Declaring the name again
+    later starts a new pool."""
+    reads: AdoptionReads = request.app.state.adoption
+
+    async def declared() -> None:
+        state = fold(await reads.declarations()).get(pool)
+        problem = retire_problem(pool, None if state is None else state.phase, force)
+        if problem is not None:
+            raise HTTPException(404 if state is None else 409, problem)
+
+    return await submit(
+        request,
+        principal,
+        CommandAction.ADOPTION_RETIRE,
+        reason=body.reason,
+        wait=wait,
+        idempotency_key=idempotency_key,
+        retire=AdoptionRetirement(pool, force),
+        precheck=declared,
     )
 
 

@@ -1,9 +1,10 @@
 """``devicestate adoption enforce``: the rollback admission policies of rolled-back adoption pools
 (issue 16, item 4), one reconcile pass (:meth:`AdmissionReconciler.reconcile`) and its loop.
 
-A pass reads the pools (the governor's ``AdoptionPhaseDeclared`` decisions in PostgreSQL, folded
-by :func:`services.domain.governance.adoption.fold`; a failed read ends the pass with nothing
-written), computes the wanted objects (:mod:`.admission_desired`), lists ours (label selector),
+A pass reads the pools (the governor's ``AdoptionPhaseDeclared`` and ``AdoptionPoolRetired``
+decisions in PostgreSQL, folded by :func:`services.domain.governance.adoption.fold`: a retired
+pool's objects are deleted like those of a pool that left rolled-back; a failed read ends the
+pass with nothing written), computes the wanted objects (:mod:`.admission_desired`), lists ours (label selector),
 then creates, replaces (with resourceVersion: a concurrent change fails with 409, redone next
 pass) and deletes (uid precondition) what differs. A failed write is logged and counted; the pass
 goes on. Dry run (the default, ``DEVICESTATE_ENFORCE_DRY_RUN``): every write carries
