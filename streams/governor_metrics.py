@@ -22,6 +22,15 @@ from services.domain.governance.device_state import DeviceKey, GovState
 from services.domain.governance.state import GovernorState
 from streams.metrics import WorkerMetrics
 
+ADOPTION_SERIES: Final = (
+    ("expand", "false"),
+    ("hold", "false"),
+    ("hold", "true"),
+    ("rollback", "false"),
+)
+"""``devicestate_governor_adoption_pools{verdict, waiting}``: every series, exported from the
+start (0 when no pool); ``waiting="true"`` only for a plugin pool's hold that waits for the DRA
+driver's slices, which ``DevicestateAdoptionHold`` leaves out."""
 UNKNOWN_STATES: Final = frozenset({GovState.UNKNOWN_TOLERATED.value, GovState.RESTRICTED.value})
 """Leaving one of these for another state ends an Unknown period (the duration histogram)."""
 
@@ -107,9 +116,13 @@ class GovernorGauges:
             if needing:
                 metrics.quarantines_needing_operator.inc(needing)
         fleet = state.fleet
-        by_verdict = Counter(fleet.adoption.verdicts.values())  # a few pools: counted whole
-        for verdict in ("expand", "hold", "rollback"):
-            metrics.adoption_pools.labels(verdict).set(by_verdict.get(verdict, 0))
+        adoption = fleet.adoption  # a few pools: counted whole
+        by_verdict = Counter(
+            (verdict, "true" if pool in adoption.waiting else "false")
+            for pool, verdict in adoption.verdicts.items()
+        )
+        for series in ADOPTION_SERIES:
+            metrics.adoption_pools.labels(*series).set(by_verdict.get(series, 0))
         metrics.breaker_open.set(1 if fleet.breaker_open else 0)
         metrics.automation_paused.set(1 if fleet.automation_paused else 0)
         metrics.watch_stale.set(1 if fleet.watch_stale_incident is not None else 0)

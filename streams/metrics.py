@@ -156,8 +156,10 @@ class WorkerMetrics:
         self.adoption_pools = Gauge(
             "devicestate_governor_adoption_pools",
             "DRA adoption pools by the verdict the governor last recorded for them "
-            "(AdoptionVerdictChanged: expand, hold, rollback; docs/dra-adoption.md).",
-            ["verdict"],
+            "(AdoptionVerdictChanged: expand, hold, rollback; docs/dra-adoption.md); "
+            'waiting="true": a plugin pool held only until the DRA driver publishes its '
+            "ResourceSlices (no alert).",
+            ["verdict", "waiting"],
             registry=r,
         )
         self.devices_by_state = Gauge(

@@ -340,6 +340,26 @@ def test_an_empty_pool_holds() -> None:
     )
 
 
+def test_a_plugin_pool_without_slices_yet_holds_while_it_waits_for_the_driver() -> None:
+    # The plan declared before the DRA driver publishes: still hold (no canary without nodes),
+    # but a wait, which raises no alert; in any other phase an empty pool is a plain hold.
+    gate = evaluate_pool(pool(Phase.PLUGIN, slice_pool="nowhere"), facts(), Thresholds(), NOW)
+    assert (gate.verdict, gate.waiting) == (Verdict.HOLD, True)
+    [empty] = gate.reasons
+    assert empty.code == "pool-empty" and empty.figures == {"nodes": 0}
+    assert empty.detail == (
+        "waiting for the DRA driver's ResourceSlices: no slice of driver gpu.example.com (pool "
+        "nowhere) names a node yet; the pool cannot go to canary before it does"
+    )
+    for phase in (Phase.CANARY, Phase.DRA, Phase.ROLLED_BACK):
+        other = evaluate_pool(pool(phase, slice_pool="nowhere"), facts(), Thresholds(), NOW)
+        assert (other.verdict, other.waiting) == (Verdict.HOLD, False), phase
+        assert other.reasons[0].detail == "the pool's selector matches no node"
+    # With its slices there, a plugin pool's hold is a finding again, not a wait.
+    held = evaluate_pool(pool(Phase.PLUGIN), facts(), Thresholds(), None)
+    assert (held.verdict, held.waiting) == (Verdict.HOLD, False)
+
+
 def test_membership_by_driver_by_slice_pool_and_by_node_names() -> None:
     assert evaluate_pool(pool(slice_pool=None), facts(), Thresholds(), NOW).nodes == (
         "node-a",

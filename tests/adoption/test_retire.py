@@ -143,7 +143,7 @@ def test_the_gauge_no_longer_counts_a_retired_pool() -> None:
 
     def held() -> float | None:
         return metrics.registry.get_sample_value(
-            "devicestate_governor_adoption_pools", {"verdict": "hold"}
+            "devicestate_governor_adoption_pools", {"verdict": "hold", "waiting": "false"}
         )
 
     gauges.update(run.state, every=True)

@@ -408,7 +408,7 @@ def test_any_batching_interleaving_redelivery_or_restart_records_the_same_verdic
 
 
 def test_the_worker_gauges_count_pools_by_recorded_verdict() -> None:
-    """``devicestate_governor_adoption_pools{verdict}`` (what DevicestateAdoptionHold and
+    """``devicestate_governor_adoption_pools{verdict, waiting}`` (what DevicestateAdoptionHold and
     DevicestateAdoptionRollback read) follows the recorded verdicts."""
     from streams.governor_metrics import GovernorGauges
     from streams.metrics import WorkerMetrics
@@ -419,7 +419,7 @@ def test_the_worker_gauges_count_pools_by_recorded_verdict() -> None:
 
     def value(verdict: str) -> float | None:
         return metrics.registry.get_sample_value(
-            "devicestate_governor_adoption_pools", {"verdict": verdict}
+            "devicestate_governor_adoption_pools", {"verdict": verdict, "waiting": "false"}
         )
 
     gauges.update(run.state, every=True)

@@ -95,13 +95,21 @@ class Reason:
 
 @dataclass(frozen=True, slots=True)
 class PoolGate:
-    """The gate's answer for one pool: its phase, nodes (sorted), verdict and reasons."""
+    """The gate's answer for one pool: its phase, nodes (sorted), verdict and reasons.
+    ``waiting``: a ``hold`` that is only the wait for the DRA driver's ResourceSlices of a pool
+    declared in ``plugin`` (:data:`WAITING_DETAIL`): the pool cannot go to canary yet, but
+    nothing is wrong, so it raises no alert."""
 
     pool: str
     phase: Phase
     nodes: tuple[str, ...]
     verdict: Verdict
     reasons: tuple[Reason, ...]
+    waiting: bool = False
+
+
+WAITING_DETAIL: Final = "waiting for the DRA driver's ResourceSlices"
+"""The ``pool-empty`` detail of a pool in ``plugin`` (a plan declared before the driver runs)."""
 
 
 def _count_verdict(count: int, hold: int, rollback: int) -> Verdict:
@@ -376,16 +384,23 @@ def evaluate_pool(
 ) -> PoolGate:
     """The gate of one pool at event time ``now`` (UTC; ``None`` before the governor has one)."""
     nodes = pool_nodes(state, facts)
+    waiting = not nodes and state.phase is Phase.PLUGIN
     if not nodes:
-        reasons: tuple[Reason, ...] = (
-            Reason("pool-empty", Verdict.HOLD, "the pool's selector matches no node", {"nodes": 0}),
+        sel = state.current.declaration.selector
+        detail = (
+            f"{WAITING_DETAIL}: no slice of driver {sel.driver}"
+            + (f" (pool {sel.pool})" if sel.pool else "")
+            + " names a node yet; the pool cannot go to canary before it does"
+            if waiting
+            else "the pool's selector matches no node"
         )
+        reasons: tuple[Reason, ...] = (Reason("pool-empty", Verdict.HOLD, detail, {"nodes": 0}),)
     else:
         reasons = tuple(rule(state, facts, nodes, thresholds, now) for rule in RULES)
     verdict = max((r.verdict for r in reasons), key=_RANK.__getitem__)
     if verdict is Verdict.ROLLBACK and state.phase in _PLUGIN_PATH:
         verdict = Verdict.HOLD  # already on the plugin path: nothing to roll back
-    return PoolGate(state.pool, state.phase, tuple(sorted(nodes)), verdict, reasons)
+    return PoolGate(state.pool, state.phase, tuple(sorted(nodes)), verdict, reasons, waiting)
 
 
 def evaluate(

@@ -66,6 +66,20 @@ class AdoptionGov:
     timed: bool = False
     failures: dict[str, list[FailureFact]] = field(default_factory=dict)
     ready: dict[str, list[ReadyFact]] = field(default_factory=dict)
+    waiting: set[str] = field(default_factory=set)
+    """The pools whose recorded ``hold`` is only the wait for the driver's slices (a ``plugin``
+    pool matching no node: :attr:`.adoption_gate.PoolGate.waiting`), which raises no alert."""
+
+    def recorded(self, pool: str) -> tuple[str, bool] | None:
+        """The pool's recorded verdict and whether it is a wait (``None``: none recorded)."""
+        verdict = self.verdicts.get(pool)
+        return None if verdict is None else (verdict, pool in self.waiting)
+
+    def forget(self, pool: str) -> None:
+        """Drop a retired pool whole: its declaration and its recorded verdict."""
+        self.pools.pop(pool, None)
+        self.verdicts.pop(pool, None)
+        self.waiting.discard(pool)
 
     def empty(self) -> bool:
         return not (
@@ -133,6 +147,7 @@ class AdoptionGov:
             "timed": self.timed,
             **({"failures": self._failures_json()} if self.failures else {}),
             **({"ready": self._ready_json()} if self.ready else {}),
+            **({"waiting": sorted(self.waiting)} if self.waiting else {}),
         }
 
     def _ready_json(self) -> list[list[Any]]:
@@ -189,4 +204,5 @@ class AdoptionGov:
             timed=bool(obj.get("timed")),
             failures={node: sorted(held) for node, held in failures.items()},
             ready={node: sorted(held) for node, held in ready.items()},
+            waiting=set(obj.get("waiting") or ()),
         )

@@ -14,7 +14,8 @@ passes the failure's time plus ``failure_window_seconds``, a sample its time plu
 the log gives the same verdicts and the same decisions.
 
 Alerts: a pool whose verdict is ``hold`` has the incident ``adoption-hold/<pool>`` firing
-(alertname ``AdoptionHold``, warning), ``rollback`` the incident ``adoption-rollback/<pool>``
+(alertname ``AdoptionHold``, warning; not a ``plugin`` pool's hold that only waits for the DRA
+driver's slices: ``waiting`` in the decision), ``rollback`` the incident ``adoption-rollback/<pool>``
 (``AdoptionRollback``, critical); ``expand`` resolves the one that fired. A change between hold
 and rollback is two decisions: the new incident firing, then the old one resolved.
 """
@@ -70,9 +71,10 @@ _ALERTS: Final = {
 }
 
 
-def incident_of(pool: str, verdict: Verdict) -> str | None:
-    """The alert incident of a pool's verdict (``None`` for ``expand``)."""
-    alert = _ALERTS.get(verdict)
+def incident_of(pool: str, verdict: Verdict, waiting: bool = False) -> str | None:
+    """The alert incident of a pool's verdict (``None`` for ``expand``, and for a ``hold`` that
+    is only the wait for the driver's slices: ``waiting``)."""
+    alert = None if waiting else _ALERTS.get(verdict)
     return None if alert is None else f"{alert[0]}/{pool}"
 
 
@@ -93,9 +95,7 @@ def take(ad: AdoptionGov, ctx: Ctx, record: GovernanceInput, key: MergeKey | Non
             changed = True
         elif d.kind is DecisionKind.ADOPTION_RETIRED:
             # Gone whole: a declaration of the name later is a new pool, its first verdict new.
-            pool = str(d.details.get("pool"))
-            ad.pools.pop(pool, None)
-            ad.verdicts.pop(pool, None)
+            ad.forget(str(d.details.get("pool")))
             changed = True
         elif d.kind in _DEVICE_KINDS and d.node is not None and _may_hold(ad, d.node):
             changed = True
@@ -260,6 +260,7 @@ def _details(gate: PoolGate, previous: str | None, ad: AdoptionGov) -> dict[str,
         "previous": previous,
         "deviceClass": declaration.device_class,
         "nodes": len(gate.nodes),
+        **({"waiting": True} if gate.waiting else {}),
         "reasons": [
             {
                 "code": r.code,
@@ -275,7 +276,12 @@ def _details(gate: PoolGate, previous: str | None, ad: AdoptionGov) -> dict[str,
 def record_change(ctx: Ctx, ad: AdoptionGov, gate: PoolGate, at: datetime) -> None:
     """The decisions of a pool whose verdict changed (or was never recorded)."""
     previous = ad.verdicts.get(gate.pool)
+    was_waiting = gate.pool in ad.waiting
     ad.verdicts[gate.pool] = gate.verdict.value
+    if gate.waiting:
+        ad.waiting.add(gate.pool)
+    else:
+        ad.waiting.discard(gate.pool)
     details = _details(gate, previous, ad)
     worst = [
         r.code
@@ -286,8 +292,8 @@ def record_change(ctx: Ctx, ad: AdoptionGov, gate: PoolGate, at: datetime) -> No
         f"pool {gate.pool} ({gate.phase.value}): {previous or 'none'} -> {gate.verdict.value}"
         + (f" ({', '.join(worst)})" if worst else "")
     )
-    old = None if previous is None else incident_of(gate.pool, Verdict(previous))
-    new = incident_of(gate.pool, gate.verdict)
+    old = None if previous is None else incident_of(gate.pool, Verdict(previous), was_waiting)
+    new = incident_of(gate.pool, gate.verdict, gate.waiting)
     if new is not None:
         ctx.emit(
             DecisionKind.ADOPTION_VERDICT_CHANGED,
@@ -336,5 +342,5 @@ def after_step(
     dues = [d for d in (due_at(ad, ctx, facts) for due_at in timers) if d]
     ad.next_due = min(dues, default=None)
     for gate in evaluate(ad.pool_states(), facts, ctx.policy.adoption, now):
-        if ad.verdicts.get(gate.pool) != gate.verdict.value:
+        if ad.recorded(gate.pool) != (gate.verdict.value, gate.waiting):
             record_change(ctx, ad, gate, now or at)

@@ -194,7 +194,8 @@ def command_adoption_retire(ctx: context.Ctx, c: OperatorCommand) -> None:
         reject(ctx, c, problem or f"pool {pool!r} is not declared")
         return
     previous = ad.verdicts.get(pool)
-    incident = None if previous is None else incident_of(pool, Verdict(previous))
+    waiting = pool in ad.waiting  # a plugin pool's wait for slices fired no alert
+    incident = None if previous is None else incident_of(pool, Verdict(previous), waiting)
     accept(ctx, c, pool=pool, phase=declared.declaration.phase.value, force=c.retire.force)
     ctx.emit(
         DecisionKind.ADOPTION_RETIRED,
