@@ -119,7 +119,7 @@ class OncePerBatch:
     :meth:`reset` when the next batch starts."""
 
     def __init__(self) -> None:
-        self.sent: set[tuple[str, str]] = set()
+        self.sent: set[tuple[str, str, int | None]] = set()
 
     def reset(self) -> None:
         self.sent = set()
@@ -134,15 +134,17 @@ class OncePerBatch:
         source: str,
         stage: str,
         reason: str,
+        part: int | None = None,
     ) -> Any:
-        """:func:`dead_letter_record`, unless this batch sent it already (then ``None``)."""
-        if (stage, source) in self.sent:
+        """:func:`dead_letter_record`, unless this batch sent it already (then ``None``).
+        ``part``: which entry of the record at ``source`` (a ``ForwardedBatch``'s)."""
+        if (stage, source, part) in self.sent:
             return None
         log.warning("record dead-lettered", source=source, reason=reason, stage=stage)
         sent = await dead_letter_record(
             topic, metrics, key=key, value=value, source=source, stage=stage, reason=reason
         )
-        self.sent.add((stage, source))
+        self.sent.add((stage, source, part))
         return sent
 
     def message(

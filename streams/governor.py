@@ -7,10 +7,11 @@ The governance topic has ONE partition (a total order); the agent reads it in ba
    partition moved between workers), the state is (re)loaded from PostgreSQL (the device, node
    and fleet snapshots, and the topic's recorded offset in ``partition_progress``); records at or
    before that offset are skipped (already folded);
-2. each record is decoded (:func:`~services.domain.governance.input_codec.decode_keyed`, told the
+2. each record is decoded (:func:`~services.domain.governance.input_batch.unpack`, told the
    type its ``devicestate-type`` header names; one that does not decode, or whose body is of
    another type than its header says, goes to the dead-letter topic, stage ``governor-decode``)
-   and taken (:func:`~services.domain.governance.intake.take`: the event-time merge, then
+   into its entries (one for a single record, several for a ``ForwardedBatch``; an entry that
+   does not decode is dead-lettered alone, same stage), and each entry taken in order (:func:`~services.domain.governance.intake.take`: the event-time merge, then
    ``step`` for each record it releases, numbered by the decisions' ``seq``);
 3. ONE PostgreSQL transaction writes the touched rows, the decisions, the operator commands and
    the topic's progress (:class:`~services.adapters.projection.governance_store.GovernanceStore`);
@@ -48,7 +49,7 @@ from services.adapters.projection.governance_store import (
 )
 from services.domain.governance.decisions import Decision, encode_decision
 from services.domain.governance.fold_filter import REFUSED_STAGE, FoldFilter, FoldId, fold_id
-from services.domain.governance.input_codec import decode_keyed
+from services.domain.governance.input_batch import BadEntry, unpack
 from services.domain.governance.intake import Folded, StepFn, start_sequence, take
 from services.domain.governance.machine import refusal
 from services.domain.governance.policy import GovernancePolicy
@@ -326,24 +327,38 @@ class Governor:
             try:
                 if payload is None:
                     raise ValueError("record has no value (tombstone)")
-                record, key = decode_keyed(payload, record_type(message.headers))
+                unpacked = unpack(payload, record_type(message.headers))
             except Exception as exc:  # EventDecodeError, or anything a bad payload provokes
                 if letters:
                     result.dead.append(self._dead_letter(message, str(exc) or type(exc).__name__))
                 continue
+            if letters:  # an entry of a ForwardedBatch that does not decode: alone
+                result.dead.extend(self._dead_letter_entry(message, bad) for bad in unpacked.bad)
             folds.offset = offset
-            for folded in take(state, record, key, policy, step, refusal):
-                poison = folds.refused.get(fold_id(folded.key, offset))
-                if poison is not None:  # its rows were refused: left out
-                    if letters:
-                        result.dead.append(self._dead_letter_folded(folded, message, poison))
-                    continue
-                if letters and folded.refused is not None:  # over the device ceiling
-                    result.dead.append(self._dead_letter_folded(folded, message))
-                self.gauges.track_unknown(state, folded.decisions, result.unknown_seconds)
-                result.decisions.extend(folded.decisions)
-                result.folded += 1
+            for record, key in unpacked.entries:  # in order, as if each were a record
+                for folded in take(state, record, key, policy, step, refusal):
+                    self._folded(folded, folds, message, result, state, letters)
         return result
+
+    def _folded(
+        self,
+        folded: Folded,
+        folds: FoldFilter,
+        message: Any,
+        result: FoldResult,
+        state: GovernorState,
+        letters: bool,
+    ) -> None:
+        poison = folds.refused.get(fold_id(folded.key, message.offset))
+        if poison is not None:  # its rows were refused: left out
+            if letters:
+                result.dead.append(self._dead_letter_folded(folded, message, poison))
+            return
+        if letters and folded.refused is not None:  # over the device ceiling
+            result.dead.append(self._dead_letter_folded(folded, message))
+        self.gauges.track_unknown(state, folded.decisions, result.unknown_seconds)
+        result.decisions.extend(folded.decisions)
+        result.folded += 1
 
     async def _load(self) -> None:
         snapshot = await self.sink.load(self.topic_name)
@@ -381,6 +396,20 @@ class Governor:
             return self._dead_letter(message, reason, stage)
         topic, health = self.dead_letter_topic, self.settings.topic
         return self._letters.merged(topic, self.metrics, folded, health, stage=stage, reason=reason)
+
+    def _dead_letter_entry(self, message: Any, bad: BadEntry) -> Awaitable[Any]:
+        """Dead-letter one entry of a ``ForwardedBatch`` that does not decode: its own bytes,
+        the batch record's source, the entry's index in the reason."""
+        return self._letters.send(
+            self.dead_letter_topic,
+            self.metrics,
+            key=message.key,
+            value=bad.value,
+            source=f"{message.topic}/{message.partition}/{message.offset}",
+            stage=DEAD_LETTER_STAGE,
+            reason=bad.reason,
+            part=bad.index,
+        )
 
     def _dead_letter(
         self, message: Any, reason: str, stage: str = DEAD_LETTER_STAGE
