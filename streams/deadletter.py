@@ -24,6 +24,7 @@ from services.adapters.kafka.headers import (
     HEADER_SOURCE,
     HEADER_STAGE,
 )
+from services.domain.governance.input_batch import BadEntry
 from services.domain.governance.input_codec import encode_input
 from services.domain.governance.intake import Folded
 from streams.forward import record_key
@@ -159,6 +160,23 @@ class OncePerBatch:
             source=f"{message.topic}/{message.partition}/{message.offset}",
             stage=stage,
             reason=reason,
+        )
+
+    def entry(
+        self, topic: Any, metrics: WorkerMetrics, message: Any, bad: BadEntry, *, stage: str
+    ) -> Awaitable[Any]:
+        """:meth:`send` of one entry of a ``ForwardedBatch`` in faust ``message`` that does not
+        decode: the entry's own bytes, the record's key and position, the reason naming the
+        entry (each bad entry of a record is a letter of its own)."""
+        return self.send(
+            topic,
+            metrics,
+            key=message.key,
+            value=bad.value,
+            source=f"{message.topic}/{message.partition}/{message.offset}",
+            stage=stage,
+            reason=bad.reason,
+            part=bad.index,
         )
 
     def merged(

@@ -49,7 +49,7 @@ from services.adapters.projection.governance_store import (
 )
 from services.domain.governance.decisions import Decision, encode_decision
 from services.domain.governance.fold_filter import REFUSED_STAGE, FoldFilter, FoldId, fold_id
-from services.domain.governance.input_batch import BadEntry, unpack
+from services.domain.governance.input_batch import unpack
 from services.domain.governance.intake import Folded, StepFn, start_sequence, take
 from services.domain.governance.machine import refusal
 from services.domain.governance.policy import GovernancePolicy
@@ -333,32 +333,29 @@ class Governor:
                     result.dead.append(self._dead_letter(message, str(exc) or type(exc).__name__))
                 continue
             if letters:  # an entry of a ForwardedBatch that does not decode: alone
-                result.dead.extend(self._dead_letter_entry(message, bad) for bad in unpacked.bad)
+                topic, metrics, stage = self.dead_letter_topic, self.metrics, DEAD_LETTER_STAGE
+                result.dead.extend(
+                    self._letters.entry(topic, metrics, message, bad, stage=stage)
+                    for bad in unpacked.bad
+                )
             folds.offset = offset
-            for record, key in unpacked.entries:  # in order, as if each were a record
-                for folded in take(state, record, key, policy, step, refusal):
-                    self._folded(folded, folds, message, result, state, letters)
+            released = (  # the entries in order, as if each were a record
+                folded
+                for record, key in unpacked.entries
+                for folded in take(state, record, key, policy, step, refusal)
+            )
+            for folded in released:
+                poison = folds.refused.get(fold_id(folded.key, offset))
+                if poison is not None:  # its rows were refused: left out
+                    if letters:
+                        result.dead.append(self._dead_letter_folded(folded, message, poison))
+                    continue
+                if letters and folded.refused is not None:  # over the device ceiling
+                    result.dead.append(self._dead_letter_folded(folded, message))
+                self.gauges.track_unknown(state, folded.decisions, result.unknown_seconds)
+                result.decisions.extend(folded.decisions)
+                result.folded += 1
         return result
-
-    def _folded(
-        self,
-        folded: Folded,
-        folds: FoldFilter,
-        message: Any,
-        result: FoldResult,
-        state: GovernorState,
-        letters: bool,
-    ) -> None:
-        poison = folds.refused.get(fold_id(folded.key, message.offset))
-        if poison is not None:  # its rows were refused: left out
-            if letters:
-                result.dead.append(self._dead_letter_folded(folded, message, poison))
-            return
-        if letters and folded.refused is not None:  # over the device ceiling
-            result.dead.append(self._dead_letter_folded(folded, message))
-        self.gauges.track_unknown(state, folded.decisions, result.unknown_seconds)
-        result.decisions.extend(folded.decisions)
-        result.folded += 1
 
     async def _load(self) -> None:
         snapshot = await self.sink.load(self.topic_name)
@@ -396,20 +393,6 @@ class Governor:
             return self._dead_letter(message, reason, stage)
         topic, health = self.dead_letter_topic, self.settings.topic
         return self._letters.merged(topic, self.metrics, folded, health, stage=stage, reason=reason)
-
-    def _dead_letter_entry(self, message: Any, bad: BadEntry) -> Awaitable[Any]:
-        """Dead-letter one entry of a ``ForwardedBatch`` that does not decode: its own bytes,
-        the batch record's source, the entry's index in the reason."""
-        return self._letters.send(
-            self.dead_letter_topic,
-            self.metrics,
-            key=message.key,
-            value=bad.value,
-            source=f"{message.topic}/{message.partition}/{message.offset}",
-            stage=DEAD_LETTER_STAGE,
-            reason=bad.reason,
-            part=bad.index,
-        )
 
     def _dead_letter(
         self, message: Any, reason: str, stage: str = DEAD_LETTER_STAGE
