@@ -11,8 +11,9 @@ The governance topic has ONE partition (a total order); the agent reads it in ba
    type its ``devicestate-type`` header names; one that does not decode, or whose body is of
    another type than its header says, goes to the dead-letter topic, stage ``governor-decode``)
    into its entries (one for a single record, several for a ``ForwardedBatch``; an entry that
-   does not decode is dead-lettered alone, same stage), and each entry taken in order (:func:`~services.domain.governance.intake.take`: the event-time merge, then
-   ``step`` for each record it releases, numbered by the decisions' ``seq``);
+   does not decode is dead-lettered alone, same stage), and each entry taken in order
+   (:func:`~services.domain.governance.intake.take`: the event-time merge, then ``step`` for
+   each record it releases, numbered by the decisions' ``seq``);
 3. ONE PostgreSQL transaction writes the touched rows, the decisions, the operator commands and
    the topic's progress (:class:`~services.adapters.projection.governance_store.GovernanceStore`);
    once they are written, just before the commit, the decisions are sent to the decisions topic
