@@ -217,7 +217,7 @@ async def read_loop(settings: Settings, seen: Seen, stop: asyncio.Event) -> None
 
     from services.adapters.kafka.clients import make_consumer
     from services.domain.governance.decisions import decode_decision
-    from services.domain.governance.input_codec import decode_keyed
+    from services.domain.governance.input_batch import decode_records
 
     consumer = make_consumer(settings, client_id="bench-merge-latency", fetch_max_wait_ms=20)
     await consumer.start()
@@ -237,14 +237,16 @@ async def read_loop(settings: Settings, seen: Seen, stop: asyncio.Event) -> None
                         seen.decisions.append((read_at, decode_decision(message.value)))
                         continue
                     headers = dict(message.headers or ())
-                    if headers.get("devicestate-type") != b"HealthTransition":
+                    kind = headers.get("devicestate-type")
+                    if kind not in (b"HealthTransition", b"ForwardedBatch"):
                         continue
-                    record, key = decode_keyed(message.value)
-                    assert isinstance(record, HealthTransition)
-                    if record.node == HOT_NODE:
-                        seen.hot_forwarded += 1
-                        continue
-                    seen.forwarded.append((read_at, record, key))
+                    for record, key in decode_records(message.value, kind.decode()):
+                        if not isinstance(record, HealthTransition):
+                            continue
+                        if record.node == HOT_NODE:
+                            seen.hot_forwarded += 1
+                            continue
+                        seen.forwarded.append((read_at, record, key))
     finally:
         await consumer.stop()
 

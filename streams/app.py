@@ -19,6 +19,7 @@ from services.domain.governance.intake import StepFn
 from services.runtime.config import KafkaSettings, WorkerProcessSettings
 from streams.dedup import BatchSink, DeviceDedup
 from streams.forward import Forwarder, topic_sender
+from streams.forward_batch import batch_bytes_limit
 from streams.governor import GovernanceSink, Governor
 from streams.metrics import WorkerMetrics
 
@@ -153,6 +154,8 @@ def build_worker_app(
         topic_sender(governance_topic),
         partitions=lambda: health_partitions(app, settings),
         on_sent=lambda kind, count: metrics.forwarded.labels(kind).inc(count),
+        batch_records=settings.worker_forward_batch_records,
+        batch_bytes=batch_bytes_limit(settings.max_message_bytes),
     )
     dedup = DeviceDedup(
         app,

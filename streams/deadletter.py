@@ -24,6 +24,7 @@ from services.adapters.kafka.headers import (
     HEADER_SOURCE,
     HEADER_STAGE,
 )
+from services.domain.governance.input_batch import BadEntry
 from services.domain.governance.input_codec import encode_input
 from services.domain.governance.intake import Folded
 from streams.forward import record_key
@@ -119,7 +120,7 @@ class OncePerBatch:
     :meth:`reset` when the next batch starts."""
 
     def __init__(self) -> None:
-        self.sent: set[tuple[str, str]] = set()
+        self.sent: set[tuple[str, str, int | None]] = set()
 
     def reset(self) -> None:
         self.sent = set()
@@ -134,15 +135,17 @@ class OncePerBatch:
         source: str,
         stage: str,
         reason: str,
+        part: int | None = None,
     ) -> Any:
-        """:func:`dead_letter_record`, unless this batch sent it already (then ``None``)."""
-        if (stage, source) in self.sent:
+        """:func:`dead_letter_record`, unless this batch sent it already (then ``None``).
+        ``part``: which entry of the record at ``source`` (a ``ForwardedBatch``'s)."""
+        if (stage, source, part) in self.sent:
             return None
         log.warning("record dead-lettered", source=source, reason=reason, stage=stage)
         sent = await dead_letter_record(
             topic, metrics, key=key, value=value, source=source, stage=stage, reason=reason
         )
-        self.sent.add((stage, source))
+        self.sent.add((stage, source, part))
         return sent
 
     def message(
@@ -157,6 +160,23 @@ class OncePerBatch:
             source=f"{message.topic}/{message.partition}/{message.offset}",
             stage=stage,
             reason=reason,
+        )
+
+    def entry(
+        self, topic: Any, metrics: WorkerMetrics, message: Any, bad: BadEntry, *, stage: str
+    ) -> Awaitable[Any]:
+        """:meth:`send` of one entry of a ``ForwardedBatch`` in faust ``message`` that does not
+        decode: the entry's own bytes, the record's key and position, the reason naming the
+        entry (each bad entry of a record is a letter of its own)."""
+        return self.send(
+            topic,
+            metrics,
+            key=message.key,
+            value=bad.value,
+            source=f"{message.topic}/{message.partition}/{message.offset}",
+            stage=stage,
+            reason=bad.reason,
+            part=bad.index,
         )
 
     def merged(

@@ -44,6 +44,22 @@ effective time in the batch is later than the newest one recorded for it before 
 worker never forwards an older watermark, nor the same one twice). Records at or before a
 partition's recorded offset (a redelivered batch) are skipped like the store skips them.
 
+These records are packed (:mod:`streams.forward_batch`) into ``ForwardedBatch`` records
+(:mod:`services.domain.governance.input_batch`) of at most ``worker_forward_batch_records``
+entries (``DEVICESTATE_WORKER_FORWARD_BATCH_RECORDS``, 512) and 256 KiB each: one governance
+record per batch of the health topic where it fits, instead of one per forwarded record. A run of
+one entry goes as the record itself, so with the setting at 1 the topic holds exactly what it held
+before issue 12 (for a rolling upgrade: an older governor cannot read a ``ForwardedBatch``).
+
+**The ordering guarantee.** The entries of a ``ForwardedBatch`` are the forwarded records in the
+order above, and the batch records follow each other in that order too: the governance topic holds
+the same sequence of forwarded records whatever the packing, only cut into fewer Kafka records.
+The governor and ``replay --governance`` unpack each record and take its entries one by one, as if
+each had been a record of its own at the batch record's offset; since the governor orders
+forwarded records by their merge keys (and drops a key it holds or released), not by their place
+on the topic, its decisions do not depend on the packing either. The batch records are sent inside
+the same database transaction as before, through the same producer, one partition.
+
 Each record carries its type in the ``devicestate-type`` header
 (:mod:`services.adapters.kafka.headers`), so the governor decodes it without looking into the body.
 The sends are awaited (acks=all) before the hook returns, so everything is on the governance
@@ -86,6 +102,7 @@ from services.domain.node_events import (
     NodeResourcesChanged,
     WatcherTick,
 )
+from streams.forward_batch import FORWARD_BATCH_BYTES, OutgoingRecord, pack
 from streams.forward_taints import slice_taints
 
 
@@ -307,10 +324,6 @@ def record_key(record: GovernanceInput) -> bytes:
     return str(node or "").encode()
 
 
-OutgoingRecord = tuple[bytes, bytes, str]
-"""``(key, value, record type)`` of a record to send; the type goes in the type header."""
-
-
 class RecordSender(Protocol):
     """Sends ``(key, value, type)`` records to the governance topic, in order, and waits for
     every acknowledgement (raises if any failed)."""
@@ -336,18 +349,28 @@ def topic_sender(topic: Any) -> RecordSender:
 class Forwarder:
     """Forwards batches of the health topic to the governance topic through ``send``.
 
-    ``partitions`` returns the health topic's partition count (the real one when known)."""
+    ``partitions`` returns the health topic's partition count (the real one when known);
+    ``batch_records`` and ``batch_bytes`` bound each ``ForwardedBatch`` (entries, encoded bytes;
+    :func:`streams.forward_batch.pack`); ``on_sent(type, count)`` counts the forwarded records
+    by type (entries, not Kafka records). :attr:`forwarded` counts the forwarded records,
+    :attr:`sent` the Kafka records they went in."""
 
     def __init__(
         self,
         send: RecordSender,
         partitions: Callable[[], int],
         on_sent: Callable[[str, int], None] | None = None,
+        *,
+        batch_records: int = 512,
+        batch_bytes: int = FORWARD_BATCH_BYTES,
     ) -> None:
         self.send = send
         self.partitions = partitions
         self.on_sent = on_sent
+        self.batch_records = batch_records
+        self.batch_bytes = batch_bytes
         self.forwarded = 0
+        self.sent = 0
 
     def before_commit(self, batch: BatchView) -> Callable[[PendingCommit], Awaitable[None]]:
         """The :data:`~services.domain.batch.CommitHook` of one batch."""
@@ -355,10 +378,14 @@ class Forwarder:
         async def hook(commit: PendingCommit) -> None:
             records = governance_records(batch, commit, self.partitions())
             if records:
-                await self.send(
-                    [(record_key(r), encode_input(r, key), r.type) for r, key in records]
+                outgoing = pack(
+                    [(record_key(r), encode_input(r, key), r.type) for r, key in records],
+                    self.batch_records,
+                    self.batch_bytes,
                 )
+                await self.send(outgoing)
                 self.forwarded += len(records)
+                self.sent += len(outgoing)
                 if self.on_sent is not None:
                     for kind, count in Counter(r.type for r, _ in records).items():
                         self.on_sent(kind, count)

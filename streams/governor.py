@@ -7,11 +7,13 @@ The governance topic has ONE partition (a total order); the agent reads it in ba
    partition moved between workers), the state is (re)loaded from PostgreSQL (the device, node
    and fleet snapshots, and the topic's recorded offset in ``partition_progress``); records at or
    before that offset are skipped (already folded);
-2. each record is decoded (:func:`~services.domain.governance.input_codec.decode_keyed`, told the
+2. each record is decoded (:func:`~services.domain.governance.input_batch.unpack`, told the
    type its ``devicestate-type`` header names; one that does not decode, or whose body is of
    another type than its header says, goes to the dead-letter topic, stage ``governor-decode``)
-   and taken (:func:`~services.domain.governance.intake.take`: the event-time merge, then
-   ``step`` for each record it releases, numbered by the decisions' ``seq``);
+   into its entries (one for a single record, several for a ``ForwardedBatch``; an entry that
+   does not decode is dead-lettered alone, same stage), and each entry taken in order
+   (:func:`~services.domain.governance.intake.take`: the event-time merge, then ``step`` for
+   each record it releases, numbered by the decisions' ``seq``);
 3. ONE PostgreSQL transaction writes the touched rows, the decisions, the operator commands and
    the topic's progress (:class:`~services.adapters.projection.governance_store.GovernanceStore`);
    once they are written, just before the commit, the decisions are sent to the decisions topic
@@ -48,7 +50,7 @@ from services.adapters.projection.governance_store import (
 )
 from services.domain.governance.decisions import Decision, encode_decision
 from services.domain.governance.fold_filter import REFUSED_STAGE, FoldFilter, FoldId, fold_id
-from services.domain.governance.input_codec import decode_keyed
+from services.domain.governance.input_batch import unpack
 from services.domain.governance.intake import Folded, StepFn, start_sequence, take
 from services.domain.governance.machine import refusal
 from services.domain.governance.policy import GovernancePolicy
@@ -326,13 +328,24 @@ class Governor:
             try:
                 if payload is None:
                     raise ValueError("record has no value (tombstone)")
-                record, key = decode_keyed(payload, record_type(message.headers))
+                unpacked = unpack(payload, record_type(message.headers))
             except Exception as exc:  # EventDecodeError, or anything a bad payload provokes
                 if letters:
                     result.dead.append(self._dead_letter(message, str(exc) or type(exc).__name__))
                 continue
+            if letters:  # an entry of a ForwardedBatch that does not decode: alone
+                topic, metrics, stage = self.dead_letter_topic, self.metrics, DEAD_LETTER_STAGE
+                result.dead.extend(
+                    self._letters.entry(topic, metrics, message, bad, stage=stage)
+                    for bad in unpacked.bad
+                )
             folds.offset = offset
-            for folded in take(state, record, key, policy, step, refusal):
+            released = (  # the entries in order, as if each were a record
+                folded
+                for record, key in unpacked.entries
+                for folded in take(state, record, key, policy, step, refusal)
+            )
+            for folded in released:
                 poison = folds.refused.get(fold_id(folded.key, offset))
                 if poison is not None:  # its rows were refused: left out
                     if letters:

@@ -201,6 +201,17 @@ class WorkerSettings(SettingsGroup):
     worker_batch_within_seconds: float = Field(
         0.5, gt=0, description="Longest wait to fill a batch before writing it (seconds)."
     )
+    worker_forward_batch_records: int = Field(
+        512,
+        ge=1,
+        le=4096,
+        description="Most forwarded records (transitions, node facts, watermarks...) the health "
+        "agent packs into one ForwardedBatch record of the governance topic (issue 12; at most "
+        "256 KiB each, split when over): one governance record per batch instead of one per "
+        "forwarded record. 1 sends one record each, which governors and governance replays "
+        "older than ForwardedBatch read. Rolling upgrade: set 1, upgrade the workers (the "
+        "governor runs in them) and the replay, then set 512.",
+    )
     worker_store: str = Field(
         "rocksdb://",
         description="Faust table store for the dedup table: rocksdb:// (rocksdict) or memory://.",

@@ -29,8 +29,8 @@ from services.domain.governance.decisions import (
     encode_decision,
 )
 from services.domain.governance.event_order import EventOrder
+from services.domain.governance.input_batch import unpack
 from services.domain.governance.input_codec import (
-    decode_keyed,
     encode_input,
     keyed_from_dict,
     keyed_to_dict,
@@ -46,6 +46,7 @@ from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.domain.log import LogPosition
 from services.domain.node_events import NodeHeartbeat, WatcherTick
+from streams.forward_batch import FORWARD_BATCH_BYTES, pack
 from tests.governance.strategies import at, transition
 
 TOPIC = "health"
@@ -125,18 +126,30 @@ def forwarded_batches(
     return interleaved
 
 
-def govern(logs: list[Log], seed: int) -> tuple[list[bytes], bytes]:
+def govern(
+    logs: list[Log],
+    seed: int,
+    forward_records: int | None = 1,
+    forward_bytes: int = FORWARD_BATCH_BYTES,
+) -> tuple[list[bytes], bytes]:
     """Forward with ``seed``'s batching and interleaving, fold through the governor's intake
-    with restarts (snapshot, wire round trip, restore); the decisions and the final snapshot."""
+    with restarts (snapshot, wire round trip, restore); the decisions and the final snapshot.
+
+    Each forwarded batch is packed as the worker packs it (:func:`streams.forward_batch.pack`,
+    at most ``forward_records`` entries and ``forward_bytes`` bytes per ``ForwardedBatch``;
+    ``None``: a random limit per batch) and unpacked as the governor unpacks it."""
     rng = random.Random(seed)
+    packing = random.Random(seed + 1)  # apart: the batching and restarts stay those of ``seed``
     state = GovernorState()
     decisions: list[Decision] = []
     for batch in forwarded_batches(logs, rng):
-        for record, key in batch:
-            # every record goes over the wire, as on the governance topic
-            record, key = decode_keyed(encode_input(record, key))
-            for folded in take(state, record, key, POLICY, step):
-                decisions.extend(folded.decisions)
+        # every record goes over the wire, as on the governance topic
+        outgoing = [(b"", encode_input(record, key), record.type) for record, key in batch]
+        limit = forward_records or packing.choice([1, 2, 3, 5, 17, 512])
+        for _, value, kind in pack(outgoing, limit, forward_bytes):
+            for record, key in unpack(value, kind).entries:
+                for folded in take(state, record, key, POLICY, step):
+                    decisions.extend(folded.decisions)
         if rng.random() < 0.2:
             snap = orjson.loads(orjson.dumps(state.snapshot()))
             state = GovernorState.restore(
@@ -155,6 +168,35 @@ def test_any_batching_interleaving_redelivery_or_restart_decides_alike(
     decisions_b, state_b = govern(logs, seed_b)
     assert decisions_a == decisions_b
     assert state_a == state_b
+
+
+@SETTINGS
+@given(partition_logs(), st.integers(0, 2**32))
+def test_forwarded_batches_of_any_size_decide_like_one_record_each(
+    logs: list[Log], seed: int
+) -> None:
+    """Issue 12: the same forwarding sent one record per input, in ``ForwardedBatch`` records of
+    up to 512 entries, of random sizes, or cut by a small byte limit: the same decisions, row
+    for row, and the same final state."""
+    one = govern(logs, seed, forward_records=1)
+    assert govern(logs, seed, forward_records=512) == one
+    assert govern(logs, seed, forward_records=None) == one
+    assert govern(logs, seed, forward_records=512, forward_bytes=1500) == one
+
+
+def test_a_forwarded_batch_holds_a_whole_batch_and_decides_alike() -> None:
+    """The packing is not vacuous: with the default limit a forwarded batch is one record."""
+    rng = random.Random(3)
+    logs = [
+        [(WatcherTick(p, at(t)), at(t)) for t in range(0, 300, 7)]
+        + [(WatcherTick(p, at(999)), at(999))]
+        for p in range(2)
+    ]
+    batches = forwarded_batches(logs, rng)
+    outgoing = [(b"", encode_input(r, k), r.type) for r, k in max(batches, key=len)]
+    [(_, value, kind)] = pack(outgoing, 512)
+    assert kind == "ForwardedBatch" and len(unpack(value, kind).entries) == len(outgoing)
+    assert govern(logs, 3, forward_records=512) == govern(logs, 3, forward_records=1)
 
 
 @SETTINGS

@@ -211,3 +211,41 @@ async def test_the_shared_dra_examples_decide_alike_in_batches_of_one(
         await topic_sets(worker_batch_size=1), engine, kafka_bootstrap, worker_process, records
     )
     assert one == default
+
+
+async def test_forwarded_batches_of_512_or_one_record_each_decide_alike(
+    topic_sets: TopicSets,
+    engine: AsyncEngine,
+    kafka_bootstrap: str,
+    worker_process: Any,
+) -> None:
+    """Issue 12, the forwarding lever: the health agent forwarding one governance record per
+    input (``DEVICESTATE_WORKER_FORWARD_BATCH_RECORDS=1``, as before ``ForwardedBatch``) or up
+    to 512 per record (the default) makes the same decisions, row for row, and ``replay
+    --governance --verify`` finds each live projection identical to its replay."""
+    from uuid import uuid4
+
+    from tests.replay.test_replay import drop, run_replay
+
+    records = fleet_log()
+    runs: dict[int, tuple[Settings, dict[str, list[tuple[Any, ...]]], int]] = {}
+    for per_record in (1, 512):
+        settings = await topic_sets(worker_forward_batch_records=per_record, **POLICY)
+        tables = await govern(settings, engine, kafka_bootstrap, worker_process, records)
+        async with Pipeline(settings, engine, kafka_bootstrap) as pipe:
+            end = await pipe.governance_end()
+        runs[per_record] = (settings, tables, end)
+    one, packed = runs[1], runs[512]
+    assert packed[1] == one[1]
+    assert len(one[1]["decisions"]) > 100
+    # one record per input against about one per batch (a batch's inputs and its watermarks)
+    assert packed[2] * 5 < one[2], (packed[2], one[2])
+    for settings, _, _ in runs.values():
+        schema = f"replay_{uuid4().hex[:12]}"
+        try:
+            result = await run_replay(settings, "--governance", "--schema", schema, "--verify")
+            assert result.returncode == 0, result.stdout + result.stderr
+            assert f"verify: {schema} is identical to {settings.database_schema}" in result.stdout
+            assert "undecodable 0" in result.stdout
+        finally:
+            await drop(engine, schema)

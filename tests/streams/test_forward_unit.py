@@ -11,6 +11,7 @@ from services.domain.batch import PendingCommit, Transition
 from services.domain.directory import apply_event
 from services.domain.event_codec import encode_event
 from services.domain.events import ClaimRef, DeviceSource, Health
+from services.domain.governance.input_batch import decode_records
 from services.domain.governance.input_codec import decode_input, decode_keyed, encode_input
 from services.domain.governance.inputs import HealthTransition, MergeKey, PartitionWatermark
 from services.domain.log import LoggedEvent, LogPosition
@@ -246,7 +247,9 @@ async def test_forwarder_sends_encoded_records_and_counts_them(observation: Any)
     async def send(records: Sequence[tuple[bytes, bytes, str]]) -> None:
         sent.append(list(records))
 
-    forwarder = Forwarder(send, partitions=lambda: 3, on_sent=lambda k, n: counted.append((k, n)))
+    forwarder = Forwarder(
+        send, partitions=lambda: 3, on_sent=lambda k, n: counted.append((k, n)), batch_records=1
+    )
     logged = LoggedEvent(pos(2, 0), observation(3, Health.UNKNOWN, at=1))
     hook = forwarder.before_commit(view([(pos(2, 0), at(1))]))
     await hook(commit([transition_of(logged)]))
@@ -256,10 +259,20 @@ async def test_forwarder_sends_encoded_records_and_counts_them(observation: Any)
     assert [k for _, k in decoded] == [key(1, 2, 0), None]  # the merge key travels in the body
     assert [t for _, _, t in batch] == ["HealthTransition", "PartitionWatermark"]  # type headers
     assert sorted(counted) == [("HealthTransition", 1), ("PartitionWatermark", 1)]
-    assert forwarder.forwarded == 2
+    assert forwarder.forwarded == 2 and forwarder.sent == 2
 
     await forwarder.before_commit(view([]))(commit([]))  # nothing to forward: nothing sent
     assert len(sent) == 1
+
+    # The default (issue 12): the same records in one ForwardedBatch, in order, counted by type.
+    counted.clear()
+    packing = Forwarder(send, partitions=lambda: 3, on_sent=lambda k, n: counted.append((k, n)))
+    await packing.before_commit(view([(pos(2, 0), at(1))]))(commit([transition_of(logged)]))
+    [(record_key_, value, kind)] = sent[1]
+    assert (record_key_, kind) == (b"~forwarded-batch", "ForwardedBatch")
+    assert decode_records(value, kind) == decoded
+    assert sorted(counted) == [("HealthTransition", 1), ("PartitionWatermark", 1)]
+    assert packing.forwarded == 2 and packing.sent == 1
 
 
 async def test_agent_keeps_node_events_out_of_the_directory_but_hands_them_over(

@@ -25,7 +25,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from services.domain.codec import parse_time
 from services.domain.event_codec import encode_event
 from services.domain.events import ContainerRef, DeviceHealthObserved, DeviceSource, Health
-from services.domain.governance.input_codec import decode_input, encode_input
+from services.domain.governance.input_batch import decode_records
+from services.domain.governance.input_codec import encode_input
 from services.domain.governance.inputs import (
     GovernanceInput,
     HealthTransition,
@@ -230,7 +231,7 @@ async def test_health_events_are_forwarded_and_governed(
 
         end = await pipe.governance_end()
         forwarded = await read_topic(kafka_bootstrap, settings.governance_topic, end, 30)
-        decoded = [decode_input(m.value) for m in forwarded[:-1]]
+        decoded = [r for m in forwarded[:-1] for r, _ in decode_records(m.value)]
         types = [r.type for r in decoded]
         assert types.count("HealthTransition") == 2
         assert types.count("NodeHeartbeat") == 1

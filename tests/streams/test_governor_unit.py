@@ -15,8 +15,15 @@ import pytest
 from services.adapters.kafka.headers import HEADER_REASON, HEADER_SOURCE, HEADER_STAGE, type_headers
 from services.domain.events import DeviceSource, Health
 from services.domain.governance.decisions import decode_decision
+from services.domain.governance.input_batch import RECORD_TYPE, encode_batch
 from services.domain.governance.input_codec import encode_input
-from services.domain.governance.inputs import GovernanceInput, HealthTransition, WatermarkAdvanced
+from services.domain.governance.inputs import (
+    GovernanceInput,
+    HealthTransition,
+    MergeKey,
+    PartitionWatermark,
+    WatermarkAdvanced,
+)
 from services.runtime.config import Settings
 from streams.app import build_worker_app
 from streams.governor import Governor
@@ -346,3 +353,48 @@ async def test_the_gauge_counts_quarantines_needing_an_operator_and_a_restart_re
     )
     await restarted.handle_batch(events(records, start=0))  # all redelivered: loads, skips
     assert restarted.metrics.quarantines_needing_operator._value.get() == 1
+
+
+async def test_a_forwarded_batch_is_taken_entry_by_entry_and_a_bad_entry_dead_lettered_alone(
+    tmp_path: Any,
+) -> None:
+    """Issue 12: the entries of a ``ForwardedBatch`` decide as the same records sent one each;
+    an entry that does not decode is dead-lettered alone (each bad entry once), the rest taken."""
+    keyed: list[tuple[GovernanceInput, MergeKey | None]] = [
+        (transition("GPU-0", Health.UNKNOWN, 1, 0), MergeKey(T0, 0, 1, 0)),
+        (PartitionWatermark(0, 1, T0), None),
+        (transition("GPU-1", Health.UNHEALTHY, 2, 5), MergeKey(T0 + timedelta(seconds=5), 0, 2, 0)),
+        (transition("GPU-0", Health.HEALTHY, 3, 40), MergeKey(T0 + timedelta(seconds=40), 0, 3, 0)),
+        (PartitionWatermark(0, 1, T0 + timedelta(seconds=100)), None),
+    ]
+    wire = [encode_input(r, k) for r, k in keyed]
+    reference_sink = FakeGovernanceSink()
+    reference, reference_sent, _ = make_governor(tmp_path, reference_sink)
+    await reference.handle_batch(
+        [
+            event(i, v, type_headers(r.type))
+            for i, (v, (r, _)) in enumerate(zip(wire, keyed, strict=True))
+        ]
+    )
+
+    sink = FakeGovernanceSink()
+    governor, sent, dead = make_governor(tmp_path, sink)
+    bad = [b'{"schema":1,"type":"FromTheFuture"}', b'{"schema":1,"type":"AlsoNew"}']
+    packed = [
+        event(0, encode_batch([wire[0], bad[0], wire[1]]), type_headers(RECORD_TYPE)),
+        event(1, encode_batch([wire[2], bad[1], *wire[3:]]), type_headers(RECORD_TYPE)),
+    ]
+    await governor.handle_batch(packed)
+    assert sink.decisions == reference_sink.decisions and sink.offset == 1
+    assert sent.ids == reference_sent.ids
+    assert "DeviceQuarantined" in {
+        decode_decision(v).kind.value for b in sent.batches for _, v, _ in b
+    }
+    assert [letter["value"] for letter in dead.sent] == bad
+    reasons = [dict(letter["headers"])[HEADER_REASON] for letter in dead.sent]
+    assert reasons[0].startswith(b"entry 1 of ForwardedBatch: unknown governance record type")
+    assert [dict(letter["headers"])[HEADER_SOURCE] for letter in dead.sent] == [
+        f"{TOPIC}/0/0".encode(),
+        f"{TOPIC}/0/1".encode(),
+    ]
+    assert governor.metrics.dead_lettered.labels("governor-decode")._value.get() == 2

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.domain.event_codec import encode_event
 from services.domain.events import DeviceHealthObserved, Health
-from services.domain.governance.input_codec import decode_input
+from services.domain.governance.input_batch import decode_records
 from services.domain.governance.inputs import GovernanceInput, HealthTransition, InventoryConflict
 from services.domain.inventory.events import InventoryObserved
 from services.domain.records import encode_record
@@ -61,7 +61,7 @@ def ticks(seconds: float) -> list[Record]:
 async def governance_records(pipe: Pipeline) -> list[GovernanceInput]:
     end = await pipe.governance_end()
     messages = await read_topic(pipe.bootstrap, pipe.settings.governance_topic, end, 30)
-    return [decode_input(m.value) for m in messages]
+    return [r for m in messages for r, _ in decode_records(m.value)]
 
 
 def of_type(records: Sequence[GovernanceInput], kind: type[Any]) -> list[Any]:

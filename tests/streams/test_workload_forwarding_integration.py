@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.domain.event_codec import decode_event, encode_event
 from services.domain.events import Health, PodDevicesReleased, ReleaseReason
-from services.domain.governance.input_codec import decode_input
+from services.domain.governance.input_batch import decode_records
 from services.domain.migration.records import WorkloadOnDevice
 from services.domain.workloads.codec import encode_workload
 from services.domain.workloads.events import PodWorkloadObserved
@@ -114,7 +114,10 @@ async def govern(
         end = await pipe.governance_end()
         forwarded = await read_topic(bootstrap, settings.governance_topic, end, 30)
         out["facts"] = [
-            r for r in (decode_input(m.value) for m in forwarded) if isinstance(r, WorkloadOnDevice)
+            r
+            for m in forwarded
+            for r, _ in decode_records(m.value)
+            if isinstance(r, WorkloadOnDevice)
         ]
         await stop(pipe.worker)
     return out

@@ -1,7 +1,8 @@
 """How the governor takes the governance topic's records, one at a time (issue 10).
 
 :func:`take` is the only entry from a reader of the governance topic (the worker's governor agent,
-``replay --governance``). A record is one of:
+``replay --governance``). A record (or each entry of a ``ForwardedBatch``, taken in its order as
+if it were a record of its own: :mod:`.input_batch`) is one of:
 
 - a forwarded record with its :class:`~.inputs.MergeKey`: into the event-time merge
   (:class:`~.event_order.EventOrder`); whatever the merge releases is folded, each at its key time;

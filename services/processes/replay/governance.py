@@ -6,7 +6,9 @@ Reads the governance topic's one partition from offset 0 up to the end offset ca
 (``DEVICESTATE_*`` settings), from an empty state, and writes the rows with the governor's own
 writer (:class:`~services.adapters.projection.governance_store.GovernanceStore`) into a fresh schema. Records
 that do not decode are counted and skipped (the governor dead-lettered them already, and folded
-nothing for them either). No decision is published.
+nothing for them either). A ``ForwardedBatch`` (issue 12) is unpacked and its entries taken in
+order, as the governor takes them (:mod:`services.domain.governance.input_batch`). No decision is
+published.
 
 The folds the live governor left out because the database refused their rows (issue 11 item 3:
 dead letters of stage ``governor-write``) are left out here too: the dead-letter topic is read
@@ -39,7 +41,7 @@ from services.domain.governance.fold_filter import (
     FoldId,
     refused_fold,
 )
-from services.domain.governance.input_codec import decode_keyed
+from services.domain.governance.input_batch import unpack
 from services.domain.governance.intake import StepFn, take
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
@@ -56,7 +58,10 @@ class GovernanceReplaySummary:
     total: int = 0
     """Records between the beginning and the end offset captured at the start."""
     read: int = 0
+    entries: int = 0
+    """Forwarded records and others taken (a ``ForwardedBatch`` counts its entries)."""
     undecodable: int = 0
+    """Records, and entries of a ``ForwardedBatch``, that did not decode."""
     refused: int = 0
     """Folds left out: the live governor dead-lettered them (the database refused their rows)."""
     decisions: int = 0
@@ -70,7 +75,8 @@ class GovernanceReplaySummary:
         """The one-line summary the CLI prints."""
         rate = self.read / self.elapsed if self.elapsed > 0 else 0.0
         return (
-            f"replayed {self.read} governance records into schema {self.schema}: decisions "
+            f"replayed {self.read} governance records ({self.entries} entries) into schema "
+            f"{self.schema}: decisions "
             f"{self.decisions}, devices {self.devices}, quarantines {self.quarantines}, "
             f"undecodable {self.undecodable}, refused {self.refused}; {self.batches} batches in {self.elapsed:.2f} s "
             f"({rate:,.0f} records/s)"
@@ -181,13 +187,16 @@ async def _fold(
             try:
                 if value is None:
                     raise ValueError("record has no value")
-                record, key = decode_keyed(value, kind)
+                unpacked = unpack(value, kind)
             except Exception:
                 summary.undecodable += 1
                 continue
+            summary.undecodable += len(unpacked.bad)  # entries the governor dead-lettered
+            summary.entries += len(unpacked.entries)
             folds.offset = offset
-            for folded in take(state, record, key, policy, step):
-                decisions.extend(folded.decisions)
+            for record, key in unpacked.entries:  # in order, as if each were a record
+                for folded in take(state, record, key, policy, step):
+                    decisions.extend(folded.decisions)
         last = batch[-1][0]
         await store.write(
             batch_rows(state, decisions, topic=topic, offset=last, expected_offset=recorded)
