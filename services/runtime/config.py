@@ -140,7 +140,8 @@ class WatchSettings(SettingsGroup):
     watch_dra: bool = Field(
         True,
         description="Watch ResourceSlices, ResourceClaims and DeviceClasses (resource.k8s.io/v1) "
-        "and publish InventoryObserved events.",
+        "and publish InventoryObserved events (with the Namespaces' admin-access label on the "
+        "admin-access claims: Namespaces are watched too).",
     )
     watch_events: bool = Field(
         True,
