@@ -140,7 +140,8 @@ class WatchSettings(SettingsGroup):
     watch_dra: bool = Field(
         True,
         description="Watch ResourceSlices, ResourceClaims and DeviceClasses (resource.k8s.io/v1) "
-        "and publish InventoryObserved events.",
+        "and publish InventoryObserved events (with the Namespaces' admin-access label on the "
+        "admin-access claims: Namespaces are watched too).",
     )
     watch_events: bool = Field(
         True,
@@ -691,6 +692,20 @@ class AdoptionSettings(SettingsGroup):
         0.0,
         ge=0,
         description="... and rollback above this times it (0: the latency only holds).",
+    )
+    adoption_tenant_hold: int = Field(
+        1,
+        ge=0,
+        description="ResourceClaims on a pool's nodes with devices allocated for admin access "
+        "(KEP-5018 `adminAccess`) in a Namespace without the label "
+        '`resource.kubernetes.io/admin-access: "true"` at which the gate says hold (signal '
+        "`tenant-boundary`).",
+    )
+    adoption_tenant_rollback: int = Field(
+        0,
+        ge=0,
+        description="... at which it says rollback (0: never; the device plugin path has no admin "
+        "access, so a rollback would only hide the finding).",
     )
 
 

@@ -74,6 +74,7 @@ def test_a_clean_pool_expands_and_says_every_signal_it_read() -> None:
         ("leaked-claims", Verdict.EXPAND),
         ("claim-failures", Verdict.EXPAND),
         ("ready-latency", Verdict.EXPAND),
+        ("tenant-boundary", Verdict.EXPAND),
     ]
 
 
@@ -175,7 +176,8 @@ def test_ready_latency_compares_the_pools_dra_p95_with_the_plugins_of_the_class(
         20.0,
         round(20 / 9.5, 4),
     )
-    assert "p95 20 s on DRA against 9.5 s" in gate.reasons[-1].detail
+    [latency] = [r for r in gate.reasons if r.code == "ready-latency"]
+    assert "p95 20 s on DRA against 9.5 s" in latency.detail
     rollback = Thresholds(ready_rollback_ratio=2.05)
     assert evaluate_pool(classed_pool(), facts(ready=slower), rollback, NOW).verdict is (
         Verdict.ROLLBACK

@@ -110,7 +110,8 @@ def test_a_slow_dra_p95_holds_the_pool_and_expires_on_event_time() -> None:
     [d] = [d for d in decided if d.kind is VERDICT]
     assert (d.alert, d.at) == (AlertAction.RESOLVED, at(21 + WINDOW))
     assert (latency(d)["pluginSamples"], latency(d)["draSamples"]) == (0, MIN)
-    assert d.details["reasons"][-1]["detail"].startswith("not enough samples")
+    [ready_reason] = [r for r in d.details["reasons"] if r["code"] == "ready-latency"]
+    assert ready_reason["detail"].startswith("not enough samples")
     run.feed(watermark(61 + WINDOW))  # the rest expire: nothing kept
     assert run.state.fleet.adoption.ready == {}
 

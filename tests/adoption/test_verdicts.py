@@ -112,6 +112,7 @@ def test_a_clear_canary_records_expand_once_without_an_alert() -> None:
         "leaked-claims",
         "claim-failures",
         "ready-latency",
+        "tenant-boundary",
     }
     run.feed(node_facts("node-a", 20))  # the same facts again: no change, no decision
     run.feed(watermark(30))
@@ -339,6 +340,7 @@ def test_the_verdicts_do_not_depend_on_the_order_the_facts_come_in() -> None:
         "leaked-claims": "hold",
         "claim-failures": "hold",
         "ready-latency": "expand",
+        "tenant-boundary": "expand",
     }
 
 

@@ -176,7 +176,9 @@ async def test_pools_are_declared_on_the_log_and_gated_on_the_inventory(
         "leaked-claims",
         "claim-failures",
         "ready-latency",
+        "tenant-boundary",
     }
+    assert reasons["tenant-boundary"]["figures"]["claims"] == 0
     # dra_failures on the canary's node in the window (600 s before the governor's event
     # time): 2 + 1 retryable, 10 non-retryable (a figure only); one older, one on another node
     assert reasons["claim-failures"]["verdict"] == "expand"

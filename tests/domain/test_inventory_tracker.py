@@ -110,8 +110,15 @@ def test_first_sighting_publishes_each_kind_under_its_key() -> None:
         "DeviceClass": 1,
     }
     # DeviceTaintRules are read too, folded into the slices (issue 15: tests/domain/
-    # test_taint_rule_tracker.py)
-    assert {"ResourceSlice", "ResourceClaim", "DeviceClass", "DeviceTaintRule"} == INVENTORY_KINDS
+    # test_taint_rule_tracker.py), and Namespaces, folded into the admin-access claims (issue 16:
+    # tests/domain/test_namespace_tracker.py)
+    assert {
+        "ResourceSlice",
+        "ResourceClaim",
+        "DeviceClass",
+        "DeviceTaintRule",
+        "Namespace",
+    } == INVENTORY_KINDS
 
 
 def test_pool_scoped_slice_and_unallocated_claim_keys() -> None:

@@ -352,8 +352,11 @@ WATCHER_MAY = [
     # Warning Events about Pods: driver and claim failures (issue 16 item 3).
     *[(v, "events", "", "") for v in ("list", "watch")],
     ("list", "events", "", "ml-team"),
+    # Namespaces' admin-access label: the adoption gate's tenant-boundary (issue 16).
+    *[(v, "namespaces", "", "") for v in ("list", "watch")],
 ]
 WATCHER_MAY_NOT = [
+    *[(v, "namespaces", "", "") for v in ("create", "update", "patch", "delete")],
     *[(v, "events", "", "ml-team") for v in ("create", "patch", "delete")],
     ("create", "events", "events.k8s.io", "ml-team"),
     ("list", "replicasets", "apps", ""),

@@ -21,6 +21,7 @@ LEASES_PATH = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 NODES_PATH = "/api/v1/nodes"
 PODS_PATH = "/api/v1/pods"
 EVENTS_PATH = "/api/v1/events"
+NAMESPACES_PATH = "/api/v1/namespaces"
 DRA_PATH = "/apis/resource.k8s.io/v1"
 SLICES_PATH = f"{DRA_PATH}/resourceslices"
 CLAIMS_PATH = f"{DRA_PATH}/resourceclaims"
@@ -43,8 +44,9 @@ def publisher() -> FakePublisher:
 
 @dataclass
 class FakeCluster:
-    """One fake API server with seven resources, each a :class:`FakeApiServer` (its LIST and
-    scripted WATCHes): ``pods``, ``leases`` (in kube-node-lease), ``nodes``, ``events``, and the DRA
+    """One fake API server with eight resources, each a :class:`FakeApiServer` (its LIST and
+    scripted WATCHes): ``pods``, ``leases`` (in kube-node-lease), ``nodes``, ``events``,
+    ``namespaces``, and the DRA
     ``slices``, ``claims`` and ``classes`` (resource.k8s.io/v1), served only when ``dra_served``
     (by default, like a cluster without DRA, every request there gets a 404 Status; the requests
     are recorded all the same)."""
@@ -59,6 +61,10 @@ class FakeCluster:
         default_factory=lambda: FakeApiServer(pods=[], watch_script=[["hold"]])
     )
     """core/v1 Events (issue 16 item 3): none, one quiet WATCH."""
+    namespaces: FakeApiServer = field(
+        default_factory=lambda: FakeApiServer(pods=[], watch_script=[["hold"]])
+    )
+    """core/v1 Namespaces (issue 16, tenant-boundary): none, one quiet WATCH."""
     dra_served: bool = False
     host: str = ""
     port: int = 0
@@ -73,6 +79,7 @@ class FakeCluster:
             self.claims,
             self.classes,
             self.events,
+            self.namespaces,
         )
 
     def dra(self, server: FakeApiServer) -> Any:
@@ -116,6 +123,7 @@ async def fake_cluster() -> AsyncIterator[FakeCluster]:
     app.router.add_get(LEASES_PATH, cluster.leases.handle)
     app.router.add_get(NODES_PATH, cluster.nodes.handle)
     app.router.add_get(EVENTS_PATH, cluster.events.handle)
+    app.router.add_get(NAMESPACES_PATH, cluster.namespaces.handle)
     app.router.add_get(SLICES_PATH, cluster.dra(cluster.slices))
     app.router.add_get(CLAIMS_PATH, cluster.dra(cluster.claims))
     app.router.add_get(CLASSES_PATH, cluster.dra(cluster.classes))

@@ -339,7 +339,13 @@ async def test_live_mode_runs_pods_leases_nodes_and_ticks_and_stops_on_sigterm(
     }
     assert (summary.ticks_sent, summary.heartbeats_coarsened) == (PARTITIONS, 1)
     assert summary.resource_version == "102"
-    assert summary.object_versions == {"Lease": "53", "Node": "100", "Event": "100"}
+    # Namespaces are watched with the DRA inventory (issue 16, tenant-boundary): none listed.
+    assert summary.object_versions == {
+        "Lease": "53",
+        "Node": "100",
+        "Event": "100",
+        "Namespace": "100",
+    }
     # The Events are the Warnings about Pods (issue 16 item 3), filtered by the API server.
     assert (
         fake_cluster.events.requests[0]["fieldSelector"] == "involvedObject.kind=Pod,type=Warning"
@@ -494,6 +500,7 @@ async def test_live_mode_watches_the_dra_inventory_and_relists_after_410(
     }
     assert summary.inventory_tracked == {"ResourceSlice": 1, "ResourceClaim": 1, "DeviceClass": 1}
     assert summary.object_versions == {
+        "Namespace": "100",
         "DeviceClass": "100",
         "ResourceSlice": "200",
         "ResourceClaim": "30",

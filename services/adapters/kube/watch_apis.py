@@ -184,3 +184,16 @@ def event_api(
         page_size=page_size,
         params={"field_selector": EVENT_FIELD_SELECTOR},
     )
+
+
+NAMESPACE: Final = "Namespace"
+
+
+def namespace_api(
+    api_client: ApiClient, settings: WatchSettings, *, page_size: int = LIST_PAGE_SIZE
+) -> KubernetesObjectApi:
+    """All Namespaces (``CoreV1Api.list_namespace``, cluster-scoped): the watcher keeps only
+    whether each carries the admin-access label (KEP-5018, the gate's ``tenant-boundary``)."""
+    return KubernetesObjectApi(
+        NAMESPACE, k8s_client.CoreV1Api(api_client).list_namespace, settings, page_size=page_size
+    )

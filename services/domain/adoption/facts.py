@@ -76,6 +76,7 @@ def read_facts(
                 devices=tuple(sorted({(r.driver, r.pool) for r in c.results})),
                 allocated_at=c.allocated_at if c.results else None,
                 reserved=bool(c.reserved_for),
+                tenant_boundary=c.tenant_boundary,
             )
             for c in inv.claims.values()
         ),

@@ -69,7 +69,9 @@ class DeviceFact:
 class ClaimFact:
     """A ResourceClaim ``namespace/name`` with its allocation: ``node`` (of the allocation),
     ``devices`` ``(driver, pool)`` of its results, ``allocated_at`` (UTC, when the inventory saw the
-    allocation; ``None``: not allocated) and ``reserved`` (``status.reservedFor`` not empty)."""
+    allocation; ``None``: not allocated), ``reserved`` (``status.reservedFor`` not empty) and
+    ``tenant_boundary``: it got devices for administrative access (KEP-5018 ``adminAccess``) in a
+    Namespace without the label ``resource.kubernetes.io/admin-access: "true"``."""
 
     namespace: str
     name: str
@@ -77,6 +79,7 @@ class ClaimFact:
     devices: tuple[tuple[str, str], ...]
     allocated_at: datetime | None
     reserved: bool
+    tenant_boundary: bool = False
 
 
 @dataclass(frozen=True, slots=True, order=True)

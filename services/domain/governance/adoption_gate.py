@@ -11,142 +11,36 @@ Signals read: ownership conflicts (``plugin-and-dra``) on the pool's nodes, slic
 divergence, quarantined devices, leaked claims (allocated, no consumer reserved, for longer than
 a threshold), driver and claim failures on the pool's nodes in a sliding window of event time,
 the pool's DRA bound-to-Ready p95 against the plugin path's of the same class
-(:mod:`.adoption_ready`). Not read yet: tenant-boundary findings.
+(:mod:`.adoption_ready`), claims with admin access in Namespaces without the admin-access label
+(:mod:`.adoption_tenancy`). The records (verdicts, thresholds, reasons) and the pools' nodes and
+claims are in :mod:`.adoption_types`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from typing import Final
 
 from services.domain.governance.adoption import Phase, PoolState
 from services.domain.governance.adoption_facts import (
     COUNTED_FAILURE_CLASSES,
     OWNERSHIP_CONFLICTS,
-    ClaimFact,
     InventoryFacts,
 )
 from services.domain.governance.adoption_ready import nearest_rank, ready_sides, side_figures
-
-
-class Verdict(StrEnum):
-    EXPAND = "expand"
-    HOLD = "hold"
-    ROLLBACK = "rollback"
-
-
-_RANK: Final = {Verdict.EXPAND: 0, Verdict.HOLD: 1, Verdict.ROLLBACK: 2}
-_PLUGIN_PATH: Final = frozenset({Phase.PLUGIN, Phase.ROLLED_BACK})
-
-
-@dataclass(frozen=True, slots=True)
-class Thresholds:
-    """The gate's knobs (settings ``DEVICESTATE_ADOPTION_*``). A count threshold of 0 turns its
-    verdict off."""
-
-    conflicts_rollback: int = 1
-    """Ownership conflicts on the pool's nodes at which the gate rolls back."""
-    divergence_hold: int = 1
-    """Node/resource pairs whose slices and Node capacity disagree at which the gate holds."""
-    divergence_rollback: int = 0
-    """... and at which it rolls back (0: divergence never rolls back by itself)."""
-    quarantined_hold: int = 1
-    """Quarantined devices on the pool's nodes at which the gate holds."""
-    quarantined_rollback_fraction: float = 0.25
-    """Fraction (0..1] of the pool's governed devices quarantined at which it rolls back."""
-    leaked_claim_seconds: float = 900.0
-    """How long (seconds of event time) an allocated claim with no consumer may stay so."""
-    leaked_hold: int = 1
-    """Leaked claims at which the gate holds."""
-    leaked_rollback: int = 0
-    """... and at which it rolls back (0: never)."""
-    failure_window_seconds: float = 600.0
-    """The sliding window (seconds of event time) of the driver and claim failures counted."""
-    failures_hold: int = 5
-    """Retryable and needs-cleanup failures on the pool's nodes in the window at which it holds."""
-    failures_rollback: int = 0
-    """... and at which it rolls back (0: never)."""
-    ready_window_seconds: float = 3600.0
-    """The sliding window (seconds of event time) of the bound-to-Ready samples compared."""
-    ready_min_samples: int = 20
-    """Samples needed on each side (the pool's DRA, the class's plugin path) to compare."""
-    ready_hold_ratio: float = 2.0
-    """DRA p95 above this times the plugin p95 holds (0: never)."""
-    ready_rollback_ratio: float = 0.0
-    """... and above this times it rolls back (0: never)."""
-
-
-Figures = Mapping[str, int | float | str | None]
-
-
-@dataclass(frozen=True, slots=True)
-class Reason:
-    """One signal's finding: ``code`` (stable, documented in ``docs/dra-adoption.md``), its
-    ``verdict``, a sentence, and the figures it was decided on."""
-
-    code: str
-    verdict: Verdict
-    detail: str
-    figures: Figures = field(default_factory=dict, hash=False)
-
-
-@dataclass(frozen=True, slots=True)
-class PoolGate:
-    """The gate's answer for one pool: its phase, nodes (sorted), verdict and reasons.
-    ``waiting``: a ``hold`` that is only the wait for the DRA driver's ResourceSlices of a pool
-    declared in ``plugin`` (:data:`WAITING_DETAIL`): the pool cannot go to canary yet, but
-    nothing is wrong, so it raises no alert."""
-
-    pool: str
-    phase: Phase
-    nodes: tuple[str, ...]
-    verdict: Verdict
-    reasons: tuple[Reason, ...]
-    waiting: bool = False
-
-
-WAITING_DETAIL: Final = "waiting for the DRA driver's ResourceSlices"
-"""The ``pool-empty`` detail of a pool in ``plugin`` (a plan declared before the driver runs)."""
-
-
-def _count_verdict(count: int, hold: int, rollback: int) -> Verdict:
-    if rollback and count >= rollback:
-        return Verdict.ROLLBACK
-    if hold and count >= hold:
-        return Verdict.HOLD
-    return Verdict.EXPAND
-
-
-def pool_nodes(state: PoolState, facts: InventoryFacts) -> frozenset[str]:
-    """The nodes a pool holds: those named, or those its driver's (and pool's) slices name."""
-    sel = state.current.declaration.selector
-    if sel.nodes:
-        return frozenset(sel.nodes)
-    return frozenset(
-        s.node
-        for s in facts.slices
-        if s.driver == sel.driver and (sel.pool is None or s.pool == sel.pool)
-    )
-
-
-def pool_claims(state: PoolState, facts: InventoryFacts, nodes: frozenset[str]) -> list[ClaimFact]:
-    """The allocated claims of a pool: allocated on its nodes, and (for a driver selector) of a
-    device of its driver (and pool)."""
-    sel = state.current.declaration.selector
-    out = []
-    for c in facts.claims:
-        if c.allocated_at is None or c.node not in nodes:
-            continue
-        if sel.driver is not None and not any(
-            d == sel.driver and (sel.pool is None or p == sel.pool) for d, p in c.devices
-        ):
-            continue
-        out.append(c)
-    return sorted(out)
-
+from services.domain.governance.adoption_tenancy import rule_tenant_boundary
+from services.domain.governance.adoption_types import PLUGIN_PATH as _PLUGIN_PATH
+from services.domain.governance.adoption_types import RANK as _RANK
+from services.domain.governance.adoption_types import WAITING_DETAIL as WAITING_DETAIL
+from services.domain.governance.adoption_types import Figures as Figures
+from services.domain.governance.adoption_types import PoolGate as PoolGate
+from services.domain.governance.adoption_types import Reason as Reason
+from services.domain.governance.adoption_types import Thresholds as Thresholds
+from services.domain.governance.adoption_types import Verdict as Verdict
+from services.domain.governance.adoption_types import count_verdict as _count_verdict
+from services.domain.governance.adoption_types import pool_claims as pool_claims
+from services.domain.governance.adoption_types import pool_nodes as pool_nodes
 
 Rule = Callable[[PoolState, InventoryFacts, frozenset[str], Thresholds, datetime | None], Reason]
 
@@ -376,6 +270,7 @@ RULES: Final[tuple[Rule, ...]] = (
     rule_leaked_claims,
     rule_claim_failures,
     rule_ready_latency,
+    rule_tenant_boundary,
 )
 
 

@@ -9,6 +9,10 @@ consumer reserved. A :class:`NodeAdoptionFacts` is the whole of that for one nod
 ``observed_at``: the governor replaces the node's facts with it (the newest in event time wins),
 so a redelivered or repeated record changes nothing (``docs/dra-adoption.md``, "The gate in the
 governor").
+
+Wire versions (``version``): 1 (no field; before the ``tenant-boundary`` signal) and 2 (a claim may
+carry ``tenantBoundary: true``, written only when true). A version-1 record reads as no claim
+crossing a tenant boundary; a newer version than :data:`FACTS_VERSION` is refused.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ MAX_CLAIMS: Final = 4096
 """Most allocated ResourceClaims a record may carry for one node."""
 MAX_DIVERGENCES: Final = 256
 """Most divergent extended resources a record may carry for one node."""
+FACTS_VERSION: Final = 2
+"""The ``version`` written in every record; a reader refuses a newer one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +53,8 @@ class NodeAdoptionFacts:
       to ``node``;
     - ``claims``: ResourceClaims allocated on the node (``status.allocation``), each with
       ``node`` equal to ``node`` and ``reserved`` from ``status.reservedFor``; the worker sends
-      only those with no consumer reserved (the only ones the gate counts, as leaked).
+      only those with no consumer reserved (the gate counts them as leaked) and those crossing a
+      tenant boundary (``tenant_boundary``: admin access in a Namespace without the label).
 
     ``ValueError`` when a fact names another node or a list exceeds its limit.
     """
@@ -80,10 +87,11 @@ class NodeAdoptionFacts:
 
 
 def adoption_facts_to_dict(record: NodeAdoptionFacts) -> dict[str, Any]:
-    """The record's JSON object (camelCase, schema 1)."""
+    """The record's JSON object (camelCase, schema 1, ``version`` :data:`FACTS_VERSION`)."""
     return {
         "schema": SCHEMA_VERSION,
         "type": record.type,
+        "version": FACTS_VERSION,
         "node": record.node,
         "observedAt": format_time(record.observed_at),
         "slices": [{"driver": d, "pool": p} for d, p in record.slices],
@@ -102,6 +110,7 @@ def adoption_facts_to_dict(record: NodeAdoptionFacts) -> dict[str, Any]:
                 "devices": [{"driver": d, "pool": p} for d, p in c.devices],
                 "allocatedAt": None if c.allocated_at is None else format_time(c.allocated_at),
                 "reserved": c.reserved,
+                **({"tenantBoundary": True} if c.tenant_boundary else {}),
             }
             for c in record.claims
         ],
@@ -122,7 +131,13 @@ def _pairs(obj: dict[str, Any], name: str) -> tuple[tuple[str, str], ...]:
 
 
 def adoption_facts_from_dict(obj: dict[str, Any]) -> NodeAdoptionFacts:
-    """Parse the record; raises :class:`EventDecodeError` naming the bad field."""
+    """Parse the record (any version up to :data:`FACTS_VERSION`; without ``version``: 1);
+    raises :class:`EventDecodeError` naming the bad field."""
+    version = obj.get("version", 1)
+    if type(version) is not int or not 1 <= version <= FACTS_VERSION:
+        raise EventDecodeError(
+            f"field 'version' must be an integer from 1 to {FACTS_VERSION}, not {version!r}"
+        )
     node = str_field(obj, "node")
     try:
         return NodeAdoptionFacts(
@@ -146,6 +161,7 @@ def adoption_facts_from_dict(obj: dict[str, Any]) -> NodeAdoptionFacts:
                     devices=tuple(sorted(set(_pairs(c, "devices")))),
                     allocated_at=optional_time_field(c, "allocatedAt"),
                     reserved=bool_field(c, "reserved"),
+                    tenant_boundary=bool_field(c, "tenantBoundary"),
                 )
                 for c in _objects(obj, "claims")
             ),

@@ -6,7 +6,9 @@ for one node: the ``(driver, pool)`` of the ResourceSlices naming it, the reconc
 mismatches on it (:mod:`.reconcile`: devices its slices advertise through a DeviceClass's drivers
 against the Node's capacity of the class's ``extendedResourceName``, both sides offering it), and
 the ResourceClaims allocated on it with no consumer reserved (``status.reservedFor`` empty: the
-only claims the gate's ``leaked-claims`` rule counts). Pure; O(the node's slices + the fleet's claims and classes).
+claims the gate's ``leaked-claims`` rule counts) or with admin access in a Namespace without the
+admin-access label (``tenant_boundary``: the ``tenant-boundary`` rule's). Pure; O(the node's
+slices + the fleet's claims and classes).
 """
 
 from __future__ import annotations
@@ -55,11 +57,13 @@ def node_adoption_facts(state: InventoryState, node: str, at: datetime) -> NodeA
             devices=tuple(sorted({(r.driver, r.pool) for r in c.results})),
             allocated_at=c.allocated_at,
             reserved=bool(c.reserved_for),
+            tenant_boundary=c.tenant_boundary,
         )
         for c in state.claims.values()
-        # Only claims with no consumer can leak (the one rule that reads claims): the governor
-        # keeps these facts in its snapshot, so bound claims are left out.
-        if c.node == node and c.results and not c.reserved_for
+        # Only claims with no consumer can leak, and only admin-access claims outside a labelled
+        # Namespace cross a tenant boundary (the rules that read claims): the governor keeps
+        # these facts in its snapshot, so the other bound claims are left out.
+        if c.node == node and c.results and (not c.reserved_for or c.tenant_boundary)
     )
     pools = sorted({(s.driver, s.pool) for s in state.slices.values() if s.node == node})
     return NodeAdoptionFacts(

@@ -5,6 +5,10 @@
 ``nodeName``, a claim's allocated node), ``pool:<driver>/<pool>`` for a pool-scoped slice,
 ``claim:<namespace>/<name>`` for an unallocated claim, ``class:<name>`` for a DeviceClass -- so the
 inventory of a node is in the same partition as that node's Pod observations.
+
+A claim's ``adminAccess`` (requests, results) and ``namespaceAdminAccess`` (its Namespace's
+admin-access label as the watcher saw it) are written only when set: a record without them (all
+records of before the tenant-boundary signal) reads as no admin access.
 """
 
 from __future__ import annotations
@@ -88,6 +92,25 @@ def _taint_to_json(t: DeviceTaint) -> dict[str, Any]:
     return out
 
 
+def _request_to_json(r: ClaimRequest) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": r.name, "deviceClassName": r.device_class, "count": r.count}
+    if r.admin_access:  # absent otherwise: records of before the tenant-boundary signal stay
+        out["adminAccess"] = True
+    return out
+
+
+def _result_to_json(r: AllocationResult) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "request": r.request,
+        "driver": r.driver,
+        "pool": r.pool,
+        "device": r.device,
+    }
+    if r.admin_access:
+        out["adminAccess"] = True
+    return out
+
+
 def object_to_json(obj: InventoryObject) -> dict[str, Any]:
     if isinstance(obj, ResourceSliceInfo):
         return {
@@ -112,19 +135,16 @@ def object_to_json(obj: InventoryObject) -> dict[str, Any]:
             "namespace": obj.namespace,
             "name": obj.name,
             "uid": obj.uid,
-            "requests": [
-                {"name": r.name, "deviceClassName": r.device_class, "count": r.count}
-                for r in obj.requests
-            ],
-            "results": [
-                {"request": r.request, "driver": r.driver, "pool": r.pool, "device": r.device}
-                for r in obj.results
-            ],
+            "requests": [_request_to_json(r) for r in obj.requests],
+            "results": [_result_to_json(r) for r in obj.results],
             "reservedFor": [{"name": n, "uid": u} for n, u in obj.reserved_for],
             "nodeName": obj.node,
             "createdAt": _t(obj.created_at),
             "allocatedAt": _t(obj.allocated_at),
             "resourceVersion": _v(obj.resource_version),
+            **(
+                {} if obj.namespace_admin is None else {"namespaceAdminAccess": obj.namespace_admin}
+            ),
         }
     return {
         "name": obj.name,
@@ -140,6 +160,12 @@ def _pt(value: Any) -> datetime | None:
 
 def _pv(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def _pb(value: Any) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise ValueError(f"namespaceAdminAccess must be a boolean, not {value!r}")
 
 
 def object_from_json(kind: InventoryKind, o: dict[str, Any]) -> InventoryObject:
@@ -176,11 +202,22 @@ def object_from_json(kind: InventoryKind, o: dict[str, Any]) -> InventoryObject:
             name=o["name"],
             uid=o["uid"],
             requests=tuple(
-                ClaimRequest(r["name"], r.get("deviceClassName"), r.get("count"))
+                ClaimRequest(
+                    r["name"],
+                    r.get("deviceClassName"),
+                    r.get("count"),
+                    r.get("adminAccess") is True,
+                )
                 for r in o["requests"]
             ),
             results=tuple(
-                AllocationResult(r["request"], r["driver"], r["pool"], r["device"])
+                AllocationResult(
+                    r["request"],
+                    r["driver"],
+                    r["pool"],
+                    r["device"],
+                    r.get("adminAccess") is True,
+                )
                 for r in o["results"]
             ),
             reserved_for=tuple((r["name"], r["uid"]) for r in o["reservedFor"]),
@@ -188,6 +225,7 @@ def object_from_json(kind: InventoryKind, o: dict[str, Any]) -> InventoryObject:
             created_at=_pt(o.get("createdAt")),
             allocated_at=_pt(o.get("allocatedAt")),
             resource_version=_pv(o.get("resourceVersion")),
+            namespace_admin=_pb(o.get("namespaceAdminAccess")),
         )
     return DeviceClassInfo(
         name=o["name"],

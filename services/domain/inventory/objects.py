@@ -4,7 +4,9 @@ Only what devicestate uses is kept. Shapes follow the v1 API types (stable since
 ``../shared/examples/dra-*.json``): ``ResourceSlice.spec{driver, pool{name, generation,
 resourceSliceCount}, nodeName, devices[]{name, attributes, taints[]}}``, ``ResourceClaim.status
 {allocation{devices{results[]{request, driver, pool, device}}, nodeSelector}, reservedFor[]}``,
-``DeviceClass.spec{selectors[]{cel{expression}}, extendedResourceName}``.
+``DeviceClass.spec{selectors[]{cel{expression}}, extendedResourceName}``. Admin access (KEP-5018):
+``spec.devices.requests[].exactly.adminAccess`` and ``status.allocation.devices.results[].adminAccess``
+(v1's ``firstAvailable[]`` subrequests have no ``adminAccess``: the result's is what counts there).
 
 Each ``parse_*`` raises :class:`InventoryParseError` with the reason for an object it cannot read
 (the watcher dead-letters it).
@@ -81,6 +83,8 @@ class AllocationResult:
     driver: str
     pool: str
     device: str
+    admin_access: bool = False
+    """``adminAccess`` of the result: the device was allocated for administrative access."""
 
     @property
     def device_id(self) -> str:
@@ -90,17 +94,24 @@ class AllocationResult:
 
 @dataclass(frozen=True, slots=True)
 class ClaimRequest:
-    """``spec.devices.requests[]`` (``exactly`` form; ``firstAvailable`` keeps only the name)."""
+    """``spec.devices.requests[]`` (``exactly`` form; ``firstAvailable`` keeps only the name).
+    ``admin_access``: ``exactly.adminAccess`` (KEP-5018)."""
 
     name: str
     device_class: str | None
     count: int | None
+    admin_access: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class ResourceClaimInfo:
     """A ResourceClaim: requests, allocation results, the node it is allocated on and its
-    consumers (``status.reservedFor``, Pod name and UID)."""
+    consumers (``status.reservedFor``, Pod name and UID).
+
+    ``namespace_admin``: whether the claim's Namespace carries the label
+    ``resource.kubernetes.io/admin-access: "true"`` as the watcher last saw it (KEP-5018); set
+    by the watcher only on a claim with :attr:`admin_access` (``None`` otherwise, or while the
+    watcher does not know the Namespace): not part of the ResourceClaim object."""
 
     namespace: str
     name: str
@@ -112,6 +123,20 @@ class ResourceClaimInfo:
     created_at: datetime | None
     allocated_at: datetime | None
     resource_version: int | None = None
+    namespace_admin: bool | None = None
+
+    @property
+    def admin_access(self) -> bool:
+        """Whether the allocation gave a device for administrative access: a result with
+        ``adminAccess``, or a result of an ``exactly`` request with ``adminAccess``."""
+        admin = {r.name for r in self.requests if r.admin_access}
+        return any(r.admin_access or r.request in admin for r in self.results)
+
+    @property
+    def tenant_boundary(self) -> bool:
+        """An admin-access allocation in a Namespace known to be without the admin-access
+        label (KEP-5018 checks the label only at create and allocation: it was removed since)."""
+        return self.admin_access and self.namespace_admin is False
 
     def results_for(self, request: str | None) -> tuple[AllocationResult, ...]:
         """Results of one request (all results when ``request`` is ``None``). A subrequest result
@@ -269,6 +294,7 @@ def parse_resource_claim(obj: Any) -> ResourceClaimInfo:
                 name=_name(request, f"spec.devices.requests[{index}]"),
                 device_class=exactly.get("deviceClassName"),
                 count=exactly.get("count") if type(exactly.get("count")) is int else None,
+                admin_access=exactly.get("adminAccess") is True,
             )
         )
     status = _opt_dict(obj.get("status"), "status")
@@ -284,7 +310,10 @@ def parse_resource_claim(obj: Any) -> ResourceClaimInfo:
             raise InventoryParseError(
                 f"status.allocation.devices.results[{index}] needs request, driver, pool, device"
             )
-        results.append(AllocationResult(*(str(f) for f in fields)))
+        name, driver, pool, device = (str(f) for f in fields)
+        results.append(
+            AllocationResult(name, driver, pool, device, result.get("adminAccess") is True)
+        )
     reserved = tuple(
         (str(r.get("name", "")), str(r.get("uid", "")))
         for r in _opt_list(status.get("reservedFor"), "status.reservedFor")

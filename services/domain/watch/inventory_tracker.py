@@ -28,6 +28,13 @@ DeviceTaintRules written by others (:mod:`.taint_rule_tracker`; never devicestat
 published as objects: their taints are added to the taints of the devices they select in every
 ResourceSlice published (``DeviceTaint.rule`` set), and a rule change publishes again each tracked
 slice whose devices' taints it altered (issue 15 item 1).
+
+Namespaces (:mod:`.namespace_tracker`) are not published either: a claim with admin access
+(``ResourceClaimInfo.admin_access``) is published with its Namespace's admin-access label
+(``namespace_admin``, ``None`` while the Namespace is not known), and a change of a Namespace's
+label publishes again its tracked admin-access claims (issue 16, the gate's ``tenant-boundary``):
+the label travels in the claim's own record, on its node's partition, so the worker and the
+governor see it in the same order as the claim's other changes.
 """
 
 from __future__ import annotations
@@ -49,18 +56,24 @@ from services.domain.inventory.events import (
 )
 from services.domain.inventory.objects import (
     InventoryParseError,
+    ResourceClaimInfo,
     ResourceSliceInfo,
     parse_device_class,
     parse_resource_claim,
     parse_resource_slice,
 )
 from services.domain.node_events import TICK_KEY_PREFIX
+from services.domain.watch.namespace_tracker import NAMESPACE_KIND, NamespaceTracker
 from services.domain.watch.pod_tracker import WatchKind
 from services.domain.watch.taint_rule_tracker import TAINT_RULE_KIND, TaintRuleTracker
 
-INVENTORY_KINDS: Final = frozenset(kind.value for kind in InventoryKind) | {TAINT_RULE_KIND}
-"""The DRA object kinds the tracker reads (``ResourceSlice``, ``ResourceClaim``, ``DeviceClass``,
-and ``DeviceTaintRule``, which it folds into the slices)."""
+INVENTORY_KINDS: Final = frozenset(kind.value for kind in InventoryKind) | {
+    TAINT_RULE_KIND,
+    NAMESPACE_KIND,
+}
+"""The object kinds the tracker reads (``ResourceSlice``, ``ResourceClaim``, ``DeviceClass``,
+``DeviceTaintRule``, which it folds into the slices, and ``Namespace``, whose admin-access label it
+folds into the admin-access claims)."""
 
 _PARSERS: Final[dict[InventoryKind, Callable[[Any], InventoryObject]]] = {
     InventoryKind.RESOURCE_SLICE: parse_resource_slice,
@@ -158,6 +171,7 @@ class InventoryTracker:
         self._reported: dict[ObjectId, str] = {}
         self._tracked: Counter[InventoryKind] = Counter()
         self.rules = TaintRuleTracker()
+        self.namespaces = NamespaceTracker()
 
     def tracked(self, kind: InventoryKind) -> int:
         """How many objects of ``kind`` are tracked (published and not deleted)."""
@@ -228,6 +242,8 @@ class InventoryTracker:
         assert oid is not None  # read_object needs the name (and a claim's namespace)
         if isinstance(record, ResourceSliceInfo):
             record = self._with_rules(record)
+        elif isinstance(record, ResourceClaimInfo):
+            record = self._with_namespace(record)
         self._reported.pop(oid, None)
         previous = self._forms.get(oid)
         self._forms[oid] = record
@@ -314,3 +330,52 @@ class InventoryTracker:
             InventoryOutcome(reject_reason=r.reject_reason, ignored=r.ignored) for r in rules
         ]
         return InventoryRelist(outcomes, [], self._republish(observed_at) if changed else [])
+
+    # --- Namespaces' admin-access label (issue 16, tenant-boundary) -----------------------------
+
+    def _with_namespace(self, record: ResourceClaimInfo) -> ResourceClaimInfo:
+        """``record`` with its Namespace's admin-access label when it has admin access."""
+        label = self.namespaces.admin_access(record.namespace) if record.admin_access else None
+        if record.namespace_admin is label:
+            return record
+        return dataclasses.replace(record, namespace_admin=label)
+
+    def _republish_claims(
+        self, namespaces: set[str], observed_at: datetime
+    ) -> list[InventoryObserved]:
+        """Publish again the tracked claims of ``namespaces`` whose label changed (by name)."""
+        if not namespaces:
+            return []
+        events = []
+        for oid in sorted(o for o in self._forms if o[0] is InventoryKind.RESOURCE_CLAIM):
+            form = self._forms[oid]
+            assert isinstance(form, ResourceClaimInfo)
+            if form.namespace not in namespaces:
+                continue
+            new = self._with_namespace(form)
+            if new != form:
+                self._forms[oid] = new
+                events.append(InventoryObserved(record_key(new), new, False, observed_at))
+        return events
+
+    def namespace_event(
+        self, kind: WatchKind, obj: Mapping[str, Any], observed_at: datetime
+    ) -> InventoryOutcome:
+        """One ADDED/MODIFIED/DELETED of a Namespace: its admin-access claims are published
+        again when its label changed."""
+        found = self.namespaces.event(kind, obj)
+        outcome = InventoryOutcome(reject_reason=found.reject_reason, ignored=found.ignored)
+        if found.changed is not None:
+            outcome.events = self._republish_claims({found.changed}, observed_at)
+        return outcome
+
+    def namespaces_listed(
+        self, objs: Iterable[Mapping[str, Any]], observed_at: datetime
+    ) -> InventoryRelist:
+        """A complete LIST of Namespaces: one outcome per Namespace (no events), then the claims
+        whose Namespace's label changed (``republished``)."""
+        found, changed = self.namespaces.listed(objs)
+        outcomes = [
+            InventoryOutcome(reject_reason=n.reject_reason, ignored=n.ignored) for n in found
+        ]
+        return InventoryRelist(outcomes, [], self._republish_claims(changed, observed_at))

@@ -62,6 +62,8 @@ def thresholds(settings: AdoptionSettings) -> Thresholds:
         ready_min_samples=settings.adoption_ready_min_samples,
         ready_hold_ratio=settings.adoption_ready_hold_ratio,
         ready_rollback_ratio=settings.adoption_ready_rollback_ratio,
+        tenant_hold=settings.adoption_tenant_hold,
+        tenant_rollback=settings.adoption_tenant_rollback,
     )
 
 

@@ -3,7 +3,8 @@ SIGINT, or until one of them fails; then all of them stop.
 
 The loops (which resources to watch): Pods; node Leases unless ``watch_leases`` is off; Nodes
 unless ``watch_nodes`` is off; Warning Events about Pods (core/v1) unless ``watch_events`` is off; DeviceClasses, ResourceSlices and ResourceClaims unless
-``watch_dra`` is off, and DeviceTaintRules (resource.k8s.io/v1beta2) -- each of those is
+``watch_dra`` is off, with Namespaces (their admin-access label, for the claims), and
+DeviceTaintRules (resource.k8s.io/v1beta2) -- each DRA one is
 *optional*: it ends by itself, with a warning, on a cluster that does not serve it. The ticker sends a ``WatcherTick`` to every
 partition every ``tick_interval_seconds`` of wall clock. Every item goes to one
 :class:`~services.processes.watcher.session.WatchSession`.
@@ -29,6 +30,7 @@ from services.adapters.kube.watch_apis import (
     device_taint_rule_api,
     event_api,
     lease_api,
+    namespace_api,
     node_api,
     resource_claim_api,
     resource_slice_api,
@@ -49,7 +51,9 @@ DRA_APIS: Final[tuple[Callable[[ApiClient, WatchSettings], KubernetesObjectApi],
     resource_claim_api,
     device_taint_rule_api,
 )
-"""The DRA watches, in the order the watcher starts them (DeviceTaintRules of others: issue 15)."""
+"""The DRA watches, in the order the watcher starts them (DeviceTaintRules of others: issue 15).
+With them, the Namespaces (core/v1, always served: not optional), for their admin-access label
+(issue 16, the gate's ``tenant-boundary``)."""
 
 
 async def tick_every(session: WatchSession, interval_seconds: float, stop: asyncio.Event) -> None:
@@ -119,6 +123,16 @@ def _live_tasks(
             )
         )
     if settings.watch_dra:
+        sources.append(
+            (
+                ObjectSource(
+                    namespace_api(api_client, settings),
+                    on_restart=restarts("namespaces"),
+                    silence_seconds=silence,
+                ),
+                "Namespace",
+            )
+        )
         for make_api in DRA_APIS:
             api = make_api(api_client, settings)
             source = ObjectSource(

@@ -39,6 +39,7 @@ PLURALS: Final = {
     "DeviceClass": "deviceclasses",
     "DeviceTaintRule": "devicetaintrules",
     "Event": "events",
+    "Namespace": "namespaces",
 }
 """The API's plural resource name of each object kind (logs, metrics, dead-letter sources)."""
 

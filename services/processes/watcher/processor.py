@@ -28,6 +28,7 @@ from services.domain.pod_reader import read_pod
 from services.domain.pod_status import DEAD_LETTER_CODES, PodReading, Problem, ProblemCode
 from services.domain.record_size import event_budget, fit_events
 from services.domain.watch.inventory_tracker import InventoryOutcome, InventoryTracker
+from services.domain.watch.namespace_tracker import NAMESPACE_KIND
 from services.domain.watch.node_objects import NodeProblem
 from services.domain.watch.node_tracker import NodeFact, NodeOutcome, NodeTracker
 from services.domain.watch.pod_snapshot import snapshots
@@ -341,6 +342,8 @@ class InventoryProcessor:
         that is not a DRA inventory kind."""
         if object_kind == TAINT_RULE_KIND:  # folded into the slices (issue 15)
             outcome = self.tracker.rule_event(kind, obj, observed_at)
+        elif object_kind == NAMESPACE_KIND:  # folded into the admin-access claims (issue 16)
+            outcome = self.tracker.namespace_event(kind, obj, observed_at)
         else:
             outcome = self.tracker.event(kind, InventoryKind(object_kind), obj, observed_at)
         actions = InventoryActions()
@@ -358,6 +361,8 @@ class InventoryProcessor:
         the tracked ones it no longer has."""
         if object_kind == TAINT_RULE_KIND:
             relist = self.tracker.rules_listed(objs, observed_at)
+        elif object_kind == NAMESPACE_KIND:
+            relist = self.tracker.namespaces_listed(objs, observed_at)
         else:
             relist = self.tracker.listed(InventoryKind(object_kind), objs, observed_at)
         actions = InventoryActions()
@@ -365,7 +370,8 @@ class InventoryProcessor:
             original = orjson.dumps(obj) if outcome.reject_reason is not None else b""
             actions.add(outcome, original, source)
         actions.events.extend(relist.deleted)
-        actions.events.extend(relist.republished)  # slices a LIST of DeviceTaintRules changed
+        # slices a LIST of DeviceTaintRules changed, claims a LIST of Namespaces changed
+        actions.events.extend(relist.republished)
         return actions
 
     def tracked(self) -> dict[str, int]:
