@@ -117,8 +117,11 @@ def take(ad: AdoptionGov, ctx: Ctx, record: GovernanceInput, key: MergeKey | Non
         record = replace(record, observed_at=_time(record.observed_at, key))
         if held_labels is None or held_labels.observed_at <= record.observed_at:
             ad.labels[record.node] = record
-            moved = held_labels is None or held_labels.labels != record.labels
-            changed = moved and _selects_labels(ad)
+            # A change moves a pool only if some label pool selects the node before or after.
+            changed = (held_labels is None or held_labels.labels != record.labels) and (
+                _label_pool_selects(ad, record)
+                or (held_labels is not None and _label_pool_selects(ad, held_labels))
+            )
     elif isinstance(record, NodeFailureObserved):
         failure = FailureFact(
             record.node,
@@ -168,19 +171,23 @@ def _may_compare(ad: AdoptionGov, fact: ReadyFact) -> bool:
     return any(d.declaration.device_class in fact.classes for d in ad.pools.values())
 
 
-def _selects_labels(ad: AdoptionGov) -> bool:
-    """Whether some pool is selected by node labels."""
-    return any(d.declaration.selector.labels is not None for d in ad.pools.values())
+def _label_pool_selects(ad: AdoptionGov, labels: NodeLabelsChanged) -> bool:
+    """Whether some pool's label selector matches the node's ``labels``."""
+    found = labels.as_dict
+    return any(
+        sel.labels is not None and sel.labels.matches(found)
+        for sel in (d.declaration.selector for d in ad.pools.values())
+    )
 
 
 def _may_hold(ad: AdoptionGov, node: str) -> bool:
     """Whether some pool may hold ``node`` (its slices are known, a pool names it, or its
-    labels are known and a pool selects by labels): a device change elsewhere changes no
+    labels match a pool's label selector): a device change elsewhere changes no
     verdict, and is not worth an evaluation on the hot path."""
     return (
         node in ad.node_facts
         or any(node in d.declaration.selector.nodes for d in ad.pools.values())
-        or (node in ad.labels and _selects_labels(ad))
+        or (node in ad.labels and _label_pool_selects(ad, ad.labels[node]))
     )
 
 
