@@ -32,7 +32,12 @@ from services.domain.events import DeviceHealthObserved
 from services.domain.inventory.events import InventoryObserved
 from services.domain.lifecycle_events import PodLifecycleObserved
 from services.domain.log import LoggedEvent, LogPosition
-from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged, WatcherTick
+from services.domain.node_events import (
+    NodeHeartbeat,
+    NodeLabelsChanged,
+    NodeResourcesChanged,
+    WatcherTick,
+)
 from services.domain.observations import DeviceHealthObservations, observation_positions
 from services.domain.records import check_key, decode_typed_record
 from services.domain.workloads.events import PodWorkloadObserved
@@ -131,9 +136,15 @@ def decode_into(batch: DecodedBatch, event: Any, dead_letter: DeadLetter) -> Non
     if isinstance(decoded, PodLifecycleObserved):
         batch.lifecycles.append((position, decoded))
         return
-    if isinstance(decoded, DeviceHealthObserved | InventoryObserved | NodeResourcesChanged):
+    if isinstance(
+        decoded,
+        DeviceHealthObserved | InventoryObserved | NodeResourcesChanged | NodeLabelsChanged,
+    ):
         batch.items.append((position, decoded))
-    if isinstance(decoded, NodeHeartbeat | NodeResourcesChanged | WatcherTick | InventoryObserved):
+    if isinstance(
+        decoded,
+        NodeHeartbeat | NodeResourcesChanged | WatcherTick | InventoryObserved | NodeLabelsChanged,
+    ):
         batch.node_events.append(LoggedNodeEvent(position, decoded))
         return
     batch.records.append(LoggedEvent(position, decoded))

@@ -8,7 +8,8 @@ awaits it inside the batch's transaction, just before the commit. It sends, in t
   changed, or the device was first seen), with the identity the inventory resolved for that
   observation (``device_id`` only when resolved or as reported: for an ambiguous or unresolved
   one the governor keys the device on its reported resourceID);
-- every ``NodeHeartbeat``, ``NodeResourcesChanged`` and ``WatcherTick`` unchanged (a tick is a clock
+- every ``NodeHeartbeat``, ``NodeResourcesChanged``, ``NodeLabelsChanged`` (issue 16: pools
+  selected by node labels) and ``WatcherTick`` unchanged (a tick is a clock
   record of the governor's event-time merge; DRA ``InventoryObserved`` records are not forwarded
   as such: they move the watermark, and a node-local ResourceSlice's device taints go as one
   ``DeviceTaintsObserved``, :mod:`streams.forward_taints`);
@@ -99,6 +100,7 @@ from services.domain.log import LogPosition
 from services.domain.node_events import (
     NodeEvent,
     NodeHeartbeat,
+    NodeLabelsChanged,
     NodeResourcesChanged,
     WatcherTick,
 )
@@ -239,9 +241,9 @@ def governance_records(batch: BatchView, commit: PendingCommit, partitions: int)
     for node_event in batch.node_events:
         event = node_event.event
         position = node_event.position
-        if isinstance(event, NodeHeartbeat | NodeResourcesChanged | WatcherTick) and commit.fresh(
-            position
-        ):
+        if isinstance(
+            event, NodeHeartbeat | NodeResourcesChanged | WatcherTick | NodeLabelsChanged
+        ) and commit.fresh(position):
             if position in batch.clamped:
                 event = replace(event, observed_at=batch.times[position])
             ordered.append((batch.order[position], position, event))

@@ -29,6 +29,7 @@ from services.client.directory import make_console
 from services.client.tables import print_table
 from services.client.writes import IdempotencyKey, Reason, Wait, submit
 from services.domain.governance.adoption import pool_name_problem
+from services.domain.labels import parse
 
 PHASES = ("plugin", "canary", "dra", "rolled-back")
 
@@ -56,6 +57,15 @@ def adoption_set(
         list[str] | None,
         typer.Option("--node", help="A node of the pool (repeat; instead of --driver)."),
     ] = None,
+    labels: Annotated[
+        str | None,
+        typer.Option(
+            "-l",
+            "--selector",
+            help="Node labels, kubectl's syntax: 'k=v,k2 in (a,b),!k3,k4' (alone, or with "
+            "--driver: the driver's nodes that match).",
+        ),
+    ] = None,
     device_class: Annotated[
         str | None, typer.Option("--device-class", help="The DeviceClass the pool moves to.")
     ] = None,
@@ -67,18 +77,24 @@ def adoption_set(
 ) -> None:
     """Declare a pool's path and phase (operator). Example:
     devicestate adoption set a100-east canary --driver gpu.nvidia.com --slice-pool a100-east
-    -r "canary of DRA on the east A100 nodes" --wait 10
+    -r "canary of DRA on the east A100 nodes" --wait 10;
+    devicestate adoption set east canary -l 'pool=east,zone in (a,b)' -r "canary by label"
     """
     problem = pool_name_problem(pool)
     if problem is not None:  # what the API's 422 says too, before any request
         fail(problem, EXIT_USAGE)
     if phase not in PHASES:
         fail(f"phase must be one of {', '.join(PHASES)}, not {phase!r}")
-    if (driver is None) == (not node):
-        fail("name the pool's nodes with --driver (and --slice-pool) or with --node")
+    if (driver is None and labels is None) == (not node):
+        fail("name the pool's nodes with --driver (and --slice-pool), -l/--selector, or --node")
     selector: dict[str, Any] = {"nodes": node} if node else {"driver": driver}
     if slice_pool is not None:
         selector["slicePool"] = slice_pool
+    if labels is not None:
+        try:
+            selector["labelSelector"] = parse(labels).to_dict()
+        except ValueError as exc:
+            fail(f"-l/--selector: {exc}")
     body: dict[str, Any] = {"pool": pool, "phase": phase, "reason": reason, "selector": selector}
     if device_class is not None:
         body["deviceClass"] = device_class

@@ -27,12 +27,15 @@ from services.domain.lifecycle_events import PodLifecycleObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.migration.records import WorkloadOnDevice
 from services.domain.node_events import NodeResourcesChanged
+from services.domain.node_labels import NodeLabelsChanged
 from services.domain.workloads.events import PodWorkloadObserved
 
 Partition: TypeAlias = tuple[str, int]
 """``(topic, partition)``."""
 
-InventoryRecord: TypeAlias = DeviceHealthObserved | InventoryObserved | NodeResourcesChanged
+InventoryRecord: TypeAlias = (
+    DeviceHealthObserved | InventoryObserved | NodeResourcesChanged | NodeLabelsChanged
+)
 """A record the inventory fold (:mod:`services.domain.inventory.fold`) reads."""
 
 

@@ -10,6 +10,8 @@ They carry *time* and *node facts* into the log, so that every governance timer 
   extended resources changed. ``allocatable < capacity`` means a device plugin lost devices:
   kubelet writes no ``Unknown`` in Pod status on that path (``../shared/notes``,
   stream-03b).
+- :class:`~services.domain.node_labels.NodeLabelsChanged`: the Node's labels changed (issue 16:
+  pools selected by node labels).
 - :class:`WatcherTick`: the watcher is alive and its clock reads ``observed_at``; published to
   *every* partition so that each partition's event-time watermark advances even when it is idle.
 
@@ -34,6 +36,8 @@ from services.domain.codec import (
     version_field,
 )
 from services.domain.events import SCHEMA_VERSION, format_time
+from services.domain.node_labels import NodeLabelsChanged as NodeLabelsChanged
+from services.domain.node_labels import node_labels_from_dict, node_labels_to_dict
 
 TICK_KEY_PREFIX: Final = "~tick/"
 """Ticks are keyed ``~tick/<partition>``; ``~`` cannot start a Node name (RFC 1123 subdomain)."""
@@ -98,9 +102,11 @@ class WatcherTick:
         return f"{TICK_KEY_PREFIX}{self.partition}"
 
 
-NodeEvent: TypeAlias = NodeHeartbeat | NodeResourcesChanged | WatcherTick
+NodeEvent: TypeAlias = NodeHeartbeat | NodeResourcesChanged | WatcherTick | NodeLabelsChanged
 
-NODE_EVENT_TYPES: Final = frozenset({"NodeHeartbeat", "NodeResourcesChanged", "WatcherTick"})
+NODE_EVENT_TYPES: Final = frozenset(
+    {"NodeHeartbeat", "NodeResourcesChanged", "WatcherTick", "NodeLabelsChanged"}
+)
 
 
 def _pairs(items: tuple[tuple[str, int], ...]) -> dict[str, int]:
@@ -109,6 +115,8 @@ def _pairs(items: tuple[tuple[str, int], ...]) -> dict[str, int]:
 
 def node_event_to_dict(event: NodeEvent) -> dict[str, Any]:
     """The JSON object of a node event (camelCase keys, times as RFC 3339 ``Z``)."""
+    if isinstance(event, NodeLabelsChanged):
+        return node_labels_to_dict(event)
     base: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
         "type": event.type,
@@ -154,6 +162,8 @@ def node_event_from_dict(obj: dict[str, Any]) -> NodeEvent:
     if obj.get("schema") != SCHEMA_VERSION:
         raise EventDecodeError(f"unsupported schema {obj.get('schema')!r}")
     kind = obj.get("type")
+    if kind == "NodeLabelsChanged":
+        return node_labels_from_dict(obj)
     observed_at = event_time_field(obj, "observedAt")
     if kind == "NodeHeartbeat":
         return NodeHeartbeat(

@@ -55,6 +55,7 @@ from services.domain.node_events import (
     NODE_EVENT_TYPES,
     NodeEvent,
     NodeHeartbeat,
+    NodeLabelsChanged,
     NodeResourcesChanged,
     WatcherTick,
     decode_node_event,
@@ -236,7 +237,7 @@ def encode_record(record: TopicRecord) -> bytes:
         return encode_lifecycle(record)
     if isinstance(record, DeviceHealthObservations):
         return encode_observations(record)
-    if isinstance(record, NodeHeartbeat | NodeResourcesChanged | WatcherTick):
+    if isinstance(record, NodeHeartbeat | NodeResourcesChanged | WatcherTick | NodeLabelsChanged):
         return encode_node_event(record)
     return encode_event(record)
 

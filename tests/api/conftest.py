@@ -277,6 +277,7 @@ async def read_commands(
 INVENTORY_TABLES = (
     "inventory_objects",
     "node_resources",
+    "node_labels",
     "device_identities",
     "inventory_conflicts",
 )

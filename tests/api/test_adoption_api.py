@@ -25,6 +25,7 @@ from services.domain.inventory.state import Conflict, ConflictKind
 from services.domain.lifecycle import DevicePath, Stage
 from services.domain.lifecycle_events import PodLifecycleObserved, StageSample
 from services.domain.log import LogPosition
+from services.domain.node_labels import NodeLabelsChanged
 from tests.api.conftest import Governor, InventoryWriter, bearer, read_commands
 from tests.api.inventory_scenario import DRIVER, GPU, NODE_A, NODE_C, load_fleet
 from tests.conftest import T0, LogFactory, ObservationFactory
@@ -160,7 +161,12 @@ async def test_pools_are_declared_on_the_log_and_gated_on_the_inventory(
     # commands (no inventory facts, no watermark), so it holds ("pool-empty", "no-event-time").
     assert east["recorded"]["verdict"] == plain["recorded"]["verdict"] == "hold"
     assert east["recorded"]["decisionId"] == "0.2"  # accepted, declared, then the verdict
-    assert east["selector"] == {"driver": DRIVER, "slicePool": None, "nodes": []}
+    assert east["selector"] == {
+        "driver": DRIVER,
+        "slicePool": None,
+        "nodes": [],
+        "labelSelector": None,
+    }
     assert east["deviceClass"] == DRIVER
     [declared] = east["history"]
     assert (declared["actor"], declared["phase"], declared["reason"]) == (
@@ -324,3 +330,87 @@ async def test_a_pool_is_retired_by_delete_and_declared_again_as_a_new_pool(
     [pool] = (await gov_api.get("/v1/adoption", headers=bearer("viewer"))).json()["pools"]
     assert [h["phase"] for h in pool["history"]] == ["plugin"]
     assert pool["recorded"]["decisionId"].startswith("2.")  # the new pool's first verdict
+
+
+async def write_labels(
+    store: ProjectionStore, records: list[NodeLabelsChanged], offset: int = 0
+) -> None:
+    """``NodeLabelsChanged`` records through the health agent's batch (the inventory fold), at
+    ``offset`` on (the store skips a partition's offsets it already applied)."""
+    items = [(LogPosition("labels", 0, offset + i), r) for i, r in enumerate(records)]
+    await store.apply_batch(
+        LoggedBatch(event_times=[(p, r.observed_at) for p, r in items], inventory=items)
+    )
+
+
+async def test_a_pool_selected_by_node_labels_follows_the_node_labels_table(
+    gov_api: httpx.AsyncClient,
+    governor: Governor,
+    inventory_writer: InventoryWriter,
+    store: ProjectionStore,
+    observation: ObservationFactory,
+    logged: LogFactory,
+    kafka_bootstrap: str,
+    governance_topic: str,
+) -> None:
+    await load_fleet(inventory_writer, store, governor, observation, logged)
+    await governor.fleet(T0 + timedelta(hours=1))
+    await write_labels(
+        store,
+        [
+            NodeLabelsChanged(NODE_A, (("pool", "east"), ("zone", "a")), T0),
+            NodeLabelsChanged(NODE_C, (("pool", "west"),), T0),
+        ],
+    )
+    selector = {
+        "labelSelector": {
+            "matchLabels": {"pool": "east"},
+            "matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}],
+        }
+    }
+    body = {**EAST, "pool": "labelled", "selector": selector}
+    response = await gov_api.post("/v1/adoption", json=body, headers=bearer("operator"))
+    assert response.status_code == 202, response.text
+    await govern(governor, kafka_bootstrap, governance_topic, 1)
+    [pool] = (await gov_api.get("/v1/adoption", headers=bearer("viewer"))).json()["pools"]
+    assert pool["nodes"] == [NODE_A]
+    assert pool["selector"]["labelSelector"] == {
+        "matchLabels": {"pool": "east"},
+        "matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}],
+    }
+    # NODE_A relabelled out, NODE_C in: the pool follows on the next read.
+    await write_labels(
+        store,
+        [
+            NodeLabelsChanged(NODE_A, (("pool", "west"),), T0 + timedelta(minutes=1)),
+            NodeLabelsChanged(NODE_C, (("pool", "east"), ("zone", "b")), T0 + timedelta(minutes=1)),
+        ],
+        offset=2,
+    )
+    [pool] = (await gov_api.get("/v1/adoption", headers=bearer("viewer"))).json()["pools"]
+    assert pool["nodes"] == [NODE_C]
+
+
+@pytest.mark.parametrize(
+    ("label_selector", "message"),
+    [
+        ({}, "at least one of `matchLabels`, `matchExpressions`"),
+        ({"matchLabels": {}, "matchExpressions": []}, "at least one of `matchLabels`"),
+        ({"matchLabels": {"-bad": "v"}}, "pattern"),
+        ({"matchLabels": {"k": "bad value"}}, "pattern"),
+        ({"matchExpressions": [{"key": "k", "operator": "In", "values": []}]}, "at least 1"),
+        ({"matchExpressions": [{"key": "k", "operator": "Exists", "values": ["v"]}]}, "at most 0"),
+        ({"matchExpressions": [{"key": "k", "operator": "Gt", "values": ["1"]}]}, "operator"),
+        ({"matchLabels": {f"k{i}": "v" for i in range(33)}}, "at most 32"),
+    ],
+)
+async def test_a_bad_label_selector_is_a_422_with_the_reason(
+    gov_api: httpx.AsyncClient, label_selector: dict[str, object], message: str
+) -> None:
+    body = {**EAST, "selector": {"labelSelector": label_selector}}
+    response = await gov_api.post("/v1/adoption", json=body, headers=bearer("operator"))
+    assert response.status_code == 422, response.text
+    assert message in response.text, response.text
+    both = {**EAST, "selector": {"nodes": [NODE_A], "labelSelector": {"matchLabels": {"k": "v"}}}}
+    response = await gov_api.post("/v1/adoption", json=both, headers=bearer("operator"))
+    assert response.status_code == 422 and "`labelSelector` or `nodes`" in response.text

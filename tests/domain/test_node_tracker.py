@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
+from services.domain.node_labels import NodeLabelsChanged
 from services.domain.watch.node_objects import (
     COUNT_MAX,
     NodeProblemCode,
@@ -18,7 +19,7 @@ from services.domain.watch.node_objects import (
     read_lease,
     read_node,
 )
-from services.domain.watch.node_tracker import NodeTracker
+from services.domain.watch.node_tracker import NodeFact, NodeOutcome, NodeTracker
 from services.domain.watch.pod_tracker import WatchKind
 
 T0 = datetime(2026, 11, 29, 11, 0, tzinfo=UTC)
@@ -74,6 +75,11 @@ def node(
             },
         },
     }
+
+
+def res(outcome: NodeOutcome) -> list[NodeFact]:
+    """The outcome's resource changes (a Node's labels records are tested apart)."""
+    return [e for e in outcome.events if isinstance(e, NodeResourcesChanged)]
 
 
 def at(seconds: float) -> str:
@@ -256,7 +262,7 @@ def test_node_resources_published_on_first_sighting_and_on_change_only() -> None
     events = []
     for version, allocatable in [("1", "8"), ("2", "8"), ("3", "0"), ("4", "0"), ("5", "8")]:
         obj = node(version=version, allocatable={"nvidia.com/gpu": allocatable})
-        events += tracker.node_event(WatchKind.MODIFIED, obj, SEEN).events
+        events += res(tracker.node_event(WatchKind.MODIFIED, obj, SEEN))
     assert events == [
         NodeResourcesChanged(
             "gpu-node-c", (("nvidia.com/gpu", 8),), (("nvidia.com/gpu", a),), v, SEEN
@@ -269,12 +275,14 @@ def test_node_resources_published_on_first_sighting_and_on_change_only() -> None
 def test_node_without_extended_resources_is_published_once() -> None:
     tracker = NodeTracker(MINUTE)
     first = tracker.node_event(WatchKind.ADDED, node(capacity={}, allocatable={}), SEEN)
-    (event,) = first.events
+    (event,) = res(first)
     assert isinstance(event, NodeResourcesChanged) and event.capacity == ()
     assert (
-        tracker.node_event(
-            WatchKind.MODIFIED, node(version="300", capacity={}, allocatable={}), SEEN
-        ).events
+        res(
+            tracker.node_event(
+                WatchKind.MODIFIED, node(version="300", capacity={}, allocatable={}), SEEN
+            )
+        )
         == []
     )
 
@@ -285,10 +293,10 @@ def test_node_stale_version_and_deletion() -> None:
     stale = tracker.node_event(
         WatchKind.MODIFIED, node(version="9", allocatable={"nvidia.com/gpu": "0"}), SEEN
     )
-    assert (stale.events, stale.ignored) == ([], "stale")
+    assert (res(stale), stale.ignored) == ([], "stale")
     tracker.node_event(WatchKind.DELETED, node(version="11"), SEEN)
     assert tracker.nodes == 0
-    assert len(tracker.node_event(WatchKind.ADDED, node(version="12"), SEEN).events) == 1
+    assert len(res(tracker.node_event(WatchKind.ADDED, node(version="12"), SEEN))) == 1
 
 
 def test_node_with_a_bad_quantity_is_rejected_and_the_rest_published() -> None:
@@ -298,7 +306,7 @@ def test_node_with_a_bad_quantity_is_rejected_and_the_rest_published() -> None:
         node(capacity={"nvidia.com/gpu": "8", "example.com/x": "1.5"}),
         SEEN,
     )
-    (event,) = outcome.events
+    (event,) = res(outcome)
     assert isinstance(event, NodeResourcesChanged)
     assert event.capacity == (("nvidia.com/gpu", 8),)
     assert outcome.reject_reason is not None and "bad-quantity" in outcome.reject_reason
@@ -312,9 +320,42 @@ def test_node_relist_publishes_changes_only_and_forgets_the_unlisted() -> None:
     outcomes = tracker.nodes_listed(
         [node("a", "7", allocatable={"nvidia.com/gpu": "7"}), node("c", "8")], SEEN
     )
-    assert [[e.node for e in o.events] for o in outcomes] == [["a"], ["c"]]
+    assert [[e.node for e in res(o)] for o in outcomes] == [["a"], ["c"]]
     assert tracker.nodes == 2
-    assert len(tracker.node_event(WatchKind.ADDED, node("b", "9"), SEEN).events) == 1
+    assert len(res(tracker.node_event(WatchKind.ADDED, node("b", "9"), SEEN))) == 1
+
+
+def test_node_labels_published_on_first_sighting_on_change_and_on_every_relist() -> None:
+    tracker = NodeTracker(MINUTE)
+
+    def labelled(version: str, labels: dict[str, Any]) -> dict[str, Any]:
+        obj = node(version=version)
+        obj["metadata"]["labels"] = labels
+        return obj
+
+    def labels_of(outcome: NodeOutcome) -> list[NodeFact]:
+        return [e for e in outcome.events if isinstance(e, NodeLabelsChanged)]
+
+    first = tracker.node_event(WatchKind.ADDED, labelled("1", {"pool": "east"}), SEEN)
+    assert labels_of(first) == [NodeLabelsChanged("gpu-node-c", (("pool", "east"),), SEEN)]
+    same = tracker.node_event(WatchKind.MODIFIED, labelled("2", {"pool": "east"}), SEEN)
+    assert labels_of(same) == []
+    moved = tracker.node_event(
+        WatchKind.MODIFIED, labelled("3", {"pool": "west", "-bad": "x", "k": "no way"}), SEEN
+    )
+    assert labels_of(moved) == [NodeLabelsChanged("gpu-node-c", (("pool", "west"),), SEEN)]
+    assert sorted((d.key, d.reason) for d in moved.dropped_labels) == [
+        ("-bad", "invalid-key"),
+        ("k", "invalid-value"),
+    ]
+    # A re-LIST re-states every Node's labels, even an unchanged (stale) object's.
+    (relisted,) = tracker.nodes_listed([labelled("3", {"pool": "west"})], SEEN)
+    assert relisted.ignored == "stale"
+    assert labels_of(relisted) == [NodeLabelsChanged("gpu-node-c", (("pool", "west"),), SEEN)]
+    # Deleted and seen again: a first sighting.
+    tracker.node_event(WatchKind.DELETED, labelled("4", {}), SEEN)
+    again = tracker.node_event(WatchKind.ADDED, labelled("5", {"pool": "west"}), SEEN)
+    assert len(labels_of(again)) == 1
 
 
 def test_interval_must_be_positive() -> None:
@@ -387,7 +428,7 @@ def test_resource_changes_are_exactly_the_changes(
     previous = None
     for version, (capacity, allocatable) in enumerate(states, start=1):
         obj = node(version=str(version), capacity=capacity, allocatable=allocatable)
-        events = tracker.node_event(WatchKind.MODIFIED, obj, SEEN).events
+        events = res(tracker.node_event(WatchKind.MODIFIED, obj, SEEN))
         extended = (
             tuple(sorted((k, int(v)) for k, v in capacity.items() if "/" in k)),
             tuple(sorted((k, int(v)) for k, v in allocatable.items() if "/" in k)),

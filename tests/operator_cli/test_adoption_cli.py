@@ -23,6 +23,7 @@ from services.domain.governance.inputs import CommandAction, OperatorCommand, Ro
 from services.domain.governance.machine import step
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
+from services.domain.labels import parse
 from tests.api.conftest import Governor, InventoryWriter, read_commands
 from tests.conftest import T0, LogFactory, ObservationFactory
 from tests.operator_cli.test_operator_cli import run
@@ -122,7 +123,7 @@ async def test_adoption_retire_deletes_the_pool_through_the_api(
 def test_adoption_set_needs_one_selector_and_a_known_phase(cli: typer.Typer) -> None:
     both = run(cli, "adoption", "set", "p", "dra", "--driver", "d", "--node", "n", "-r", "x")
     assert both.exit_code != 0
-    assert "--driver (and --slice-pool) or with --node" in both.output
+    assert "--driver (and --slice-pool), -l/--selector, or --node" in both.output
     neither = run(cli, "adoption", "set", "p", "dra", "-r", "x")
     assert neither.exit_code != 0
     phase = run(cli, "adoption", "set", "p", "half", "--driver", "d", "-r", "x")
@@ -139,6 +140,26 @@ def test_adoption_set_says_what_a_pool_name_is(cli: typer.Typer) -> None:
         "lower-case letters, digits, '-' and '.'" in " ".join(bad.output.split())
     )
     assert "[a-z0-9]" not in bad.output
+
+
+async def test_adoption_set_with_a_label_selector_appends_it(
+    cli: typer.Typer, api_url: str, kafka_bootstrap: str, governance_topic: str
+) -> None:
+    result = run(
+        cli,
+        *("adoption", "set", "east", "canary", "-l", "pool=east,zone in (a,b),!cordoned"),
+        *("--driver", "gpu.example.com", "-r", "canary by label", "--api-url", api_url),
+        role="operator",
+    )
+    assert result.exit_code == 0, result.output
+    [(_, command)] = await read_commands(kafka_bootstrap, governance_topic, 1)
+    assert command.adoption is not None
+    assert command.adoption.selector == PoolSelector(
+        driver="gpu.example.com", labels=parse("pool=east,zone in (a,b),!cordoned")
+    )
+    bad = run(cli, "adoption", "set", "p", "dra", "-l", "zone in (a", "-r", "x")
+    assert bad.exit_code != 0
+    assert "-l/--selector: unbalanced '('" in bad.output
 
 
 async def test_adoption_report_prints_a_table_and_json(

@@ -40,6 +40,7 @@ GOVERNANCE_TABLES = (
 INVENTORY_TABLES = (
     "inventory_objects",
     "node_resources",
+    "node_labels",  # 0015_node_labels (issue 16)
     "device_identities",
     "inventory_conflicts",
 )
@@ -123,11 +124,16 @@ async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
         *INVENTORY_TABLES,
     }
     current = await asyncio.to_thread(alembic_cli, database_url, schema_name, "current")
-    assert "0014_migration_evidence (head)" in current.stdout
+    assert "0015_node_labels (head)" in current.stdout
     assert {"last_observed_at", "partition"} <= await columns_of(
         engine, schema_name, "device_identities"
     )
     assert "frozen" in await columns_of(engine, schema_name, "device_history")
+
+    back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
+    assert back.returncode == 0, back.stderr
+    assert "node_labels" not in await tables_in(engine, schema_name)  # 0015
+    assert "migration_evidence" in await tables_in(engine, schema_name)
 
     back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
     assert back.returncode == 0, back.stderr
@@ -212,7 +218,7 @@ async def test_migrate_is_idempotent_and_safe_to_run_concurrently(
         version = await conn.execute(
             text(f'SELECT version_num FROM "{schema_name}".alembic_version')
         )
-        assert [r[0] for r in version] == ["0014_migration_evidence"]
+        assert [r[0] for r in version] == ["0015_node_labels"]
 
 
 async def test_revisions_match_the_table_metadata(engine: AsyncEngine, fresh_schema: str) -> None:

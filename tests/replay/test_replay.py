@@ -20,8 +20,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.adapters.projection.compare import diff_projections
+from services.domain.node_labels import NodeLabelsChanged
+from services.domain.records import encode_record
 from services.runtime.config import Settings
-from tests.conftest import publish, settings_env
+from tests.conftest import T0, publish, settings_env
 from tests.streams.synthetic import synthetic_log
 from tests.streams.test_worker_integration import history_rows, wait_until
 
@@ -68,6 +70,9 @@ async def live(
     records: list[tuple[bytes | None, bytes | None]] = list(log.records)
     records.insert(50, (b"gpu-node-003", b"\x00\x01 not json"))
     records.insert(3000, (b"gpu-node-004", b'{"schema": 1, "type": "Mystery"}'))
+    for at_index, value in ((100, "east"), (2000, "west")):  # issue 16: the node_labels table
+        relabelled = NodeLabelsChanged("gpu-node-005", (("pool", value),), T0)
+        records.insert(at_index, (b"gpu-node-005", encode_record(relabelled)))
     await publish(kafka_bootstrap, stream_settings.topic, records)
     worker = worker_process(stream_settings)
     expected = log.expected_history_rows()
@@ -89,6 +94,11 @@ async def test_replay_verify_matches_the_live_projection(
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"verify: {schema} is identical to {live.database_schema}" in result.stdout
     assert "undecodable 2" in result.stdout
+    async with engine.connect() as conn:  # the relabelled node's newest labels, as replayed too
+        labels = await conn.execute(
+            text(f'SELECT node, labels FROM "{live.database_schema}".node_labels')
+        )
+        assert [tuple(r) for r in labels] == [("gpu-node-005", {"pool": "west"})]
     async with engine.connect() as conn:
         gone = await conn.execute(
             text("SELECT 1 FROM pg_namespace WHERE nspname = :s"), {"s": schema}

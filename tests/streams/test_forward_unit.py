@@ -17,6 +17,7 @@ from services.domain.governance.inputs import HealthTransition, MergeKey, Partit
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import (
     NodeHeartbeat,
+    NodeLabelsChanged,
     NodeResourcesChanged,
     WatcherTick,
     encode_node_event,
@@ -550,3 +551,23 @@ def test_a_pods_ready_latencies_are_forwarded_in_event_time_at_its_bound_when_cl
     assert clamped.pod_uid == "uid-b"
     assert decode_keyed(encode_input(*keyed[1])) == keyed[1]
     assert record_key(first) == b"gpu-node-a"
+
+
+def test_a_nodes_labels_are_forwarded_with_their_merge_key_and_their_bound_when_clamped() -> None:
+    """issue 16: ``NodeLabelsChanged`` goes to the governor unchanged, in event time."""
+    labels = NodeLabelsChanged("gpu-node-a", (("pool", "east"),), at(10 * 365 * 86400))
+    batch = view([(pos(0, 3), at(300))], [LoggedNodeEvent(pos(0, 3), labels)], clamped=[pos(0, 3)])
+    (forwarded, k), _ = governance_records(batch, commit([]), partitions=1)
+    assert forwarded == NodeLabelsChanged("gpu-node-a", (("pool", "east"),), at(300))
+    assert k == MergeKey(at(300), 0, 3, 0, clamped=True)
+    assert decode_keyed(encode_input(forwarded, k)) == (forwarded, k)
+
+
+async def test_agent_hands_a_nodes_labels_to_the_inventory_and_the_forwarder(
+    tmp_path: Any,
+) -> None:
+    labels = NodeLabelsChanged("gpu-node-a", (("pool", "east"),), at(2))
+    sink = FakeSink(run_hooks=False)
+    await _run_agent(tmp_path, [encode_node_event(labels)], sink, expected_calls=1)
+    [logged] = sink.logged
+    assert [(p.offset, r) for p, r in logged.inventory or ()] == [(0, labels)]

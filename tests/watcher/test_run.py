@@ -228,10 +228,11 @@ async def test_stream_03b_publishes_node_allocatable_8_0_8_and_ticks(settings: S
     assert summary.events_published == {
         "DeviceHealthObserved": 8,
         "NodeResourcesChanged": 3,
+        "NodeLabelsChanged": 1,  # the Node's first sighting (its labels never change)
         "PodLifecycleObserved": 1,
     }
     assert summary.ticks_sent == (3 + 1) * PARTITIONS  # the _CLOCKs' and the end's
-    records = await read_all(settings, settings.topic, 12 + summary.ticks_sent)
+    records = await read_all(settings, settings.topic, 13 + summary.ticks_sent)
     values = decoded(records)
     changes = [v for v in values if isinstance(v, NodeResourcesChanged)]
     assert [(c.node, c.capacity, c.allocatable, format_z(c.observed_at)) for c in changes] == [
@@ -259,6 +260,7 @@ async def test_stream_03b_publishes_node_allocatable_8_0_8_and_ticks(settings: S
         *["DeviceHealthObserved"] * 8,
         "PodLifecycleObserved",  # the Pod first seen Ready (after its devices)
         "NodeResourcesChanged",
+        "NodeLabelsChanged",  # first sighting: after its resources
         "WatcherTick",
         "NodeResourcesChanged",
         "WatcherTick",
@@ -336,6 +338,7 @@ async def test_live_mode_runs_pods_leases_nodes_and_ticks_and_stops_on_sigterm(
         "DeviceHealthObserved": 4,  # a, b, c, then a changed
         "NodeHeartbeat": 3,  # a and b listed, a again 60 s later (11:00:10 coarsened)
         "NodeResourcesChanged": 2,  # listed with 8, then 0
+        "NodeLabelsChanged": 2,  # listed, then re-stated by the LIST after the 410
     }
     assert (summary.ticks_sent, summary.heartbeats_coarsened) == (PARTITIONS, 1)
     assert summary.resource_version == "102"

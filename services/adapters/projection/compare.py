@@ -30,6 +30,7 @@ from services.adapters.projection.inventory_tables import (
     device_identities,
     inventory_conflicts,
     inventory_objects,
+    node_labels,
     node_resources,
 )
 from services.adapters.projection.lifecycle_tables import pod_lifecycle_stages
@@ -44,6 +45,7 @@ from services.adapters.projection.workload_tables import pod_workloads
 INVENTORY_COMPARED_TABLES: Final = (
     inventory_objects,
     node_resources,
+    node_labels,  # issue 16: pools selected by node labels
     device_identities,
     inventory_conflicts,
 )

@@ -84,6 +84,14 @@ class InventoryStatements:
             "ON CONFLICT (node) DO UPDATE SET capacity = EXCLUDED.capacity, "
             "allocatable = EXCLUDED.allocatable, observed_at = EXCLUDED.observed_at"
         )
+        self.upsert_node_labels = text(
+            f"INSERT INTO {s}.node_labels AS n (node, labels, observed_at) "
+            "SELECT u.node, u.labels, u.observed_at FROM "
+            "jsonb_to_recordset(CAST(:rows AS jsonb)) AS u(node text, labels jsonb, "
+            "observed_at timestamptz) "
+            "ON CONFLICT (node) DO UPDATE SET labels = EXCLUDED.labels, "
+            "observed_at = EXCLUDED.observed_at"
+        )
         self.upsert_identities = text(
             f"INSERT INTO {s}.device_identities AS d (node, resource_id, device_id, owner, "
             'status, uuid, candidates, reason, observed_at, reported_with, last_observed_at, "partition") '
@@ -137,6 +145,8 @@ async def write_plan(conn: AsyncConnection, sql: InventoryStatements, plan: Inve
         await conn.execute(sql.upsert_objects, _rows(plan.objects.values()))
     if plan.node_resources:
         await conn.execute(sql.upsert_node_resources, _rows(plan.node_resources.values()))
+    if plan.node_labels:
+        await conn.execute(sql.upsert_node_labels, _rows(plan.node_labels.values()))
     if plan.identities:
         await conn.execute(sql.upsert_identities, _rows(plan.identities.values()))
     await forget_identities(conn, sql.retention, plan.forgotten)

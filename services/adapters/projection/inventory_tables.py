@@ -7,6 +7,7 @@ directory (``device_history``/``devices``) and ``partition_progress``, from ``In
   DeviceClass (:func:`services.domain.inventory.events.object_to_json`), ``deleted`` kept as a
   tombstone so a replay of the topic gives identical rows;
 - ``node_resources``: extended-resource capacity/allocatable per node;
+- ``node_labels``: each Node's labels (``NodeLabelsChanged``, issue 16);
 - ``device_identities``: per reported ``(node, resourceID)``, the resolved physical identity
   (:class:`services.domain.inventory.identity.Identity`), ``observed_at`` its first observation,
   ``reported_with`` the claim it was last reported with
@@ -45,6 +46,14 @@ node_resources = Table(
     Column("node", Text, primary_key=True),
     Column("capacity", JSONB, nullable=False),
     Column("allocatable", JSONB, nullable=False),
+    Column("observed_at", DateTime(timezone=True), nullable=False),
+)
+
+node_labels = Table(  # issue 16: pools selected by node labels (0015)
+    "node_labels",
+    metadata,
+    Column("node", Text, primary_key=True),
+    Column("labels", JSONB, nullable=False),  # {key: value}, valid labels only
     Column("observed_at", DateTime(timezone=True), nullable=False),
 )
 

@@ -22,6 +22,7 @@ from services.adapters.projection.inventory_tables import (
     device_identities,
     inventory_conflicts,
     inventory_objects,
+    node_labels,
     node_resources,
 )
 from services.adapters.projection.tables import devices, in_schema
@@ -107,6 +108,10 @@ class InventoryReads:
             resource_rows = await self._rows(
                 conn, select(r.node, r.capacity, r.allocatable).where(*per_node(r.node))
             )
+            lb = node_labels.c
+            label_rows = await self._rows(
+                conn, select(lb.node, lb.labels).where(*per_node(lb.node))
+            )
             identity_rows = await self._rows(
                 conn,
                 select(i.node, i.resource_id, i.device_id, i.owner, i.status, i.uuid).where(
@@ -151,6 +156,10 @@ class InventoryReads:
                 row.node, resource_counts(row.capacity), resource_counts(row.allocatable)
             )
             state.node_capacity[row.node] = dict(resource_counts(row.capacity))
+        for row in label_rows:
+            raw = _json(row.labels)
+            if isinstance(raw, dict):
+                snap.node_labels[row.node] = tuple(sorted((str(k), str(v)) for k, v in raw.items()))
         snap.identities = [
             IdentityRow(row.node, row.resource_id, row.device_id, row.owner, row.status, row.uuid)
             for row in identity_rows

@@ -37,6 +37,7 @@ HEALTH_TABLES: Final = (
     "device_history",
     "inventory_objects",
     "node_resources",
+    "node_labels",
     "device_identities",
     "inventory_conflicts",
     "pod_workloads",

@@ -23,6 +23,7 @@ from services.domain.governance.adoption_facts import (
     DivergenceFact,
     FailureFact,
     InventoryFacts,
+    LabelsFact,
     ReadyFact,
     SliceFact,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "DivergenceFact",
     "FailureFact",
     "InventoryFacts",
+    "LabelsFact",
     "ReadyFact",
     "SliceFact",
     "read_facts",
@@ -82,6 +84,7 @@ def read_facts(
         ),
         failures=frozenset(failures),
         ready=frozenset(ready),
+        labels=frozenset(LabelsFact(n, labels) for n, labels in snapshot.node_labels.items()),
     )
 
 

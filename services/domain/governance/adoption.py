@@ -3,7 +3,8 @@ and the fold of the declarations the governor accepted into each pool's current 
 
 A *pool* is a named set of nodes moving from device plugins to DRA (``resource.k8s.io/v1``): the
 nodes where a DRA driver (optionally one of its ResourceSlice pools) publishes, or nodes named
-explicitly. A declaration is an operator command on the governance log (``adoption-set``); the
+explicitly, or nodes whose labels match a label selector (alone, or with a driver: the driver's
+nodes that match). A declaration is an operator command on the governance log (``adoption-set``); the
 governor records each accepted one as an ``AdoptionPhaseDeclared`` decision, so the history is
 replayable and audited (actor, reason, event time).
 """
@@ -18,6 +19,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from services.domain.codec import EventDecodeError, optional_str_field, required_enum, str_field
+from services.domain.labels import LabelSelector, selector_from_dict
 
 POOL_NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
 """A pool's name on the log: a DNS label (with dots), at most 63 characters (what the governor
@@ -63,26 +65,35 @@ class Phase(StrEnum):
 class PoolSelector:
     """Which nodes a pool holds: ``driver`` (a DRA driver name, e.g. ``gpu.nvidia.com``) with an
     optional ``pool`` (a ResourceSlice ``spec.pool.name``): the nodes its ResourceSlices name;
-    or ``nodes``: node names (kept sorted, once each). Exactly one of ``driver`` and ``nodes`` is
-    set; ``ValueError`` otherwise."""
+    or ``nodes``: node names (kept sorted, once each); ``labels``
+    (:class:`~services.domain.labels.LabelSelector`, ``metav1.LabelSelector``) alone selects
+    every node whose labels match, with ``driver`` the driver's nodes that also match. Either
+    ``nodes`` or at least one of ``driver`` and ``labels`` is set; ``ValueError`` otherwise."""
 
     driver: str | None = None
     pool: str | None = None
     nodes: tuple[str, ...] = ()
+    labels: LabelSelector | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(sorted(set(self.nodes))))
-        if (self.driver is None) == (not self.nodes):
-            raise ValueError("a pool selector names either a driver (and pool) or nodes")
+        if (self.driver is None and self.labels is None) == (not self.nodes):
+            raise ValueError(
+                "a pool selector names either a driver (and pool) or nodes, "
+                "or a label selector (alone or with a driver)"
+            )
         if self.pool is not None and self.driver is None:
             raise ValueError("a ResourceSlice pool needs its driver")
         if len(self.nodes) > MAX_NODES:
             raise ValueError(f"a pool names at most {MAX_NODES} nodes ({len(self.nodes)} given)")
 
     def to_dict(self) -> dict[str, Any]:
-        if self.driver is not None:
-            return {"driver": self.driver, "pool": self.pool}
-        return {"nodes": list(self.nodes)}
+        if self.nodes:
+            return {"nodes": list(self.nodes)}
+        out: dict[str, Any] = {"driver": self.driver, "pool": self.pool}
+        if self.labels is not None:  # absent otherwise: older declarations keep their bytes
+            out["labelSelector"] = self.labels.to_dict()
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +133,12 @@ def declaration_from_dict(obj: Any) -> AdoptionDeclaration:
     if not isinstance(nodes, list) or not all(isinstance(n, str) and n for n in nodes):
         raise EventDecodeError("field 'nodes' must be a list of node names")
     try:
+        raw_labels = raw.get("labelSelector")
         selector = PoolSelector(
             driver=optional_str_field(raw, "driver") or None,
             pool=optional_str_field(raw, "pool") or None,
             nodes=tuple(nodes),
+            labels=None if raw_labels is None else selector_from_dict(raw_labels),
         )
         return AdoptionDeclaration(
             pool=str_field(obj, "pool"),

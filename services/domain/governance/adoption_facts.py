@@ -124,6 +124,15 @@ class ReadyFact:
         return (self.pod_uid, self.device_class, self.path)
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class LabelsFact:
+    """A Node's labels (sorted ``(key, value)``, ``metadata.labels``), from its newest
+    ``NodeLabelsChanged`` record: what a pool's label selector matches."""
+
+    node: str
+    labels: tuple[tuple[str, str], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class InventoryFacts:
     """Everything the gate reads about the fleet. Each field is a set: the order facts arrive in
@@ -136,3 +145,5 @@ class InventoryFacts:
     claims: frozenset[ClaimFact] = field(default_factory=frozenset)
     failures: frozenset[FailureFact] = field(default_factory=frozenset)
     ready: frozenset[ReadyFact] = field(default_factory=frozenset)
+    labels: frozenset[LabelsFact] = field(default_factory=frozenset)
+    """One per node whose labels are known (a node with no record matches no label selector)."""

@@ -279,9 +279,10 @@ def evaluate_pool(
 ) -> PoolGate:
     """The gate of one pool at event time ``now`` (UTC; ``None`` before the governor has one)."""
     nodes = pool_nodes(state, facts)
-    waiting = not nodes and state.phase is Phase.PLUGIN
+    # Only a driver's pool waits: a label pool that matches no node has no slices to wait for.
+    sel = state.current.declaration.selector
+    waiting = not nodes and state.phase is Phase.PLUGIN and sel.driver is not None
     if not nodes:
-        sel = state.current.declaration.selector
         detail = (
             f"{WAITING_DETAIL}: no slice of driver {sel.driver}"
             + (f" (pool {sel.pool})" if sel.pool else "")

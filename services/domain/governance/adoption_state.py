@@ -2,7 +2,8 @@
 active ownership conflicts, each node's inventory facts (:class:`~.inputs_adoption.NodeAdoptionFacts`),
 each node's recent driver and claim failures (:class:`~.inputs_failures.NodeFailureObserved`, at
 most :data:`MAX_FAILURES_PER_NODE`, dropped once out of the gate's window of event time), each
-node's recent bound-to-Ready samples (:class:`~.inputs_ready.NodeReadyObserved`, at most
+node's labels (:class:`~services.domain.node_labels.NodeLabelsChanged`, the newest in event
+time), each node's recent bound-to-Ready samples (:class:`~.inputs_ready.NodeReadyObserved`, at most
 :data:`MAX_READY_PER_NODE`, likewise) and the verdict last recorded per pool, with its JSON snapshot form (part of the fleet's snapshot, so a
 restored governor continues exactly like one that never stopped).
 """
@@ -27,6 +28,7 @@ from services.domain.governance.inputs_adoption import (
     adoption_facts_from_dict,
     adoption_facts_to_dict,
 )
+from services.domain.node_labels import NodeLabelsChanged
 
 MAX_FAILURES_PER_NODE: Final = 256
 """Most failure facts the governor keeps per node (the oldest in event time go first): with the
@@ -81,9 +83,13 @@ class AdoptionGov:
         self.verdicts.pop(pool, None)
         self.waiting.discard(pool)
 
+    labels: dict[str, NodeLabelsChanged] = field(default_factory=dict)
+    """Each node's newest labels in event time (``observed_at`` its merge key's time)."""
+
     def empty(self) -> bool:
         return not (
-            self.pools
+            self.labels
+            or self.pools
             or self.conflicts
             or self.node_facts
             or self.verdicts
@@ -148,7 +154,14 @@ class AdoptionGov:
             **({"failures": self._failures_json()} if self.failures else {}),
             **({"ready": self._ready_json()} if self.ready else {}),
             **({"waiting": sorted(self.waiting)} if self.waiting else {}),
+            **({"nodeLabels": self._labels_json()} if self.labels else {}),
         }
+
+    def _labels_json(self) -> list[list[Any]]:
+        return [
+            [node, format_time(r.observed_at), dict(r.labels)]
+            for node, r in sorted(self.labels.items())
+        ]
 
     def _ready_json(self) -> list[list[Any]]:
         return [
@@ -205,4 +218,8 @@ class AdoptionGov:
             failures={node: sorted(held) for node, held in failures.items()},
             ready={node: sorted(held) for node, held in ready.items()},
             waiting=set(obj.get("waiting") or ()),
+            labels={
+                node: NodeLabelsChanged(node, tuple(labels.items()), parse_time(t))
+                for node, t, labels in obj.get("nodeLabels") or ()
+            },
         )

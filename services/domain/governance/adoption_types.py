@@ -110,15 +110,22 @@ def count_verdict(count: int, hold: int, rollback: int) -> Verdict:
 
 
 def pool_nodes(state: PoolState, facts: InventoryFacts) -> frozenset[str]:
-    """The nodes a pool holds: those named, or those its driver's (and pool's) slices name."""
+    """The nodes a pool holds: those named, or those its driver's (and pool's) slices name, and
+    (with a label selector) of those, or of all nodes whose labels are known, the ones whose
+    labels match."""
     sel = state.current.declaration.selector
     if sel.nodes:
         return frozenset(sel.nodes)
-    return frozenset(
+    if sel.labels is not None:
+        matching = {f.node for f in facts.labels if sel.labels.matches(dict(f.labels))}
+        if sel.driver is None:
+            return frozenset(matching)
+    driven = frozenset(
         s.node
         for s in facts.slices
         if s.driver == sel.driver and (sel.pool is None or s.pool == sel.pool)
     )
+    return driven if sel.labels is None else driven & matching
 
 
 def pool_claims(state: PoolState, facts: InventoryFacts, nodes: frozenset[str]) -> list[ClaimFact]:

@@ -36,6 +36,7 @@ from services.domain.governance.adoption_facts import (
     DivergenceFact,
     FailureFact,
     InventoryFacts,
+    LabelsFact,
     ReadyFact,
     SliceFact,
 )
@@ -54,6 +55,7 @@ from services.domain.governance.inputs import GovernanceInput, InventoryConflict
 from services.domain.governance.inputs_adoption import NodeAdoptionFacts
 from services.domain.governance.inputs_failures import NodeFailureObserved
 from services.domain.governance.inputs_ready import NodeReadyObserved
+from services.domain.node_labels import NodeLabelsChanged
 
 _DEVICE_KINDS: Final = frozenset(
     {
@@ -116,6 +118,16 @@ def take(ad: AdoptionGov, ctx: Ctx, record: GovernanceInput, key: MergeKey | Non
             else:
                 ad.node_facts.pop(record.node, None)
             changed = held != ad.node_facts.get(record.node)
+    elif isinstance(record, NodeLabelsChanged):
+        held_labels = ad.labels.get(record.node)
+        record = replace(record, observed_at=_time(record.observed_at, key))
+        if held_labels is None or held_labels.observed_at <= record.observed_at:
+            ad.labels[record.node] = record
+            # A change moves a pool only if some label pool selects the node before or after.
+            changed = (held_labels is None or held_labels.labels != record.labels) and (
+                _label_pool_selects(ad, record)
+                or (held_labels is not None and _label_pool_selects(ad, held_labels))
+            )
     elif isinstance(record, NodeFailureObserved):
         failure = FailureFact(
             record.node,
@@ -165,11 +177,23 @@ def _may_compare(ad: AdoptionGov, fact: ReadyFact) -> bool:
     return any(d.declaration.device_class in fact.classes for d in ad.pools.values())
 
 
+def _label_pool_selects(ad: AdoptionGov, labels: NodeLabelsChanged) -> bool:
+    """Whether some pool's label selector matches the node's ``labels``."""
+    found = labels.as_dict
+    return any(
+        sel.labels is not None and sel.labels.matches(found)
+        for sel in (d.declaration.selector for d in ad.pools.values())
+    )
+
+
 def _may_hold(ad: AdoptionGov, node: str) -> bool:
-    """Whether some pool may hold ``node`` (its slices are known, or a pool names it): a device
-    change elsewhere changes no verdict, and is not worth an evaluation on the hot path."""
-    return node in ad.node_facts or any(
-        node in d.declaration.selector.nodes for d in ad.pools.values()
+    """Whether some pool may hold ``node`` (its slices are known, a pool names it, or its
+    labels match a pool's label selector): a device change elsewhere changes no
+    verdict, and is not worth an evaluation on the hot path."""
+    return (
+        node in ad.node_facts
+        or any(node in d.declaration.selector.nodes for d in ad.pools.values())
+        or (node in ad.labels and _label_pool_selects(ad, ad.labels[node]))
     )
 
 
@@ -185,7 +209,10 @@ def facts_of(ctx: Ctx, ad: AdoptionGov) -> InventoryFacts:
         divergences.update(f.divergences)
     nodes = {n for _, _, n in slices}
     for declared in ad.pools.values():
-        nodes.update(declared.declaration.selector.nodes)
+        sel = declared.declaration.selector
+        nodes.update(sel.nodes)
+        if sel.labels is not None:
+            nodes.update(n for n, r in ad.labels.items() if sel.labels.matches(r.as_dict))
     devices = frozenset(
         DeviceFact(d.node, d.resource_id, d.state.value in QUARANTINED_STATES)
         for node in sorted(nodes)
@@ -199,6 +226,7 @@ def facts_of(ctx: Ctx, ad: AdoptionGov) -> InventoryFacts:
         claims=frozenset(claims),
         failures=frozenset(f for held in ad.failures.values() for f in held),
         ready=frozenset(f for held in ad.ready.values() for f in held),
+        labels=frozenset(LabelsFact(n, r.labels) for n, r in ad.labels.items()),
     )
 
 

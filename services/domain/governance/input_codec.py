@@ -80,6 +80,7 @@ from services.domain.migration.records import (
 )
 from services.domain.node_events import (
     NodeHeartbeat,
+    NodeLabelsChanged,
     NodeResourcesChanged,
     WatcherTick,
     node_event_from_dict,
@@ -93,7 +94,7 @@ def _t(value: datetime | None) -> str | None:
 
 def input_to_dict(record: GovernanceInput) -> dict[str, Any]:
     """The JSON object of a governance-topic record."""
-    if isinstance(record, NodeHeartbeat | NodeResourcesChanged | WatcherTick):
+    if isinstance(record, NodeHeartbeat | NodeResourcesChanged | WatcherTick | NodeLabelsChanged):
         return node_event_to_dict(record)
     if isinstance(record, NodeAdoptionFacts):
         return adoption_facts_to_dict(record)
@@ -272,10 +273,8 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
     if obj.get("schema") != SCHEMA_VERSION:
         raise EventDecodeError(f"unsupported schema {obj.get('schema')!r}")
     kind = obj.get("type")
-    if kind in ("NodeHeartbeat", "NodeResourcesChanged", "WatcherTick"):
-        event = node_event_from_dict(obj)
-        assert isinstance(event, NodeHeartbeat | NodeResourcesChanged | WatcherTick)
-        return event
+    if kind in ("NodeHeartbeat", "NodeResourcesChanged", "WatcherTick", "NodeLabelsChanged"):
+        return node_event_from_dict(obj)
     if kind == "NodeAdoptionFacts":
         return adoption_facts_from_dict(obj)
     if kind == FAILURE_TYPE:

@@ -44,6 +44,7 @@ from services.domain.node_events import (
     NodeResourcesChanged,
     WatcherTick,
 )
+from services.domain.node_labels import NodeLabelsChanged
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +281,7 @@ GovernanceInput: TypeAlias = (
     | WatcherTick
     | DeviceIdentified
     | NodeAdoptionFacts
+    | NodeLabelsChanged  # issue 16: services/domain/node_labels.py
     | NodeFailureObserved
     | NodeReadyObserved
     | DeviceTaintsObserved

@@ -20,6 +20,7 @@ Per record, in order:
   alias resolved to a physical device after it was reported under its own resourceID is listed in
   :attr:`InventoryPlan.identified` (the worker tells the governor: ``DeviceIdentified``);
 - ``NodeResourcesChanged``: the node's extended-resource capacity (row upserted);
+- ``NodeLabelsChanged``: the node's labels (``node_labels`` row upserted; issue 16);
 - ``DeviceHealthObserved`` the directory fold *applied* (others are skipped): its identity is
   resolved against what the inventory knows at that point (:meth:`InventoryState.resolve`); the
   identity the state keeps for ``(node, resourceID)`` is upserted into ``device_identities`` when
@@ -82,6 +83,7 @@ from services.domain.inventory.rows import (
     conflict_key,
     identity_from_row,
     identity_row,
+    node_labels_row,
     node_resources_row,
     object_key,
     object_row,
@@ -89,6 +91,7 @@ from services.domain.inventory.rows import (
 from services.domain.inventory.state import Conflict, ConflictKind, InventoryState
 from services.domain.log import LogPosition
 from services.domain.node_events import NodeResourcesChanged
+from services.domain.node_labels import NodeLabelsChanged
 
 __all__ = [
     "ConflictChange",
@@ -163,6 +166,10 @@ class InventoryFold:
                 self._inventory(plan, position, record)
             elif isinstance(record, NodeResourcesChanged):
                 self._resources(plan, position, record)
+            elif isinstance(record, NodeLabelsChanged):
+                # issue 16: a Node's labels (row upserted; its newest record in log order wins,
+                # and a Node's records share its partition)
+                plan.node_labels[record.node] = node_labels_row(record)
         return plan
 
     # -- per record --------------------------------------------------------------------------------

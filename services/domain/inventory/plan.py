@@ -45,6 +45,8 @@ class InventoryPlan:
 
     objects: dict[ObjectKey, Row] = field(default_factory=dict)
     node_resources: dict[str, Row] = field(default_factory=dict)
+    node_labels: dict[str, Row] = field(default_factory=dict)
+    """``node_labels`` rows (issue 16), by node."""
     identities: dict[tuple[str, str], Row] = field(default_factory=dict)
     forgotten: set[tuple[str, str]] = field(default_factory=set)
     """Claim aliases whose identity row is deleted (retention, :mod:`.expiry`); never also in
@@ -67,6 +69,7 @@ class InventoryPlan:
         return (
             len(self.objects)
             + len(self.node_resources)
+            + len(self.node_labels)
             + len(self.identities)
             + len(self.forgotten)
             + len(self.conflicts)

@@ -20,6 +20,7 @@ from services.domain.inventory.objects import (
 from services.domain.inventory.resolution import AliasInput
 from services.domain.inventory.state import Conflict, InventoryState
 from services.domain.node_events import NodeResourcesChanged
+from services.domain.node_labels import NodeLabelsChanged
 
 ConflictKey: TypeAlias = tuple[str, str, str]
 """``(kind, node, subject)``: the primary key of ``inventory_conflicts``."""
@@ -94,6 +95,11 @@ def node_resources_row(event: NodeResourcesChanged) -> Row:
         "allocatable": dict(event.allocatable),
         "observed_at": event.observed_at,
     }
+
+
+def node_labels_row(event: NodeLabelsChanged) -> Row:
+    """The ``node_labels`` row of a ``NodeLabelsChanged`` (issue 16)."""
+    return {"node": event.node, "labels": dict(event.labels), "observed_at": event.observed_at}
 
 
 def identity_row(

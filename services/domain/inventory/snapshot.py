@@ -72,6 +72,8 @@ class Snapshot:
 
     inventory: InventoryState = field(default_factory=InventoryState)
     node_resources: dict[str, NodeResources] = field(default_factory=dict)
+    node_labels: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    """Each Node's labels, sorted (``node_labels``, issue 16)."""
     identities: list[IdentityRow] = field(default_factory=list)
     devices: list[ObservedDevice] = field(default_factory=list)
     governance: list[GovernanceRow] = field(default_factory=list)

@@ -16,6 +16,11 @@ Sources (``../shared/notes/kubernetes-device-health.md``, "Where Unknown comes f
   plugin is the Node's ``status.allocatable[<resource>]`` dropping below ``status.capacity``
   (stream-03b). :meth:`NodeTracker.resources` publishes the extended-resource counts (names with
   a ``/``) of a Node when they changed, and on its first sighting.
+- a pool may be selected by node labels (issue 16): :meth:`NodeTracker.labels` publishes a
+  Node's valid labels (``metadata.labels``; :func:`services.domain.node_labels.clean_labels`
+  drops invalid and excess ones, with reasons, in :attr:`NodeOutcome.dropped_labels`) when they
+  changed and on its first sighting; a complete LIST publishes every listed Node's labels again
+  (stale or not), so a consumer that missed a change is set right at the next re-LIST.
 
 Rules shared by both kinds:
 
@@ -36,6 +41,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
+from services.domain.node_labels import DroppedLabel, NodeLabelsChanged, clean_labels
 from services.domain.watch.node_objects import (
     DEFAULT_LEASE_NAMESPACE,
     Counts,
@@ -46,7 +52,7 @@ from services.domain.watch.node_objects import (
 )
 from services.domain.watch.pod_tracker import WatchKind
 
-NodeFact: TypeAlias = NodeHeartbeat | NodeResourcesChanged
+NodeFact: TypeAlias = NodeHeartbeat | NodeResourcesChanged | NodeLabelsChanged
 
 
 @dataclass(slots=True)
@@ -61,6 +67,8 @@ class NodeOutcome:
     reject_reason: str | None = None
     coarsened: int = 0
     ignored: str | None = None
+    dropped_labels: list[DroppedLabel] = field(default_factory=list)
+    """Labels left out of a published ``NodeLabelsChanged`` (invalid, or over the limit)."""
 
 
 # --- the tracker -------------------------------------------------------------------------------
@@ -91,6 +99,7 @@ class NodeTracker:
         self.lease_namespace = lease_namespace
         self._beats: dict[str, datetime] = {}
         self._counts: dict[str, tuple[Counts, Counts]] = {}
+        self._labels: dict[str, tuple[tuple[str, str], ...]] = {}
         self._versions: dict[tuple[str, str], int] = {}
         self._reported: dict[tuple[str, str], str] = {}
 
@@ -143,6 +152,30 @@ class NodeTracker:
             observed_at=observed_at,
         )
 
+    def labels(
+        self, node: str, raw: Any, observed_at: datetime, *, always: bool = False
+    ) -> tuple[NodeLabelsChanged | None, list[DroppedLabel]]:
+        """The labels record to publish (``None`` when ``node`` last published the same labels,
+        unless ``always``) and the labels dropped from it. ``raw``: ``metadata.labels``."""
+        kept, dropped = clean_labels(raw)
+        if not always and self._labels.get(node) == kept:
+            return None, []
+        self._labels[node] = kept
+        return NodeLabelsChanged(node, kept, observed_at), dropped
+
+    def _node_labels(
+        self, outcome: NodeOutcome, obj: Mapping[str, Any], observed_at: datetime, always: bool
+    ) -> None:
+        name = object_metadata(obj).get("name")
+        if not isinstance(name, str) or not name:
+            return
+        record, dropped = self.labels(
+            name, object_metadata(obj).get("labels"), observed_at, always=always
+        )
+        if record is not None:
+            outcome.events.append(record)
+            outcome.dropped_labels.extend(dropped)
+
     # --- whole objects ----------------------------------------------------------------------
 
     def _stale(self, kind: str, name: str, version: int | None) -> bool:
@@ -179,6 +212,7 @@ class NodeTracker:
             self._beats.pop(name, None)
         else:
             self._counts.pop(name, None)
+            self._labels.pop(name, None)
 
     def lease_event(
         self, kind: WatchKind, obj: Mapping[str, Any], observed_at: datetime
@@ -231,6 +265,7 @@ class NodeTracker:
         )
         if change is not None:
             outcome.events.append(change)
+        self._node_labels(outcome, obj, observed_at, always=False)
         return outcome
 
     def _relisted(
@@ -240,7 +275,10 @@ class NodeTracker:
         outcomes = []
         listed: set[str] = set()
         for obj in objs:
-            outcomes.append(handle(WatchKind.ADDED, obj, observed_at))
+            outcome = handle(WatchKind.ADDED, obj, observed_at)
+            outcomes.append(outcome)
+            if kind == "Node" and not any(isinstance(e, NodeLabelsChanged) for e in outcome.events):
+                self._node_labels(outcome, obj, observed_at, always=True)  # re-stated on a LIST
             name = object_metadata(obj).get("name")
             if isinstance(name, str):
                 listed.add(name)

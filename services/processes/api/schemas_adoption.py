@@ -22,6 +22,7 @@ from services.domain.governance.adoption import (
 )
 from services.processes.api.schemas import ApiModel
 from services.processes.api.schemas_governance import ReasonIn, RequestModel
+from services.processes.api.schemas_labels import LabelSelectorIn, LabelSelectorOut
 
 _LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _SUBDOMAIN = f"{_LABEL}(\\.{_LABEL})*"
@@ -35,10 +36,11 @@ SlicePoolField = Annotated[
 
 class SelectorIn(RequestModel):
     """The pool's nodes: where a DRA driver's ResourceSlices (of one pool, with ``slicePool``)
-    publish, or nodes named explicitly. The shape ``GET /v1/adoption`` gives (``driver``,
+    publish, or nodes named explicitly; ``labelSelector`` alone (every node whose labels match)
+    or with ``driver`` (the driver's nodes that match). The shape ``GET /v1/adoption`` gives (``driver``,
     ``slicePool``, ``nodes``, with nulls and an empty list for what is not set) is accepted back."""
 
-    # The rules of ``_one_kind`` as the schema states them (two exclusive shapes).
+    # The rules of ``_one_kind`` as the schema states them (three shapes).
     model_config = ConfigDict(
         json_schema_extra={
             "anyOf": [
@@ -51,6 +53,15 @@ class SelectorIn(RequestModel):
                     "properties": {
                         "nodes": {"minItems": 1},
                         "driver": {"type": "null"},
+                        "slicePool": {"type": "null"},
+                        "labelSelector": {"type": "null"},
+                    },
+                },
+                {
+                    "required": ["labelSelector"],
+                    "properties": {
+                        "labelSelector": {"$ref": "#/components/schemas/LabelSelectorIn"},
+                        "nodes": {"maxItems": 0},
                         "slicePool": {"type": "null"},
                     },
                 },
@@ -67,13 +78,22 @@ class SelectorIn(RequestModel):
     nodes: list[NameField] = Field(
         default_factory=list, description="Node names of the pool.", max_length=MAX_NODES
     )
+    label_selector: LabelSelectorIn | None = Field(
+        None,
+        description="Node labels (`metav1.LabelSelector`), alone or with `driver` (not with "
+        "`nodes`).",
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> SelectorIn:
-        if self.driver is None and not self.nodes:
-            raise ValueError("selector: give `driver` (and optionally `slicePool`) or `nodes`")
+        if self.driver is None and not self.nodes and self.label_selector is None:
+            raise ValueError(
+                "selector: give `driver` (and optionally `slicePool`), `nodes` or `labelSelector`"
+            )
         if self.driver is not None and self.nodes:
             raise ValueError("selector: `driver` or `nodes`, not both")
+        if self.label_selector is not None and self.nodes:
+            raise ValueError("selector: `labelSelector` or `nodes`, not both")
         if self.slice_pool is not None and self.driver is None:
             raise ValueError("selector: `slicePool` needs `driver`")
         return self
@@ -91,7 +111,9 @@ class AdoptionIn(ReasonIn):
         json_schema_extra={"maxLength": MAX_POOL_NAME, "pattern": f"^{_SUBDOMAIN}$"},
     )
     phase: Phase = Field(description="plugin, canary, dra or rolled-back.")
-    selector: SelectorIn = Field(description="`{driver, slicePool?}` or `{nodes}`.")
+    selector: SelectorIn = Field(
+        description="`{driver, slicePool?, labelSelector?}`, `{labelSelector}` or `{nodes}`."
+    )
     device_class: NameField | None = Field(None, description="The DeviceClass the pool moves to.")
 
     @field_validator("pool")
@@ -105,8 +127,9 @@ class AdoptionIn(ReasonIn):
     def declaration(self) -> AdoptionDeclaration:
         """The domain's declaration (the schema already holds it to the domain's rules)."""
         sel = self.selector
-        if sel.driver is not None:
-            selector = PoolSelector(driver=sel.driver, pool=sel.slice_pool)
+        labels = None if sel.label_selector is None else sel.label_selector.selector()
+        if sel.driver is not None or labels is not None:
+            selector = PoolSelector(driver=sel.driver, pool=sel.slice_pool, labels=labels)
         else:
             selector = PoolSelector(nodes=tuple(sel.nodes))
         return AdoptionDeclaration(self.pool, selector, self.phase, self.device_class)
@@ -116,6 +139,7 @@ class SelectorOut(ApiModel):
     driver: str | None
     slice_pool: str | None
     nodes: list[str]
+    label_selector: LabelSelectorOut | None = None
 
 
 class DeclaredOut(ApiModel):
@@ -176,6 +200,9 @@ class PoolOut(ApiModel):
                 driver=decl.selector.driver,
                 slice_pool=decl.selector.pool,
                 nodes=list(decl.selector.nodes),
+                label_selector=None
+                if decl.selector.labels is None
+                else LabelSelectorOut.of(decl.selector.labels),
             ),
             device_class=decl.device_class,
             nodes=list(gate.nodes),

@@ -24,6 +24,7 @@ from services.domain.inventory.events import InventoryObserved
 from services.domain.lifecycle_events import PodLifecycleObserved
 from services.domain.log import LoggedEvent, LogPosition
 from services.domain.node_events import NodeResourcesChanged
+from services.domain.node_labels import NodeLabelsChanged
 from services.domain.observations import DeviceHealthObservations, observation_positions
 from services.domain.records import check_key, decode_typed_record
 from services.domain.workloads.events import PodWorkloadObserved
@@ -157,7 +158,11 @@ async def read_log(
                                 records.append(LoggedEvent(at_index, seen))
                             continue
                         if isinstance(
-                            event, DeviceHealthObserved | InventoryObserved | NodeResourcesChanged
+                            event,
+                            DeviceHealthObserved
+                            | InventoryObserved
+                            | NodeResourcesChanged
+                            | NodeLabelsChanged,  # issue 16: the node_labels table
                         ):
                             items.append((position, event))
                         if isinstance(event, PodWorkloadObserved):

@@ -90,6 +90,19 @@ class WatcherMetrics:
             "allocatable changed, or the Node was first seen).",
             registry=self.registry,
         )
+        self.node_label_changes = Counter(
+            "devicestate_watcher_node_label_changes",
+            "NodeLabelsChanged records published (a Node's labels changed, the Node was first "
+            "seen, or a LIST re-stated them).",
+            registry=self.registry,
+        )
+        self.node_labels_dropped = Counter(
+            "devicestate_watcher_node_labels_dropped",
+            "Node labels left out of a NodeLabelsChanged, by reason (invalid-key, "
+            "invalid-value, too-many).",
+            ["reason"],
+            registry=self.registry,
+        )
         self.ticks_sent = Counter(
             "devicestate_watcher_ticks_sent",
             "WatcherTick records sent (one per partition of the event topic each tick).",

@@ -23,6 +23,7 @@ from services.domain.codec import parse_resource_version
 from services.domain.events import DeviceHealthObserved, Event, PodDevicesReleased
 from services.domain.inventory.events import InventoryKind, InventoryObserved
 from services.domain.limits import field_violations
+from services.domain.node_labels import DroppedLabel, NodeLabelsChanged
 from services.domain.observations import DeviceHealthObservations, group_pod_changes
 from services.domain.pod_reader import read_pod
 from services.domain.pod_status import DEAD_LETTER_CODES, PodReading, Problem, ProblemCode
@@ -240,9 +241,13 @@ class NodeActions:
     dead_letters: list[DeadLetter] = field(default_factory=list)
     coarsened: int = 0
     ignored: list[str] = field(default_factory=list)
+    dropped_labels: list[tuple[str, DroppedLabel]] = field(default_factory=list)
+    """``(node, label)`` left out of a published ``NodeLabelsChanged`` (issue 16)."""
 
     def add(self, outcome: NodeOutcome, object_kind: str, original: bytes, source: str) -> None:
         self.events.extend(outcome.events)
+        nodes = [e.node for e in outcome.events if isinstance(e, NodeLabelsChanged)]
+        self.dropped_labels.extend((nodes[0], d) for d in outcome.dropped_labels if nodes)
         self.problems.extend(outcome.problems)
         self.coarsened += outcome.coarsened
         if outcome.ignored is not None:

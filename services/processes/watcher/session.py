@@ -22,6 +22,7 @@ from services.domain.inventory.events import InventoryKind, InventoryObserved
 from services.domain.inventory.objects import ResourceClaimInfo
 from services.domain.lifecycle_events import lifecycle_record
 from services.domain.node_events import NodeHeartbeat, NodeResourcesChanged
+from services.domain.node_labels import NodeLabelsChanged
 from services.domain.observations import DeviceHealthObservations
 from services.domain.records import TopicRecord
 from services.domain.watch.failure_tracker import EVENT_KIND, FailureOutcome, FailureTracker
@@ -202,11 +203,18 @@ class WatchSession:
             await self._publish(event)
             if isinstance(event, NodeHeartbeat):
                 self.metrics.heartbeats_published.inc()
+            elif isinstance(event, NodeLabelsChanged):
+                self.metrics.node_label_changes.inc()
             elif isinstance(event, NodeResourcesChanged):
                 self.metrics.node_resource_changes.inc()
                 missing = event.missing()
                 if missing:
                     log.info("node allocatable below capacity", node=event.node, missing=missing)
+        for node, dropped in actions.dropped_labels:
+            log.warning(
+                "node label dropped", node=node, reason=dropped.reason, detail=dropped.detail
+            )
+            self.metrics.node_labels_dropped.labels(dropped.reason).inc()
         if actions.coarsened:
             self.summary.heartbeats_coarsened += actions.coarsened
             self.metrics.heartbeats_coarsened.inc(actions.coarsened)
