@@ -89,50 +89,20 @@ def _live_tasks(
         silence_seconds=silence,
     )
     sources: list[tuple[ListWatchSource, str]] = [(pods, POD_STREAM)]
+
+    def objects(api: KubernetesObjectApi) -> tuple[ListWatchSource, str]:
+        restarted = restarts(PLURALS[api.object_kind])
+        source = ObjectSource(api, on_restart=restarted, silence_seconds=silence)
+        return source, api.object_kind
+
     if settings.watch_leases:
-        sources.append(
-            (
-                ObjectSource(
-                    lease_api(api_client, settings),
-                    on_restart=restarts("leases"),
-                    silence_seconds=silence,
-                ),
-                "Lease",
-            )
-        )
+        sources.append(objects(lease_api(api_client, settings)))
     if settings.watch_nodes:
-        sources.append(
-            (
-                ObjectSource(
-                    node_api(api_client, settings),
-                    on_restart=restarts("nodes"),
-                    silence_seconds=silence,
-                ),
-                "Node",
-            )
-        )
+        sources.append(objects(node_api(api_client, settings)))
     if settings.watch_events:
-        sources.append(
-            (
-                ObjectSource(
-                    event_api(api_client, settings),
-                    on_restart=restarts("events"),
-                    silence_seconds=silence,
-                ),
-                "Event",
-            )
-        )
+        sources.append(objects(event_api(api_client, settings)))
     if settings.watch_dra:
-        sources.append(
-            (
-                ObjectSource(
-                    namespace_api(api_client, settings),
-                    on_restart=restarts("namespaces"),
-                    silence_seconds=silence,
-                ),
-                "Namespace",
-            )
-        )
+        sources.append(objects(namespace_api(api_client, settings)))
         for make_api in DRA_APIS:
             api = make_api(api_client, settings)
             source = ObjectSource(
