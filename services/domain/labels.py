@@ -235,7 +235,9 @@ def _split(text: str) -> list[str]:
 def parse(text: str) -> LabelSelector:
     """Parse kubectl's selector syntax: ``k=v`` (or ``k==v``), ``k!=v`` (``NotIn (v)``),
     ``k in (a,b)``, ``k notin (a,b)``, ``k`` (``Exists``), ``!k`` (``DoesNotExist``), joined by
-    commas. ``ValueError`` naming the bad term."""
+    commas. As in ``k8s.io/apimachinery/pkg/labels`` (``parseValues``), the empty string is a
+    value of a set: ``k in ()`` is ``In [""]``, ``k notin (,b)`` is ``NotIn ["", "b"]``.
+    ``ValueError`` naming the bad term."""
     labels: dict[str, str] = {}
     reqs: list[Requirement] = []
     for term in _split(text):
@@ -244,9 +246,10 @@ def parse(text: str) -> LabelSelector:
         if (m := _SET_RE.match(term)) is not None:
             if m.group(1):
                 raise ValueError(f"term {term.strip()!r}: '!' goes only before a bare key")
+            # As kubectl: the empty value is a value ("()" is {""}, "(,b)" is {"", "b"}).
             values = tuple(v.strip() for v in m.group(4).split(","))
             op = Operator.IN if m.group(3) == "in" else Operator.NOT_IN
-            reqs.append(Requirement(m.group(2), op, tuple(v for v in values if v)))
+            reqs.append(Requirement(m.group(2), op, values))
         elif (m := _EQ_RE.match(term)) is not None:
             key, op_text, value = m.groups()
             if op_text == "!=":

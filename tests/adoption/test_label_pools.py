@@ -79,6 +79,27 @@ def test_a_relabelled_node_leaves_the_pool_and_an_empty_pool_holds() -> None:
     assert [r.code for r in gate.reasons] == ["pool-empty"]
 
 
+def test_a_plugin_pool_whose_labels_exclude_the_drivers_nodes_is_no_wait() -> None:
+    # The driver's slices are there (node-a, node-c) but the selector matches neither: nothing
+    # is left to wait for (a typo'd selector), so the hold alerts and does not say "waiting".
+    declared = Declared(
+        1,
+        T0,
+        "olga",
+        "plan",
+        AdoptionDeclaration(
+            "east", PoolSelector(driver=DRIVER, labels=parse("pool=eats")), Phase.PLUGIN
+        ),
+    )
+    state = PoolState(current=declared, history=(declared,))
+    gate = evaluate_pool(state, InventoryFacts(slices=SLICES, labels=LABELS), Thresholds(), T0)
+    assert (gate.nodes, gate.verdict, gate.waiting) == ((), Verdict.HOLD, False)
+    assert gate.reasons[0].detail == "the pool's selector matches no node"
+    # Before the driver publishes, the same pool waits.
+    early = evaluate_pool(state, InventoryFacts(labels=LABELS), Thresholds(), T0)
+    assert (early.verdict, early.waiting) == (Verdict.HOLD, True)
+
+
 def test_the_declaration_with_a_label_selector_round_trips() -> None:
     for sel in (
         PoolSelector(labels=parse("k=v,k2 in (a,b),!k3")),

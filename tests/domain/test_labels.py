@@ -39,6 +39,10 @@ GOLDEN = [
         (("x", ""),),
         (Requirement("pool.example.com/tier", Operator.NOT_IN, ("a", "b")),),
     ),
+    # The empty value is a value, as kubectl reads it (apimachinery's parseValues).
+    ("k in ()", (), (Requirement("k", Operator.IN, ("",)),)),
+    ("k notin (,b)", (), (Requirement("k", Operator.NOT_IN, ("", "b")),)),
+    ("k in (a,,b)", (), (Requirement("k", Operator.IN, ("", "a", "b")),)),
 ]
 
 
@@ -57,7 +61,6 @@ def test_the_parser_reads_kubectl_syntax(
         ("", "empty term"),
         ("k=v,", "empty term"),
         ("k in (a", "unbalanced '('"),
-        ("k in ()", "needs at least one value"),
         ("k=a,k=b", "two values"),
         ("-bad=v", "the name must be"),
         ("k=-v", "label value '-v'"),
@@ -115,7 +118,7 @@ requirements = st.one_of(
         Requirement,
         names,
         st.sampled_from([Operator.IN, Operator.NOT_IN]),
-        st.lists(names, min_size=1, max_size=4).map(tuple),
+        st.lists(names | st.just(""), min_size=1, max_size=4).map(tuple),
     ),
     st.builds(Requirement, names, st.sampled_from([Operator.EXISTS, Operator.DOES_NOT_EXIST])),
 )

@@ -279,9 +279,19 @@ def evaluate_pool(
 ) -> PoolGate:
     """The gate of one pool at event time ``now`` (UTC; ``None`` before the governor has one)."""
     nodes = pool_nodes(state, facts)
-    # Only a driver's pool waits: a label pool that matches no node has no slices to wait for.
+    # Only a driver's pool waits, and only while no slice of the driver (and slice pool) names
+    # a node: a label pool that matches no node has no slices to wait for, and a driver's pool
+    # whose slices are there but whose labels exclude every node has nothing left to wait for.
     sel = state.current.declaration.selector
-    waiting = not nodes and state.phase is Phase.PLUGIN and sel.driver is not None
+    waiting = (
+        not nodes
+        and state.phase is Phase.PLUGIN
+        and sel.driver is not None
+        and not any(
+            s.driver == sel.driver and (sel.pool is None or s.pool == sel.pool)
+            for s in facts.slices
+        )
+    )
     if not nodes:
         detail = (
             f"{WAITING_DETAIL}: no slice of driver {sel.driver}"
