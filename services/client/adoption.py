@@ -84,9 +84,14 @@ def adoption_set(
     if problem is not None:  # what the API's 422 says too, before any request
         fail(problem, EXIT_USAGE)
     if phase not in PHASES:
-        fail(f"phase must be one of {', '.join(PHASES)}, not {phase!r}")
-    if (driver is None and labels is None) == (not node):
-        fail("name the pool's nodes with --driver (and --slice-pool), -l/--selector, or --node")
+        fail(f"phase must be one of {', '.join(PHASES)}, not {phase!r}", EXIT_USAGE)
+    if node and (driver is not None or labels is not None):
+        fail("--node names the pool's nodes: not both it and --driver or -l/--selector", EXIT_USAGE)
+    if driver is None and labels is None and not node:
+        fail(
+            "name the pool's nodes with --driver (and --slice-pool), -l/--selector, or --node",
+            EXIT_USAGE,
+        )
     selector: dict[str, Any] = {"nodes": node} if node else {"driver": driver}
     if slice_pool is not None:
         selector["slicePool"] = slice_pool
@@ -94,7 +99,7 @@ def adoption_set(
         try:
             selector["labelSelector"] = parse(labels).to_dict()
         except ValueError as exc:
-            fail(f"-l/--selector: {exc}")
+            fail(f"-l/--selector: {exc}", EXIT_USAGE)
     body: dict[str, Any] = {"pool": pool, "phase": phase, "reason": reason, "selector": selector}
     if device_class is not None:
         body["deviceClass"] = device_class

@@ -317,6 +317,10 @@ async def test_a_pool_is_retired_by_delete_and_declared_again_as_a_new_pool(
     )
     assert again.status_code == 200, again.text
     assert again.json()["commandID"] == retired.json()["commandID"]
+    # Without `force` it is another request: the key's first one was forced.
+    unforced = await gov_api.request("DELETE", "/v1/adoption/east", json=reason, headers=keyed)
+    assert unforced.status_code == 409, unforced.text
+    assert "retire-east-1" in unforced.json()["detail"]
     gone = await gov_api.request(
         "DELETE", "/v1/adoption/east?force=true", json=reason, headers=bearer("operator")
     )

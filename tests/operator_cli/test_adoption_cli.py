@@ -121,13 +121,18 @@ async def test_adoption_retire_deletes_the_pool_through_the_api(
 
 
 def test_adoption_set_needs_one_selector_and_a_known_phase(cli: typer.Typer) -> None:
+    # Usage errors (exit 2, as a bad pool name), each saying what is wrong, before any request.
     both = run(cli, "adoption", "set", "p", "dra", "--driver", "d", "--node", "n", "-r", "x")
-    assert both.exit_code != 0
-    assert "--driver (and --slice-pool), -l/--selector, or --node" in both.output
+    assert both.exit_code == 2
+    assert "not both it and --driver or -l/--selector" in " ".join(both.output.split())
+    labelled = run(cli, "adoption", "set", "p", "dra", "-l", "k=v", "--node", "n", "-r", "x")
+    assert labelled.exit_code == 2
+    assert "not both it and --driver or -l/--selector" in " ".join(labelled.output.split())
     neither = run(cli, "adoption", "set", "p", "dra", "-r", "x")
-    assert neither.exit_code != 0
+    assert neither.exit_code == 2
+    assert "--driver (and --slice-pool), -l/--selector, or --node" in neither.output
     phase = run(cli, "adoption", "set", "p", "half", "--driver", "d", "-r", "x")
-    assert phase.exit_code != 0
+    assert phase.exit_code == 2
     assert "phase must be one of plugin, canary, dra, rolled-back" in phase.output
 
 
@@ -158,7 +163,7 @@ async def test_adoption_set_with_a_label_selector_appends_it(
         driver="gpu.example.com", labels=parse("pool=east,zone in (a,b),!cordoned")
     )
     bad = run(cli, "adoption", "set", "p", "dra", "-l", "zone in (a", "-r", "x")
-    assert bad.exit_code != 0
+    assert bad.exit_code == 2
     assert "-l/--selector: unbalanced '('" in bad.output
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Annotated, Any, Final
 from uuid import uuid4
@@ -200,12 +200,15 @@ async def submit(
     adoption: AdoptionDeclaration | None = None,
     retire: AdoptionRetirement | None = None,
     precheck: Callable[[], Awaitable[None]] | None = None,
+    query: Mapping[str, object] | None = None,
 ) -> JSONResponse:
     """Append one command; answer 202 pending, or its outcome when known (see the module doc).
     With an ``Idempotency-Key`` (:mod:`services.processes.api.idempotency`): 409 for a key this
     principal used for another request, the first request's command for a repeat. ``precheck``
     runs before a new command is appended (not for a repeat, which gets the first one's
-    answer) and may refuse it with an ``HTTPException`` (e.g. 404 for an unknown pool)."""
+    answer) and may refuse it with an ``HTTPException`` (e.g. 404 for an unknown pool).
+    ``query``: the query parameters that change the command, part of the key's fingerprint
+    (:func:`~services.processes.api.idempotency.fingerprint`)."""
     reads: GovernanceReads = request.app.state.reads
     if idempotency_key is None:
         use = None
@@ -215,7 +218,7 @@ async def submit(
         command_id = scoped_command_id(principal.name, idempotency_key)
         use = KeyUse(
             command_id,
-            fingerprint(request.method, request.url.path, await request.body()),
+            fingerprint(request.method, request.url.path, await request.body(), query),
             action.value,
             f"{request.method} {request.url.path}",
         )

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -49,16 +50,24 @@ def scoped_command_id(principal_name: str, key: str) -> str:
     return f"{principal_name}{SCOPE_SEPARATOR}{key}"
 
 
-def fingerprint(method: str, path: str, body: bytes) -> str:
+def fingerprint(
+    method: str, path: str, body: bytes, query: Mapping[str, object] | None = None
+) -> str:
     """SHA-256 (hex) of the canonical request: ``method``, ``path`` and ``body`` as JSON with
     sorted keys and no insignificant whitespace (an empty body counts as ``null``). The body has
-    been validated by the route already; bytes that are not JSON are hashed as they are."""
+    been validated by the route already; bytes that are not JSON are hashed as they are.
+    ``query``: the parsed query parameters that change what the command does (``force`` of a
+    pool's retirement; never ``wait``), as JSON with sorted keys; none or empty adds nothing, so
+    the fingerprints of requests without one are as before."""
     try:
         canonical = orjson.dumps(orjson.loads(body) if body else None, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONDecodeError:
         canonical = body
+    parts = [method.upper().encode(), path.encode(), canonical]
+    if query:
+        parts.append(orjson.dumps(dict(query), option=orjson.OPT_SORT_KEYS))
     digest = hashlib.sha256()
-    for part in (method.upper().encode(), path.encode(), canonical):
+    for part in parts:
         digest.update(len(part).to_bytes(8, "big"))
         digest.update(part)
     return digest.hexdigest()

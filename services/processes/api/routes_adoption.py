@@ -136,6 +136,7 @@ async def retire_pool(
         idempotency_key=idempotency_key,
         retire=AdoptionRetirement(pool, force),
         precheck=declared,
+        query={"force": force},  # a forced retirement is another request than one without
     )
 
 
