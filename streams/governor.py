@@ -366,6 +366,7 @@ class Governor:
             snapshot.fleet,
             self.policy.heartbeat_grace_seconds,
             snapshot.workloads,
+            snapshot.labels,
         )
         self.applied_through = snapshot.offset
         start_sequence(self.state, snapshot.offset)

@@ -48,12 +48,19 @@ def verdict_rows_of_every_seed(
             if rng.random() < 0.3:
                 snap = orjson.loads(orjson.dumps(state.snapshot()))
                 state = GovernorState.restore(
-                    snap["devices"], snap["nodes"], snap["fleet"], policy.heartbeat_grace_seconds
+                    snap["devices"],
+                    snap["nodes"],
+                    snap["fleet"],
+                    policy.heartbeat_grace_seconds,
+                    snap.get("workloads"),
+                    snap.get("nodeLabels"),  # the nodes' label rows
                 )
         rows = tuple(
             (d.decision_id, d.at, d.incident, d.alert, orjson.dumps(d.details))
             for d in decided
             if d.kind is DecisionKind.ADOPTION_VERDICT_CHANGED
         )
-        outcomes.add((rows, orjson.dumps(state.fleet.adoption.to_json())))
+        adoption = state.fleet.adoption
+        held = {**adoption.to_json(), "labelRows": adoption.label_rows()}  # labels: nodes' rows
+        outcomes.add((rows, orjson.dumps(held)))
     return outcomes

@@ -61,10 +61,15 @@ def test_a_node_relabelled_into_a_pool_joins_it_and_leaves_when_relabelled_out()
     assert verdicts(run.decisions)[-1] == ("adoption-hold/east", AlertAction.RESOLVED, "expand")
     run.feed(labels("node-b", 25, pool="east"))  # older than what the governor holds: no-op
     assert verdicts(run.decisions)[-1][2] == "expand"
-    # The labels are part of the snapshot: a restored governor holds the same.
+    # The labels are the nodes' rows (not the fleet's): a restored governor holds the same.
     snapshot = orjson.loads(orjson.dumps(run.state.snapshot()))
+    assert "nodeLabels" not in snapshot["fleet"].get("adoption", {})
     restored = GovernorState.restore(
-        snapshot["devices"], snapshot["nodes"], snapshot["fleet"], grace_seconds=120.0
+        snapshot["devices"],
+        snapshot["nodes"],
+        snapshot["fleet"],
+        grace_seconds=120.0,
+        labels=snapshot["nodeLabels"],
     )
     assert restored.fleet.adoption.labels == run.state.fleet.adoption.labels
     assert restored.snapshot() == run.state.snapshot()

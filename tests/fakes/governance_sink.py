@@ -16,7 +16,7 @@ from services.adapters.projection.governance_store import (
 
 class FakeGovernanceSink:
     """Keeps what the tables do: device and node snapshots (deleted ones removed), the fleet,
-    the migration policy's workload facts (deleted ones removed),
+    the migration policy's workload facts and the nodes' labels (deleted ones removed),
         the recorded offset per topic (never moving back), quarantines upserted by id, decisions and
         commands kept once per key; fails the first ``fail`` writes; awaits ``before_commit`` once the
     rows are checked, before anything is kept (an exception from it keeps nothing). Held to
@@ -31,6 +31,7 @@ class FakeGovernanceSink:
         self.quarantines: dict[str, dict[str, Any]] = {}
         self.commands: dict[str, dict[str, Any]] = {}
         self.workloads: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.labels: dict[str, dict[str, Any]] = {}
         self._last_topic: str | None = None
         self.writes: list[BatchRows] = []
         self.loads = 0
@@ -57,6 +58,7 @@ class FakeGovernanceSink:
                 {**self.workloads[k], "node": k[0], "resourceID": k[1]}
                 for k in sorted(self.workloads)
             ],
+            labels=[self.labels[k] for k in sorted(self.labels)],
         )
 
     async def write(
@@ -77,6 +79,10 @@ class FakeGovernanceSink:
             self.nodes.pop(name, None)
         for wkey in rows.deleted_workloads:
             self.workloads.pop(wkey, None)
+        for name in rows.deleted_labels:
+            self.labels.pop(name, None)
+        for row in orjson.loads(rows.labels or "[]"):
+            self.labels[row["node"]] = row["snapshot"]
         for row in orjson.loads(rows.workloads or "[]"):
             self.workloads[(row["node"], row["resource_id"], row["pod_uid"])] = row["snapshot"]
         for row in orjson.loads(rows.devices or "[]"):

@@ -30,6 +30,7 @@ from services.domain.governance.machine import step
 from services.domain.governance.policy import GovernancePolicy
 from services.domain.governance.state import GovernorState
 from services.domain.node_events import NodeHeartbeat
+from services.domain.node_labels import NodeLabelsChanged
 from tests.conftest import T0
 
 pytestmark = pytest.mark.integration
@@ -177,3 +178,55 @@ async def test_a_write_from_a_stale_state_is_refused_and_rolled_back(
     assert len(await rows_of(engine, fresh_schema, "governance_decisions", "seq")) == len(
         decisions
     ) + len(later)
+
+
+async def test_node_labels_are_their_nodes_rows_and_restore_in_either_layout(
+    engine: AsyncEngine, fresh_schema: str
+) -> None:
+    store = GovernanceStore(engine, fresh_schema)
+    state = GovernorState()
+    items: list[GovernanceInput] = [
+        WatermarkAdvanced(0, 1, T0),
+        NodeLabelsChanged("node-a", (("pool", "east"), ("zone", "a")), T0),
+        NodeLabelsChanged("node-b", (("pool", "west"),), T0),
+    ]
+    fold(state, items)
+    await store.write(batch_rows(state, [], topic=TOPIC, offset=2, expected_offset=None))
+    state.clear_dirty()
+    fleet_sql = f'SELECT snapshot::text FROM "{fresh_schema}".governor_fleet'
+    async with engine.connect() as conn:
+        fleet_text = (await conn.execute(text(fleet_sql))).scalar_one()
+    assert "nodeLabels" not in fleet_text and "east" not in fleet_text
+    labels = await rows_of(engine, fresh_schema, "governor_node_labels", "node")
+    assert [(r.node, r.snapshot["labels"]) for r in labels] == [
+        ("node-a", {"pool": "east", "zone": "a"}),
+        ("node-b", {"pool": "west"}),
+    ]
+
+    def restored_of(loaded: Any) -> GovernorState:
+        return GovernorState.restore(
+            loaded.devices, loaded.nodes, loaded.fleet, 60, loaded.workloads, loaded.labels
+        )
+
+    restored = restored_of(await store.load(TOPIC))
+    assert orjson.dumps(restored.snapshot()) == orjson.dumps(state.snapshot())
+
+    # The layout of the previous version: the labels in the fleet's row, no label rows.
+    old = {**orjson.loads(fleet_text)}
+    old["adoption"] = {
+        **old.get("adoption", {}),
+        "nodeLabels": [[r.node, r.snapshot["observedAt"], r.snapshot["labels"]] for r in labels],
+    }
+    async with engine.begin() as conn:
+        await conn.execute(text(f'DELETE FROM "{fresh_schema}".governor_node_labels'))
+        await conn.execute(
+            text(f'UPDATE "{fresh_schema}".governor_fleet SET snapshot = CAST(:s AS jsonb)'),
+            {"s": orjson.dumps(old).decode()},
+        )
+    restored = restored_of(await store.load(TOPIC))
+    assert orjson.dumps(restored.snapshot()) == orjson.dumps(state.snapshot())
+    await store.write(batch_rows(restored, [], topic=TOPIC, offset=3, expected_offset=2))
+    moved = await rows_of(engine, fresh_schema, "governor_node_labels", "node")
+    assert [(r.node, r.snapshot) for r in moved] == [(r.node, r.snapshot) for r in labels]
+    async with engine.connect() as conn:
+        assert "nodeLabels" not in (await conn.execute(text(fleet_sql))).scalar_one()

@@ -22,6 +22,7 @@ from services.adapters.projection.failure_tables import dra_failures
 from services.adapters.projection.governance_tables import (
     device_governance,
     governance_decisions,
+    governor_node_labels,
     governor_workloads,
     migration_evidence,
     quarantines,
@@ -68,6 +69,7 @@ GOVERNANCE_COMPARED_TABLES: Final = (
     governance_decisions,
     governor_workloads,  # the migration policy's workload facts (issue 13)
     migration_evidence,  # non-recoverable migrations' evidence (issue 13 item 3)
+    governor_node_labels,  # the adoption gate's node labels (issue 16)
 )
 """Tables whose rows a replay of the governance topic must reproduce exactly."""
 

@@ -48,6 +48,10 @@ class BatchRows:
     """``(node, resourceID, Pod UID)`` of the facts no longer held."""
     evidence: str | None = None
     """``migration_evidence`` rows accepted in the batch (inserted, never updated)."""
+    labels: str | None = None
+    """``governor_node_labels`` rows of the nodes whose labels changed in the batch."""
+    deleted_labels: list[str] = field(default_factory=list)
+    """Nodes whose labels the gate no longer holds."""
 
 
 def _json(rows: Sequence[Any]) -> str | None:
@@ -128,7 +132,8 @@ def batch_rows(
     highwater: int | None = None,
 ) -> BatchRows:
     """Encode what one batch changed: the state's dirty devices and nodes, touched quarantines, the
-    fleet, and ``decisions``. Call before ``state.clear_dirty()``."""
+    fleet, the nodes whose labels changed, and ``decisions``. Call before ``state.clear_dirty()``.
+    The fleet row holds no node's labels: its size does not grow with them."""
     devices, deleted_devices = [], []
     for key in sorted(state.dirty_devices):
         device = state.devices.get(key)
@@ -169,6 +174,14 @@ def batch_rows(
             workloads.append(
                 {"node": wkey[0], "resource_id": wkey[1], "pod_uid": wkey[2], "snapshot": snapshot}
             )
+    labels, deleted_labels = [], []
+    adoption = fleet.adoption
+    for name in sorted(adoption.dirty_labels):
+        label_row = adoption.label_row(name)
+        if label_row is None:
+            deleted_labels.append(name)
+        else:
+            labels.append({"node": name, "snapshot": label_row})
     return BatchRows(
         topic=topic,
         offset=offset,
@@ -196,6 +209,8 @@ def batch_rows(
         workloads=_json(workloads),
         deleted_workloads=deleted_workloads,
         evidence=_json(book.pending_evidence),
+        labels=_json(labels),
+        deleted_labels=deleted_labels,
     )
 
 

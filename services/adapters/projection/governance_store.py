@@ -57,6 +57,8 @@ class GovernorSnapshot:
     """Last governance-topic offset applied (``None``: nothing yet)."""
     workloads: list[dict[str, Any]] = field(default_factory=list)
     """The migration policy's workload facts (``governor_workloads.snapshot``)."""
+    labels: list[dict[str, Any]] = field(default_factory=list)
+    """The nodes' labels (``governor_node_labels.snapshot``, by node)."""
 
 
 # --- SQL ------------------------------------------------------------------------------------
@@ -99,6 +101,8 @@ _DECISION_TYPES: Final = (
     "seq bigint, idx integer, kind text, at timestamptz, node text, resource_id text, "
     "incident text, payload jsonb"
 )
+_LABEL_COLUMNS: Final = "node, snapshot"
+_LABEL_TYPES: Final = "node text, snapshot jsonb"
 _WORKLOAD_COLUMNS: Final = "node, resource_id, pod_uid, snapshot"
 _WORKLOAD_TYPES: Final = "node text, resource_id text, pod_uid text, snapshot jsonb"
 _EVIDENCE_COLUMNS: Final = (
@@ -173,6 +177,13 @@ class _Statements:
             f"SELECT snapshot::text, node, resource_id FROM {s}.governor_workloads "
             "ORDER BY node, resource_id, pod_uid"
         )
+        self.labels = _upsert(s, "governor_node_labels", _LABEL_COLUMNS, _LABEL_TYPES, "node", True)
+        self.delete_labels = text(
+            f"DELETE FROM {s}.governor_node_labels WHERE node = ANY(CAST(:nodes AS text[]))"
+        )
+        self.load_labels = text(
+            f"SELECT snapshot::text FROM {s}.governor_node_labels ORDER BY node"
+        )
         self.delete_nodes = text(
             f"DELETE FROM {s}.governor_nodes WHERE node = ANY(CAST(:nodes AS text[]))"
         )
@@ -242,6 +253,7 @@ class GovernanceStore:
                 {**orjson.loads(r[0]), "node": r[1], "resourceID": r[2]}
                 for r in await conn.execute(self._sql.load_workloads)
             ]
+            labels = [orjson.loads(r[0]) for r in await conn.execute(self._sql.load_labels)]
             offset = (
                 await conn.execute(
                     self._sql.load_offset, {"topic": topic, "partition": GOVERNANCE_PARTITION}
@@ -253,6 +265,7 @@ class GovernanceStore:
             fleet=None if fleet_row is None else orjson.loads(fleet_row[0]),
             offset=None if offset is None else int(offset),
             workloads=workloads,
+            labels=labels,
         )
 
     async def write(
@@ -277,6 +290,8 @@ class GovernanceStore:
                 )
             if rows.deleted_nodes:
                 await conn.execute(sql.delete_nodes, {"nodes": rows.deleted_nodes})
+            if rows.deleted_labels:
+                await conn.execute(sql.delete_labels, {"nodes": rows.deleted_labels})
             if rows.deleted_workloads:
                 await conn.execute(
                     sql.delete_workloads,
@@ -295,6 +310,7 @@ class GovernanceStore:
                 (sql.commands, rows.commands),
                 (sql.workloads, rows.workloads),
                 (sql.evidence, rows.evidence),
+                (sql.labels, rows.labels),
             ):
                 if payload is not None:
                     await conn.execute(statement, {"rows": payload})

@@ -8,6 +8,8 @@ transaction per batch together with the topic's ``partition_progress`` row:
   governance state and, in ``snapshot``, the device's full pure state (what a restarted worker
   loads: :func:`services.domain.governance.device_state.DeviceGov.from_json`);
 - ``governor_nodes``: per-node state (heartbeat, incidents, plugin loss), snapshot likewise;
+- ``governor_node_labels``: each node's labels as the adoption gate holds them (issue 16), one
+  row per node, written only when that node's labels change (``0016_governor_node_labels``);
 - ``governor_fleet``: one row (``id = 1``): watermarks, token buckets, breaker, automation switch;
 - ``quarantines``: quarantine records (system or manual), with lease holder and fencing token;
 - ``governance_decisions``: every decision, keyed by ``(seq, idx)`` (the device timeline);
@@ -51,6 +53,15 @@ governor_nodes = Table(
     Column("last_heartbeat_at", DateTime(timezone=True)),
     Column("heartbeat_lost", Boolean, nullable=False),
     Column("incident", Text),
+    Column("snapshot", JSONB, nullable=False),
+)
+
+governor_node_labels = Table(
+    "governor_node_labels",
+    metadata,
+    # The node's labels the gate holds (AdoptionGov.label_row: {"node", "observedAt", "labels"}),
+    # not in governor_fleet's snapshot, which is rewritten every batch (issue 12).
+    Column("node", Text, primary_key=True),
     Column("snapshot", JSONB, nullable=False),
 )
 

@@ -3,9 +3,11 @@ active ownership conflicts, each node's inventory facts (:class:`~.inputs_adopti
 each node's recent driver and claim failures (:class:`~.inputs_failures.NodeFailureObserved`, at
 most :data:`MAX_FAILURES_PER_NODE`, dropped once out of the gate's window of event time), each
 node's labels (:class:`~services.domain.node_labels.NodeLabelsChanged`, the newest in event
-time), each node's recent bound-to-Ready samples (:class:`~.inputs_ready.NodeReadyObserved`, at most
-:data:`MAX_READY_PER_NODE`, likewise) and the verdict last recorded per pool, with its JSON snapshot form (part of the fleet's snapshot, so a
-restored governor continues exactly like one that never stopped).
+time), each node's recent bound-to-Ready samples (:class:`~.inputs_ready.NodeReadyObserved`, at
+most :data:`MAX_READY_PER_NODE`, likewise) and the verdict last recorded per pool, with its JSON
+snapshot form (part of the fleet's snapshot, so a restored governor continues exactly like one
+that never stopped). The labels are not in the fleet's snapshot, which is rewritten every batch,
+but one row per node (:meth:`AdoptionGov.label_row`), written only when that node's labels change.
 """
 
 from __future__ import annotations
@@ -71,6 +73,12 @@ class AdoptionGov:
     waiting: set[str] = field(default_factory=set)
     """The pools whose recorded ``hold`` is only the wait for the driver's slices (a ``plugin``
     pool matching no node: :attr:`.adoption_gate.PoolGate.waiting`), which raises no alert."""
+    labels: dict[str, NodeLabelsChanged] = field(default_factory=dict)
+    """Each node's newest labels in event time (``observed_at`` its merge key's time). Not part
+    of :meth:`to_json` (the fleet's snapshot, rewritten every batch): each node's labels are its
+    own row (:meth:`label_row`, ``governor_node_labels``), written when they change."""
+    dirty_labels: set[str] = field(default_factory=set)
+    """Nodes whose labels changed (or went) since the last write (not snapshotted)."""
 
     def recorded(self, pool: str) -> tuple[str, bool] | None:
         """The pool's recorded verdict and whether it is a wait (``None``: none recorded)."""
@@ -83,13 +91,9 @@ class AdoptionGov:
         self.verdicts.pop(pool, None)
         self.waiting.discard(pool)
 
-    labels: dict[str, NodeLabelsChanged] = field(default_factory=dict)
-    """Each node's newest labels in event time (``observed_at`` its merge key's time)."""
-
     def empty(self) -> bool:
         return not (
-            self.labels
-            or self.pools
+            self.pools
             or self.conflicts
             or self.node_facts
             or self.verdicts
@@ -154,14 +158,39 @@ class AdoptionGov:
             **({"failures": self._failures_json()} if self.failures else {}),
             **({"ready": self._ready_json()} if self.ready else {}),
             **({"waiting": sorted(self.waiting)} if self.waiting else {}),
-            **({"nodeLabels": self._labels_json()} if self.labels else {}),
         }
 
-    def _labels_json(self) -> list[list[Any]]:
-        return [
-            [node, format_time(r.observed_at), dict(r.labels)]
-            for node, r in sorted(self.labels.items())
-        ]
+    def set_labels(self, record: NodeLabelsChanged) -> None:
+        """Hold ``record`` as its node's labels; the node's label row is written with the batch."""
+        self.labels[record.node] = record
+        self.dirty_labels.add(record.node)
+
+    def drop_labels(self, node: str) -> None:
+        """Forget ``node``'s labels; its label row is deleted with the batch."""
+        if self.labels.pop(node, None) is not None:
+            self.dirty_labels.add(node)
+
+    def label_row(self, node: str) -> dict[str, Any] | None:
+        """``node``'s label snapshot, ``{"node", "observedAt", "labels": {key: value}}`` (the
+        ``governor_node_labels.snapshot`` form; ``None``: the node has no labels)."""
+        r = self.labels.get(node)
+        if r is None:
+            return None
+        return {"node": node, "observedAt": format_time(r.observed_at), "labels": dict(r.labels)}
+
+    def label_rows(self) -> list[dict[str, Any]]:
+        """Every node's :meth:`label_row`, by node."""
+        return [row for node in sorted(self.labels) if (row := self.label_row(node)) is not None]
+
+    def load_labels(self, rows: list[dict[str, Any]]) -> None:
+        """Hold the labels of ``rows`` (:meth:`label_row` objects) after a restore; they are
+        already written (not dirty). A node's row wins over the same node's labels of an older
+        fleet snapshot (``nodeLabels``), which :meth:`from_json` read and marked dirty."""
+        for row in rows:
+            node = str(row["node"])
+            labels = tuple(sorted((str(k), str(v)) for k, v in (row.get("labels") or {}).items()))
+            self.labels[node] = NodeLabelsChanged(node, labels, parse_time(row["observedAt"]))
+            self.dirty_labels.discard(node)
 
     def _ready_json(self) -> list[list[Any]]:
         return [
@@ -208,7 +237,7 @@ class AdoptionGov:
                     node, parse_time(t), uid, device_class, path, float(seconds), tuple(classes)
                 )
             )
-        return cls(
+        gov = cls(
             pools=pools,
             conflicts={ConflictFact(k, n, s) for k, n, s in obj.get("conflicts") or ()},
             node_facts={f.node: f for f in facts},
@@ -218,8 +247,9 @@ class AdoptionGov:
             failures={node: sorted(held) for node, held in failures.items()},
             ready={node: sorted(held) for node, held in ready.items()},
             waiting=set(obj.get("waiting") or ()),
-            labels={
-                node: NodeLabelsChanged(node, tuple(labels.items()), parse_time(t))
-                for node, t, labels in obj.get("nodeLabels") or ()
-            },
         )
+        # A fleet snapshot written before the labels had their own rows holds them all under
+        # ``nodeLabels``: they move to the nodes' rows with the next batch (dirty).
+        for node, t, labels in obj.get("nodeLabels") or ():
+            gov.set_labels(NodeLabelsChanged(node, tuple(labels.items()), parse_time(t)))
+        return gov

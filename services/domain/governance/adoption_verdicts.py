@@ -122,7 +122,7 @@ def take(ad: AdoptionGov, ctx: Ctx, record: GovernanceInput, key: MergeKey | Non
         held_labels = ad.labels.get(record.node)
         record = replace(record, observed_at=_time(record.observed_at, key))
         if held_labels is None or held_labels.observed_at <= record.observed_at:
-            ad.labels[record.node] = record
+            ad.set_labels(record)
             # A change moves a pool only if some label pool selects the node before or after.
             changed = (held_labels is None or held_labels.labels != record.labels) and (
                 _label_pool_selects(ad, record)

@@ -121,6 +121,7 @@ class GovernorState:
         self.touched_quarantines.clear()
         self.fleet.migrations.dirty_workloads.clear()
         self.fleet.migrations.pending_evidence.clear()
+        self.fleet.adoption.dirty_labels.clear()
 
     def rebuild_timers(self, grace_seconds: float) -> None:
         """Recreate the timer heap from device and node state (after a restore).
@@ -155,14 +156,19 @@ class GovernorState:
         fleet: dict[str, Any] | None,
         grace_seconds: float,
         workloads: list[dict[str, Any]] | None = None,
+        labels: list[dict[str, Any]] | None = None,
     ) -> GovernorState:
         """Rebuild from snapshot JSON objects (``device_governance.snapshot`` etc.;
-        ``workloads``: the migration policy's facts, ``governor_workloads.snapshot``)."""
+        ``workloads``: the migration policy's facts, ``governor_workloads.snapshot``; ``labels``:
+        the nodes' labels, ``governor_node_labels.snapshot``, :meth:`.AdoptionGov.label_row`).
+        Labels an older fleet snapshot holds (``nodeLabels``) are kept and marked dirty, so the
+        first batch writes them to their nodes' rows."""
         state = cls(
             nodes={n.node: n for n in map(NodeGov.from_json, nodes)},
             fleet=FleetGov() if fleet is None else FleetGov.from_json(fleet),
         )
         state.fleet.migrations.load_workloads(workloads or [])
+        state.fleet.adoption.load_labels(labels or [])
         for device in map(DeviceGov.from_json, devices):
             state.add_device(device)
         state.node_names.update(state.nodes)
@@ -178,6 +184,8 @@ class GovernorState:
         }
         if self.fleet.migrations.workloads:  # absent otherwise: older snapshots stay identical
             obj["workloads"] = self.fleet.migrations.workload_rows()
+        if self.fleet.adoption.labels:  # likewise
+            obj["nodeLabels"] = self.fleet.adoption.label_rows()
         return obj
 
 
