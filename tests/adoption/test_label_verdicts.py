@@ -41,6 +41,8 @@ def labels(node: str, t: float, **values: str) -> NodeLabelsChanged:
 def test_the_labels_record_round_trips_over_the_governance_topic() -> None:
     record = labels("node-a", 5, pool="east", zone="a")
     assert decode_input(encode_input(record)) == record
+    removal = NodeLabelsChanged("node-a", (), at(6), removed=True)
+    assert decode_input(encode_input(removal)) == removal
 
 
 def test_a_node_relabelled_into_a_pool_joins_it_and_leaves_when_relabelled_out() -> None:
