@@ -5,7 +5,13 @@
 Bounded: at most :data:`MAX_LABELS` labels per Node; a label whose key or value is not a valid
 Kubernetes label (:func:`services.domain.labels.key_error`, :func:`~.labels.value_error`) is
 dropped by :func:`clean_labels`, which says why, for the caller to count and log. Wire form:
-JSON, schema 1 (``{"schema", "type", "node", "labels", "observedAt"}``), keys sorted.
+JSON, schema 1 (``{"schema", "type", "node", "labels", "observedAt"}``, and ``"removed": true``
+on a removal), keys sorted.
+
+A removal (``removed``: the Node was deleted, or a complete re-LIST no longer has it) carries no
+labels and takes the node out of every label pool; an empty label set is *not* a removal (it
+matches ``!k`` selectors). ``removed`` is written only when true, so a record without it (every
+record before removals existed) is not a removal and its bytes are unchanged.
 """
 
 from __future__ import annotations
@@ -61,11 +67,14 @@ def clean_labels(raw: Any) -> tuple[tuple[tuple[str, str], ...], list[DroppedLab
 class NodeLabelsChanged:
     """Node ``node``'s labels (sorted ``(key, value)``, all valid, at most :data:`MAX_LABELS`)
     as the watcher saw them at ``observed_at`` (UTC). The newest in event time replaces the
-    node's earlier labels. ``ValueError`` on an invalid or excess label."""
+    node's earlier labels. ``removed``: the Node is gone (deleted, or absent from a complete
+    re-LIST): it has no labels any more, not an empty set. ``ValueError`` on an invalid or excess
+    label, or on a removal with labels."""
 
     node: str
     labels: tuple[tuple[str, str], ...]
     observed_at: datetime
+    removed: bool = False
     type: str = field(default="NodeLabelsChanged", init=False)
 
     def __post_init__(self) -> None:
@@ -74,6 +83,8 @@ class NodeLabelsChanged:
             raise ValueError("node labels need the node's name")
         if len(self.labels) > MAX_LABELS:
             raise ValueError(f"at most {MAX_LABELS} labels per node ({len(self.labels)} given)")
+        if self.removed and self.labels:
+            raise ValueError("a removal of a node's labels carries no labels")
         for k, v in self.labels:
             if (err := key_error(k) or value_error(v)) is not None:
                 raise ValueError(err)
@@ -84,13 +95,14 @@ class NodeLabelsChanged:
 
 
 def node_labels_to_dict(record: NodeLabelsChanged) -> dict[str, Any]:
-    """The record's JSON object (camelCase, schema 1)."""
+    """The record's JSON object (camelCase, schema 1; ``"removed": true`` only on a removal)."""
     return {
         "schema": SCHEMA_VERSION,
         "type": record.type,
         "node": record.node,
         "labels": dict(record.labels),
         "observedAt": format_time(record.observed_at),
+        **({"removed": True} if record.removed else {}),
     }
 
 
@@ -105,11 +117,15 @@ def node_labels_from_dict(obj: Any) -> NodeLabelsChanged:
     labels = obj.get("labels")
     if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
         raise EventDecodeError("field 'labels' must be an object of string values")
+    removed = obj.get("removed", False)
+    if not isinstance(removed, bool):
+        raise EventDecodeError("field 'removed' must be a boolean")
     try:
         return NodeLabelsChanged(
             node=str_field(obj, "node"),
             labels=tuple(labels.items()),
             observed_at=event_time_field(obj, "observedAt"),
+            removed=removed,
         )
     except EventDecodeError:
         raise

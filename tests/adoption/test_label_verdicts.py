@@ -41,6 +41,8 @@ def labels(node: str, t: float, **values: str) -> NodeLabelsChanged:
 def test_the_labels_record_round_trips_over_the_governance_topic() -> None:
     record = labels("node-a", 5, pool="east", zone="a")
     assert decode_input(encode_input(record)) == record
+    removal = NodeLabelsChanged("node-a", (), at(6), removed=True)
+    assert decode_input(encode_input(removal)) == removal
 
 
 def test_a_node_relabelled_into_a_pool_joins_it_and_leaves_when_relabelled_out() -> None:
@@ -120,4 +122,66 @@ def test_relabelling_records_the_same_verdicts_whatever_the_batching() -> None:
         ("adoption-hold/east", AlertAction.RESOLVED),  # node-a labelled east: expand
         ("adoption-hold/east", AlertAction.FIRING),  # node-b relabelled east at 45: diverges
         ("adoption-hold/east", AlertAction.RESOLVED),  # node-b relabelled west at 65
+    ]
+
+
+def removed(node: str, t: float) -> NodeLabelsChanged:
+    return NodeLabelsChanged(node, (), at(t), removed=True)
+
+
+def test_a_removed_node_leaves_the_pool_and_a_recreated_one_joins_it_again() -> None:
+    run = GovernanceRun()
+    for record in (
+        watermark(10),
+        node_facts("node-a", 5),
+        node_facts("node-b", 5, divergent=True),
+        labels("node-a", 5, pool="east"),
+        labels("node-b", 5, pool="east"),
+        declare(11),
+    ):
+        run.feed(record)
+    assert verdicts(run.decisions)[-1] == ("adoption-hold/east", AlertAction.FIRING, "hold")
+    run.feed(removed("node-b", 20))  # node-b deleted: out of the pool
+    assert verdicts(run.decisions)[-1] == ("adoption-hold/east", AlertAction.RESOLVED, "expand")
+    assert "node-b" not in run.state.fleet.adoption.labels
+    run.feed(removed("node-a", 30))  # the last node gone: the pool is empty
+    assert verdicts(run.decisions)[-1] == ("adoption-hold/east", AlertAction.FIRING, "hold")
+    assert run.decisions[-1].details["nodes"] == 0  # pool-empty
+    run.feed(labels("node-a", 40, pool="east"))  # re-created: back in the pool
+    assert verdicts(run.decisions)[-1] == ("adoption-hold/east", AlertAction.RESOLVED, "expand")
+
+
+def test_a_removal_records_the_same_verdicts_whatever_the_batching() -> None:
+    """node-b (divergent) joins the pool at 45, is deleted at 65 and re-created in it at 85."""
+    logs = [
+        [
+            (node_facts("node-a", 20), at(20)),
+            (labels("node-a", 20, pool="east"), at(20)),
+            (WatcherTick(0, at(30)), at(30)),
+            (WatcherTick(0, at(50)), at(50)),
+            (WatcherTick(0, at(70)), at(70)),
+            (WatcherTick(0, at(90)), at(90)),
+            (WatcherTick(0, at(3000)), at(3000)),
+        ],
+        [
+            (node_facts("node-b", 25, divergent=True), at(25)),
+            (labels("node-b", 25, pool="west"), at(25)),
+            (WatcherTick(1, at(35)), at(35)),
+            (labels("node-b", 45, pool="east"), at(45)),
+            (WatcherTick(1, at(55)), at(55)),
+            (removed("node-b", 65), at(65)),
+            (WatcherTick(1, at(75)), at(75)),
+            (labels("node-b", 85, pool="east"), at(85)),
+            (WatcherTick(1, at(3000)), at(3000)),
+        ],
+    ]
+    runs = verdict_rows_of_every_seed(logs, declare(1))
+    assert len(runs) == 1
+    [(rows, _)] = runs
+    assert [(incident, alert) for _, _, incident, alert, _ in rows] == [
+        ("adoption-hold/east", AlertAction.FIRING),  # declared before any fact: pool-empty
+        ("adoption-hold/east", AlertAction.RESOLVED),  # node-a labelled east: expand
+        ("adoption-hold/east", AlertAction.FIRING),  # node-b relabelled east at 45: diverges
+        ("adoption-hold/east", AlertAction.RESOLVED),  # node-b deleted at 65
+        ("adoption-hold/east", AlertAction.FIRING),  # node-b re-created in the pool at 85
     ]

@@ -9,6 +9,8 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.adapters.projection.governance_rows import decision_row
 from services.adapters.projection.governance_tables import governance_decisions
@@ -347,7 +349,15 @@ async def write_labels(
     )
 
 
+async def label_rows(engine: AsyncEngine, schema: str) -> dict[str, object]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(text(f'SELECT node, labels FROM "{schema}".node_labels'))
+        return {str(node): labels for node, labels in rows}
+
+
 async def test_a_pool_selected_by_node_labels_follows_the_node_labels_table(
+    engine: AsyncEngine,
+    fresh_schema: str,
     gov_api: httpx.AsyncClient,
     governor: Governor,
     inventory_writer: InventoryWriter,
@@ -393,6 +403,26 @@ async def test_a_pool_selected_by_node_labels_follows_the_node_labels_table(
     )
     [pool] = (await gov_api.get("/v1/adoption", headers=bearer("viewer"))).json()["pools"]
     assert pool["nodes"] == [NODE_C]
+    # NODE_C deleted: its row goes, and it leaves the pool. A removal then a re-creation in one
+    # batch keeps the new labels; labels then a removal in one batch keep none (log order).
+    await write_labels(store, [NodeLabelsChanged(NODE_C, (), T0 + timedelta(minutes=2), True)], 4)
+    [pool] = (await gov_api.get("/v1/adoption", headers=bearer("viewer"))).json()["pools"]
+    assert pool["nodes"] == []
+    assert NODE_C not in await label_rows(engine, fresh_schema)  # gone, not an empty set
+    later = T0 + timedelta(minutes=3)
+    await write_labels(
+        store,
+        [
+            NodeLabelsChanged(NODE_A, (), later, removed=True),
+            NodeLabelsChanged(NODE_A, (("pool", "east"), ("zone", "a")), later),
+            NodeLabelsChanged(NODE_C, (("pool", "east"), ("zone", "b")), later),
+            NodeLabelsChanged(NODE_C, (), later, removed=True),
+        ],
+        offset=5,
+    )
+    [pool] = (await gov_api.get("/v1/adoption", headers=bearer("viewer"))).json()["pools"]
+    assert pool["nodes"] == [NODE_A]
+    assert await label_rows(engine, fresh_schema) == {NODE_A: {"pool": "east", "zone": "a"}}
 
 
 @pytest.mark.parametrize(

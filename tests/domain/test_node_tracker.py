@@ -320,7 +320,8 @@ def test_node_relist_publishes_changes_only_and_forgets_the_unlisted() -> None:
     outcomes = tracker.nodes_listed(
         [node("a", "7", allocatable={"nvidia.com/gpu": "7"}), node("c", "8")], SEEN
     )
-    assert [[e.node for e in res(o)] for o in outcomes] == [["a"], ["c"]]
+    # The last outcome removes b's labels (tests/domain/test_node_labels_removed.py).
+    assert [[e.node for e in res(o)] for o in outcomes] == [["a"], ["c"], []]
     assert tracker.nodes == 2
     assert len(res(tracker.node_event(WatchKind.ADDED, node("b", "9"), SEEN))) == 1
 

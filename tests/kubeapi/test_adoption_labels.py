@@ -1,7 +1,8 @@
 """A pool selected by node labels on a real control plane (issue 16): the real watcher publishes
 the Node's labels, the real worker keeps them in ``node_labels`` and forwards them to the
 governor; ``GET /v1/adoption`` (evaluated on read) lists the node once it is labelled into the
-pool, and no longer once the label is removed. Each step waits for its condition with a deadline
+pool, no longer once the label is removed, and no longer once the labelled Node is deleted (its
+``node_labels`` row goes too). Each step waits for its condition with a deadline
 (``eventually``), never for a fixed time."""
 
 from __future__ import annotations
@@ -105,6 +106,16 @@ async def test_a_node_labelled_into_a_pool_joins_it_and_leaves_when_unlabelled(
             assert joined == [s.node]
             await _label(rest, s.node, None)
             assert await eventually("the node out of the pool", lambda: pool_nodes([]), 60) == []
+            # Labelled in again, then the Node deleted: it leaves the pool and the projection.
+            await _label(rest, s.node, s.pool)
+            await eventually("the node in the pool again", lambda: pool_nodes([s.node]), 60)
+            await rest.request("DELETE", f"/api/v1/nodes/{s.node}")
+
+            async def row_gone() -> bool | None:
+                return True if await labels_row() is None else None
+
+            await eventually("the deleted node's labels row gone", row_gone, 60)
+            assert await eventually("the deleted node out", lambda: pool_nodes([]), 60) == []
     finally:
         if watcher is not None:
             watcher.stop()

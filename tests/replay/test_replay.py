@@ -73,6 +73,9 @@ async def live(
     for at_index, value in ((100, "east"), (2000, "west")):  # issue 16: the node_labels table
         relabelled = NodeLabelsChanged("gpu-node-005", (("pool", value),), T0)
         records.insert(at_index, (b"gpu-node-005", encode_record(relabelled)))
+    for at_index, gone in ((150, False), (2500, True)):  # issue 16: a deleted Node's row goes
+        record = NodeLabelsChanged("gpu-node-006", () if gone else (("pool", "east"),), T0, gone)
+        records.insert(at_index, (b"gpu-node-006", encode_record(record)))
     await publish(kafka_bootstrap, stream_settings.topic, records)
     worker = worker_process(stream_settings)
     expected = log.expected_history_rows()

@@ -92,6 +92,9 @@ class InventoryStatements:
             "ON CONFLICT (node) DO UPDATE SET labels = EXCLUDED.labels, "
             "observed_at = EXCLUDED.observed_at"
         )
+        self.delete_node_labels = text(
+            f"DELETE FROM {s}.node_labels WHERE node = ANY(CAST(:nodes AS text[]))"
+        )
         self.upsert_identities = text(
             f"INSERT INTO {s}.device_identities AS d (node, resource_id, device_id, owner, "
             'status, uuid, candidates, reason, observed_at, reported_with, last_observed_at, "partition") '
@@ -145,6 +148,9 @@ async def write_plan(conn: AsyncConnection, sql: InventoryStatements, plan: Inve
         await conn.execute(sql.upsert_objects, _rows(plan.objects.values()))
     if plan.node_resources:
         await conn.execute(sql.upsert_node_resources, _rows(plan.node_resources.values()))
+    if plan.node_labels_removed:
+        nodes = sorted(plan.node_labels_removed)
+        await conn.execute(sql.delete_node_labels, {"nodes": nodes})
     if plan.node_labels:
         await conn.execute(sql.upsert_node_labels, _rows(plan.node_labels.values()))
     if plan.identities:

@@ -121,7 +121,13 @@ def take(ad: AdoptionGov, ctx: Ctx, record: GovernanceInput, key: MergeKey | Non
     elif isinstance(record, NodeLabelsChanged):
         held_labels = ad.labels.get(record.node)
         record = replace(record, observed_at=_time(record.observed_at, key))
-        if held_labels is None or held_labels.observed_at <= record.observed_at:
+        if record.removed:
+            # The Node is gone: it leaves every label pool (the node's records share its
+            # partition, so no older record of it follows in the merge order).
+            if held_labels is not None and held_labels.observed_at <= record.observed_at:
+                ad.drop_labels(record.node)
+                changed = _label_pool_selects(ad, held_labels)
+        elif held_labels is None or held_labels.observed_at <= record.observed_at:
             ad.set_labels(record)
             # A change moves a pool only if some label pool selects the node before or after.
             changed = (held_labels is None or held_labels.labels != record.labels) and (

@@ -20,7 +20,8 @@ Per record, in order:
   alias resolved to a physical device after it was reported under its own resourceID is listed in
   :attr:`InventoryPlan.identified` (the worker tells the governor: ``DeviceIdentified``);
 - ``NodeResourcesChanged``: the node's extended-resource capacity (row upserted);
-- ``NodeLabelsChanged``: the node's labels (``node_labels`` row upserted; issue 16);
+- ``NodeLabelsChanged``: the node's labels (``node_labels`` row upserted, deleted on a removal;
+  issue 16);
 - ``DeviceHealthObserved`` the directory fold *applied* (others are skipped): its identity is
   resolved against what the inventory knows at that point (:meth:`InventoryState.resolve`); the
   identity the state keeps for ``(node, resourceID)`` is upserted into ``device_identities`` when
@@ -168,8 +169,13 @@ class InventoryFold:
                 self._resources(plan, position, record)
             elif isinstance(record, NodeLabelsChanged):
                 # issue 16: a Node's labels (row upserted; its newest record in log order wins,
-                # and a Node's records share its partition)
-                plan.node_labels[record.node] = node_labels_row(record)
+                # and a Node's records share its partition); a removal deletes the row
+                if record.removed:
+                    plan.node_labels.pop(record.node, None)
+                    plan.node_labels_removed.add(record.node)
+                else:
+                    plan.node_labels_removed.discard(record.node)
+                    plan.node_labels[record.node] = node_labels_row(record)
         return plan
 
     # -- per record --------------------------------------------------------------------------------

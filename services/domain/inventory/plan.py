@@ -47,6 +47,9 @@ class InventoryPlan:
     node_resources: dict[str, Row] = field(default_factory=dict)
     node_labels: dict[str, Row] = field(default_factory=dict)
     """``node_labels`` rows (issue 16), by node."""
+    node_labels_removed: set[str] = field(default_factory=set)
+    """Nodes whose ``node_labels`` row is deleted (a removal, issue 16); never also in
+    :attr:`node_labels`."""
     identities: dict[tuple[str, str], Row] = field(default_factory=dict)
     forgotten: set[tuple[str, str]] = field(default_factory=set)
     """Claim aliases whose identity row is deleted (retention, :mod:`.expiry`); never also in
@@ -70,6 +73,7 @@ class InventoryPlan:
             len(self.objects)
             + len(self.node_resources)
             + len(self.node_labels)
+            + len(self.node_labels_removed)
             + len(self.identities)
             + len(self.forgotten)
             + len(self.conflicts)

@@ -20,7 +20,9 @@ Sources (``../shared/notes/kubernetes-device-health.md``, "Where Unknown comes f
   Node's valid labels (``metadata.labels``; :func:`services.domain.node_labels.clean_labels`
   drops invalid and excess ones, with reasons, in :attr:`NodeOutcome.dropped_labels`) when they
   changed and on its first sighting; a complete LIST publishes every listed Node's labels again
-  (stale or not), so a consumer that missed a change is set right at the next re-LIST.
+  (stale or not), so a consumer that missed a change is set right at the next re-LIST. A Node
+  DELETED, or one whose labels were published that a complete re-LIST no longer has, gets a
+  removal (``NodeLabelsChanged`` with ``removed``): it leaves every label pool.
 
 Rules shared by both kinds:
 
@@ -176,6 +178,11 @@ class NodeTracker:
             outcome.events.append(record)
             outcome.dropped_labels.extend(dropped)
 
+    def _removed(self, outcome: NodeOutcome, node: str, observed_at: datetime) -> None:
+        """A removal of ``node``'s labels, when labels of it were published (issue 16)."""
+        if node in self._labels:
+            outcome.events.append(NodeLabelsChanged(node, (), observed_at, removed=True))
+
     # --- whole objects ----------------------------------------------------------------------
 
     def _stale(self, kind: str, name: str, version: int | None) -> bool:
@@ -248,6 +255,7 @@ class NodeTracker:
         reading = read_node(obj)
         if kind is WatchKind.DELETED:
             if reading.name is not None:
+                self._removed(outcome, reading.name, observed_at)
                 self._forget("Node", reading.name)
             return outcome
         if reading.name is not None and self._stale("Node", reading.name, reading.status_version):
@@ -284,8 +292,15 @@ class NodeTracker:
                 listed.add(name)
         known = {name for k, name in self._versions if k == kind}
         known |= set(self._beats if kind == "Lease" else self._counts)
-        for name in known - listed:
+        if kind == "Node":
+            known |= set(self._labels)
+        gone = NodeOutcome()
+        for name in sorted(known - listed):
+            if kind == "Node":
+                self._removed(gone, name, observed_at)
             self._forget(kind, name)
+        if gone.events:
+            outcomes.append(gone)
         return outcomes
 
     def leases_listed(
@@ -299,5 +314,6 @@ class NodeTracker:
         self, objs: Iterable[Mapping[str, Any]], observed_at: datetime
     ) -> list[NodeOutcome]:
         """A complete LIST of Nodes: each one read as ADDED (one outcome per object, in order);
-        Nodes not listed any more are forgotten."""
+        Nodes not listed any more are forgotten, and when labels of any of them were published,
+        one more outcome (last) carries their removals, by node name."""
         return self._relisted("Node", objs, observed_at)

@@ -93,7 +93,7 @@ class WatcherMetrics:
         self.node_label_changes = Counter(
             "devicestate_watcher_node_label_changes",
             "NodeLabelsChanged records published (a Node's labels changed, the Node was first "
-            "seen, or a LIST re-stated them).",
+            "seen, a LIST re-stated them, or the Node is gone: a removal).",
             registry=self.registry,
         )
         self.node_labels_dropped = Counter(

@@ -300,9 +300,11 @@ class NodeProcessor:
         else:
             raise ValueError(f"not a node object kind: {object_kind!r}")
         actions = NodeActions()
-        for obj, outcome in zip(objs, outcomes, strict=True):
+        for obj, outcome in zip(objs, outcomes[: len(objs)], strict=True):
             original = orjson.dumps(obj) if outcome.reject_reason is not None else b""
             actions.add(outcome, object_kind, original, source)
+        for outcome in outcomes[len(objs) :]:  # the unlisted Nodes' label removals (issue 16)
+            actions.add(outcome, object_kind, b"", source)
         return actions
 
 
