@@ -248,6 +248,22 @@ def _snapshot_fields(obj: dict[str, Any], node: str, observed_at: Any) -> PodsLi
     )
 
 
+class SharedParts:
+    """The containers and claim :func:`device_fields` read last, with the JSON they came from:
+    the entries of one schema-2 record usually repeat them (a Pod's GPUs reported by the same
+    container), so an entry whose JSON equals the previous one's gets the same (immutable)
+    objects instead of new equal ones. The directory fold then finds one Pod change's
+    allocation by identity (:func:`services.domain.directory.apply_observation`)."""
+
+    __slots__ = ("claim", "claim_json", "containers", "containers_json")
+
+    def __init__(self) -> None:
+        self.containers_json: Any = None
+        self.containers: tuple[ContainerRef, ...] = ()
+        self.claim_json: Any = None
+        self.claim: ClaimRef | None = None
+
+
 def device_fields(
     obj: dict[str, Any],
     node: str,
@@ -257,6 +273,7 @@ def device_fields(
     status_version: int | None,
     observed_at: datetime,
     pod_terminated: bool | None,
+    shared: SharedParts | None = None,
 ) -> DeviceHealthObserved:
     """The device fields of one observation (``resourceID``, ``containers``, ``claim``,
     ``flags``, ``resourceName``, ``health``, ``source``, ``message``, ``rawHealth``) read from
@@ -274,25 +291,28 @@ def device_fields(
     items = get("containers")
     if type(items) is not list:
         items = require(obj, "containers", list)
-    containers = []
-    for item in items:
-        if not isinstance(item, dict) or not isinstance(name := item.get("name"), str):
-            raise EventDecodeError("field 'containers' holds an entry without a name")
-        raw_kind = item.get("kind")
-        container_kind = _KIND_BY_VALUE.get(raw_kind) if type(raw_kind) is str else None
-        if container_kind is None:
-            container_kind = required_enum(ContainerKind, item, "kind")
-        containers.append(ContainerRef(name, container_kind))
+    containers: tuple[ContainerRef, ...]
+    if shared is not None and shared.containers_json == items:
+        containers = shared.containers
+    else:
+        containers = _containers(items)
+        if shared is not None:
+            shared.containers_json, shared.containers = items, containers
     claim_obj = get("claim")
     claim = None
     if claim_obj is not None:
         if not isinstance(claim_obj, dict):
             raise EventDecodeError("field 'claim' must be an object or null")
-        claim = ClaimRef(
-            pod_claim_name=require(claim_obj, "podClaimName"),
-            request=optional_str_field(claim_obj, "request"),
-            resource_claim_name=optional_str_field(claim_obj, "resourceClaimName"),
-        )
+        if shared is not None and shared.claim_json == claim_obj:
+            claim = shared.claim
+        else:
+            claim = ClaimRef(
+                pod_claim_name=require(claim_obj, "podClaimName"),
+                request=optional_str_field(claim_obj, "request"),
+                resource_claim_name=optional_str_field(claim_obj, "resourceClaimName"),
+            )
+            if shared is not None:
+                shared.claim_json, shared.claim = claim_obj, claim
     flags = get("flags") or []
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         raise EventDecodeError("field 'flags' must be a list of strings")
@@ -322,7 +342,7 @@ def device_fields(
         namespace,
         pod_name,
         pod_uid,
-        tuple(containers),
+        containers,
         resource_name,
         resource_id,
         health,
@@ -335,3 +355,16 @@ def device_fields(
         tuple(flags),
         pod_terminated,
     )
+
+
+def _containers(items: list[Any]) -> tuple[ContainerRef, ...]:
+    containers = []
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(name := item.get("name"), str):
+            raise EventDecodeError("field 'containers' holds an entry without a name")
+        raw_kind = item.get("kind")
+        container_kind = _KIND_BY_VALUE.get(raw_kind) if type(raw_kind) is str else None
+        if container_kind is None:
+            container_kind = required_enum(ContainerKind, item, "kind")
+        containers.append(ContainerRef(name, container_kind))
+    return tuple(containers)

@@ -118,32 +118,37 @@ def _name_problem(field: str, value: str, max_bytes: int) -> str | None:
     return invisible_problem(field, value)
 
 
+def _plain(value: str, max_bytes: int) -> bool:
+    """Whether :func:`_name_problem` has nothing to say of ``value``, decided without it for
+    the usual value: printable ASCII (no control character; every invisible character is
+    outside ASCII; its UTF-8 length is its length) of 1 to ``max_bytes`` characters. Two C
+    calls instead of a cache lookup that misses for every new resourceID."""
+    return value.isascii() and value.isprintable() and 0 < len(value) <= max_bytes
+
+
+def _problems(checks: list[tuple[str, str | None, int]]) -> list[str]:
+    return [
+        problem
+        for field, value, limit in checks
+        if value is not None
+        and not _plain(value, limit)
+        and (problem := _name_problem(field, value, limit)) is not None
+    ]
+
+
 def field_violations(event: Event) -> list[str]:
     """Why ``event`` cannot be stored, one readable reason per field (empty: it can be)."""
     if isinstance(event, PodsListed):
         return _snapshot_violations(event)
-    checks: list[tuple[str, str | None, int]] = [
-        ("namespace", event.namespace, 63),
-        ("podName", event.pod_name, 253),
-        ("podUID", event.pod_uid, 128),
-    ]
-    if isinstance(event, DeviceHealthObserved):
-        checks += [
-            ("resourceID", event.resource_id, IDENTIFIER_MAX_BYTES),
-            ("resourceName", event.resource_name, IDENTIFIER_MAX_BYTES),
+    problems = _problems(
+        [
+            ("namespace", event.namespace, 63),
+            ("podName", event.pod_name, 253),
+            ("podUID", event.pod_uid, 128),
         ]
-        checks += [(f"container {c.name!r}", c.name, 253) for c in event.containers]
-        if event.claim is not None:
-            checks += [
-                ("claim.podClaimName", event.claim.pod_claim_name, 253),
-                ("claim.request", event.claim.request, 253),
-                ("claim.resourceClaimName", event.claim.resource_claim_name, 253),
-            ]
-    problems = [
-        problem
-        for field, value, limit in checks
-        if value is not None and (problem := _name_problem(field, value, limit)) is not None
-    ]
+    )
+    if isinstance(event, DeviceHealthObserved):
+        problems += _problems(_device_checks(event))
     if (problem := node_name_problem(event.node)) is not None:
         problems.insert(0, problem)
     if (
@@ -152,22 +157,69 @@ def field_violations(event: Event) -> list[str]:
     ):
         problems.append(f"statusVersion has more than {STATUS_VERSION_MAX_DIGITS} digits")
     if isinstance(event, DeviceHealthObserved):
-        if event.message is not None:
-            if "\x00" in event.message:
-                problems.append("message contains a NUL character")
-            if len(event.message) > MESSAGE_MAX_LENGTH:
-                problems.append(f"message is longer than {MESSAGE_MAX_LENGTH} characters")
-        if event.raw_health is not None and (
-            "\x00" in event.raw_health or len(event.raw_health) > RAW_HEALTH_MAX_LENGTH
-        ):
-            problems.append(
-                f"rawHealth contains a NUL or is longer than {RAW_HEALTH_MAX_LENGTH} characters"
-            )
-        problems += [
-            f"flag {f!r} is not a plain short word"
-            for f in event.flags
-            if _name_problem("flag", f, 64)
+        problems += _device_value_problems(event)
+    return problems
+
+
+def pod_fields_violate(
+    node: str, namespace: str, pod_name: str, pod_uid: str, status_version: int | None
+) -> bool:
+    """Whether any of a Pod's fields (as an observation of it carries them) has a reason in
+    :func:`field_violations`. A schema-2 record (:mod:`services.domain.observations`) checks
+    them once; when this is false, an observation's :func:`field_violations` are its
+    :func:`device_violations`."""
+    checks: list[tuple[str, str | None, int]] = [
+        ("namespace", namespace, 63),
+        ("podName", pod_name, 253),
+        ("podUID", pod_uid, 128),
+    ]
+    return (
+        bool(_problems(checks))
+        or node_name_problem(node) is not None
+        or (status_version is not None and len(str(status_version)) > STATUS_VERSION_MAX_DIGITS)
+    )
+
+
+def device_violations(event: DeviceHealthObserved) -> list[str]:
+    """The reasons of :func:`field_violations` that concern the observation's own device fields
+    (resourceID, resource name, containers, claim, message, rawHealth, flags), in its order:
+    all of them when :func:`pod_fields_violate` is false for its Pod's fields."""
+    return _problems(_device_checks(event)) + _device_value_problems(event)
+
+
+def _device_checks(event: DeviceHealthObserved) -> list[tuple[str, str | None, int]]:
+    checks: list[tuple[str, str | None, int]] = [
+        ("resourceID", event.resource_id, IDENTIFIER_MAX_BYTES),
+        ("resourceName", event.resource_name, IDENTIFIER_MAX_BYTES),
+    ]
+    checks += [(f"container {c.name!r}", c.name, 253) for c in event.containers]
+    if event.claim is not None:
+        checks += [
+            ("claim.podClaimName", event.claim.pod_claim_name, 253),
+            ("claim.request", event.claim.request, 253),
+            ("claim.resourceClaimName", event.claim.resource_claim_name, 253),
         ]
+    return checks
+
+
+def _device_value_problems(event: DeviceHealthObserved) -> list[str]:
+    problems = []
+    if event.message is not None:
+        if "\x00" in event.message:
+            problems.append("message contains a NUL character")
+        if len(event.message) > MESSAGE_MAX_LENGTH:
+            problems.append(f"message is longer than {MESSAGE_MAX_LENGTH} characters")
+    if event.raw_health is not None and (
+        "\x00" in event.raw_health or len(event.raw_health) > RAW_HEALTH_MAX_LENGTH
+    ):
+        problems.append(
+            f"rawHealth contains a NUL or is longer than {RAW_HEALTH_MAX_LENGTH} characters"
+        )
+    problems += [
+        f"flag {f!r} is not a plain short word"
+        for f in event.flags
+        if not _plain(f, 64) and _name_problem("flag", f, 64)
+    ]
     return problems
 
 

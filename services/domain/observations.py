@@ -38,9 +38,15 @@ from typing import Any, Final
 import orjson
 
 from services.domain.codec import EventDecodeError, json_fault
-from services.domain.event_codec import device_dict, device_fields, event_head, pod_head
+from services.domain.event_codec import (
+    SharedParts,
+    device_dict,
+    device_fields,
+    event_head,
+    pod_head,
+)
 from services.domain.events import DeviceHealthObserved, Event, format_time
-from services.domain.limits import field_violations
+from services.domain.limits import device_violations, field_violations, pod_fields_violate
 from services.domain.log import LogPosition
 
 OBSERVATIONS_SCHEMA: Final = 2
@@ -195,6 +201,14 @@ def decode_observations(payload: bytes) -> DeviceHealthObservations:
     rejected: list[RejectedObservation] = []
     seen: dict[str, int] = {}
     total = len(items)
+    # The Pod's fields are the same for every entry: checked once (when one is bad, each entry
+    # gets the full reasons, as a schema-1 record of it would).
+    violations_of = (
+        field_violations
+        if pod_fields_violate(node, namespace, pod_name, pod_uid, status_version)
+        else device_violations
+    )
+    shared = SharedParts()
     for index, item in enumerate(items):
         try:
             if type(item) is not dict:
@@ -208,8 +222,9 @@ def decode_observations(payload: bytes) -> DeviceHealthObservations:
                 status_version,
                 observed_at,
                 pod_terminated,
+                shared,
             )
-            violations = field_violations(observation)
+            violations = violations_of(observation)
             if violations:
                 raise EventDecodeError("cannot be stored: " + "; ".join(violations))
             earlier = seen.get(observation.resource_id)
