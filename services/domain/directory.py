@@ -129,12 +129,16 @@ class Change:
 def _with_allocation(
     allocations: tuple[Allocation, ...], new: Allocation
 ) -> tuple[Allocation, ...]:
+    if not allocations or (len(allocations) == 1 and allocations[0].pod_uid == new.pod_uid):
+        return (new,)  # the usual cases (first sighting, the same Pod again), without sorting
     kept = [a for a in allocations if a.pod_uid != new.pod_uid]
     kept.append(new)
     return tuple(sorted(kept))
 
 
-def _allocation_of(event: DeviceHealthObserved) -> Allocation:
+def allocation_of(event: DeviceHealthObserved) -> Allocation:
+    """The allocation an applied observation gives the device (unless its Pod terminated or
+    its tombstone covers it)."""
     return Allocation(
         pod_uid=event.pod_uid,
         namespace=event.namespace,
@@ -145,10 +149,26 @@ def _allocation_of(event: DeviceHealthObserved) -> Allocation:
     )
 
 
+def same_allocation(a: DeviceHealthObserved, b: DeviceHealthObserved) -> bool:
+    """Whether :func:`allocation_of` gives equal allocations for ``a`` and ``b``, told cheaply
+    for observations of one Pod change decoded from one record (their containers and claim
+    are the same objects, :class:`~services.domain.event_codec.SharedParts`); false when it
+    cannot tell."""
+    return (
+        a.containers is b.containers
+        and a.claim is b.claim
+        and a.pod_uid == b.pod_uid
+        and a.status_version == b.status_version
+        and a.pod_name == b.pod_name
+        and a.namespace == b.namespace
+    )
+
+
 def apply_observation(
     current: DeviceRecord | None,
     event: DeviceHealthObserved,
     tombstone: Tombstone | None = None,
+    allocation: Allocation | None = None,
 ) -> Change:
     """Apply one observation to one device's state (``None``: the device is not known yet).
 
@@ -157,7 +177,9 @@ def apply_observation(
     (``pod_terminated``) adds no allocation either: the Pod holds nothing any more. A
     :attr:`~services.domain.events.DeviceHealthObserved.frozen` Healthy of a known device leaves
     its state as it was (``Outcome.FROZEN``, recorded in history only, issue 15 item 2); of a
-    device not known yet it creates it, as any first observation does."""
+    device not known yet it creates it, as any first observation does. ``allocation``: the
+    event's :func:`allocation_of` when the caller has it already (the devices of one Pod
+    change share it), else computed here."""
     if current is not None:
         new_rank, old_rank = (
             version_rank(event.status_version),
@@ -175,7 +197,9 @@ def apply_observation(
     allocations = (
         previous_allocations
         if tombstoned or event.pod_terminated
-        else _with_allocation(previous_allocations, _allocation_of(event))
+        else _with_allocation(
+            previous_allocations, allocation_of(event) if allocation is None else allocation
+        )
     )
     record = DeviceRecord(
         node=event.node,

@@ -188,11 +188,19 @@ def device_tuples(records: Iterable[DeviceRecord]) -> list[tuple[Any, ...]]:
     literals: dict[tuple[str, ...], str] = {}
     rows: list[tuple[Any, ...]] = []
     append = rows.append
+    last: tuple[Allocation, ...] = ()
+    json = "[]"
     for r in records:
         allocations = r.allocations
-        json = encoded.get(allocations)
-        if json is None:
-            json = encoded[allocations] = _allocations_json(allocations)
+        # The devices of one Pod change hold the same Allocation object (batch_plan): told by
+        # identity, without hashing the allocations.
+        if allocations is not last and not (
+            len(allocations) == 1 and len(last) == 1 and allocations[0] is last[0]
+        ):
+            found = encoded.get(allocations)
+            if found is None:
+                found = encoded[allocations] = _allocations_json(allocations)
+            json, last = found, allocations
         flags = literals.get(r.flags)
         if flags is None:
             flags = literals[r.flags] = array_literal(r.flags)

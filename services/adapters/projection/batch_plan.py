@@ -17,11 +17,15 @@ from typing import Any
 from services.adapters.projection.cache import same_pods
 from services.domain.batch import Partition, Transition
 from services.domain.directory import (
+    Allocation,
     Change,
     DeviceKey,
     DeviceRecord,
     Outcome,
+    allocation_of,
     apply_event,
+    apply_observation,
+    same_allocation,
     tombstones_of,
 )
 from services.domain.events import DeviceHealthObserved, Event, PodsListed
@@ -69,16 +73,30 @@ def plan_batch(
     counts, written, observed, history = plan.counts, plan.written, plan.observed, plan.history
     applied, released_outcome, frozen = Outcome.APPLIED, Outcome.RELEASED, Outcome.FROZEN
     transitions = 0
+    # The devices of one Pod change (consecutive observations of one record) share one
+    # Allocation object: made once per change, and told by identity when the rows are encoded.
+    last: DeviceHealthObserved | None = None
+    shared: Allocation | None = None
     for logged in records:
         event = logged.event
         view: Mapping[DeviceKey, DeviceRecord]
         if isinstance(event, DeviceHealthObserved):
-            view = state
-        elif isinstance(event, PodsListed):
-            view = {k: state[k] for k in held_on.get(event.node, ())}
+            if not event.pod_terminated and (last is None or not same_allocation(event, last)):
+                shared, last = allocation_of(event), event
+            changes = [
+                apply_observation(
+                    state.get(event.device_key),
+                    event,
+                    released.get(event.pod_uid),
+                    None if event.pod_terminated else shared,
+                )
+            ]
         else:
-            view = {k: state[k] for k in holders.get((event.node, event.pod_uid), ())}
-        changes = apply_event(view, event, released)
+            if isinstance(event, PodsListed):
+                view = {k: state[k] for k in held_on.get(event.node, ())}
+            else:
+                view = {k: state[k] for k in holders.get((event.node, event.pod_uid), ())}
+            changes = apply_event(view, event, released)
         for change in changes:
             outcome = change.outcome
             counts[outcome] += 1
