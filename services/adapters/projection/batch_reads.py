@@ -91,6 +91,8 @@ async def workload_inputs(
     for record in (*current.values(), *plan.written.values()):
         uids.update(a.pod_uid for a in record.allocations)
     stored = await stored_facts(conn, sql, uids)
+    if not stored and not workloads:  # no fact can be forwarded: no device is named
+        return stored, {}
     keys = current.keys() | plan.written.keys()
     names = await governed_names(conn, sql, keys) if named else {}
     return stored, names

@@ -95,7 +95,7 @@ from services.domain.batch import (
 )
 from services.domain.device_ceiling import new_device_nodes, within_ceiling
 from services.domain.log import LogPosition
-from services.domain.workloads.on_device import rekeys, workloads_on_devices
+from services.domain.workloads.on_device import batch_workloads_on_devices
 
 
 class ProjectionStore:
@@ -244,13 +244,8 @@ class ProjectionStore:
                         last_event_at,
                         inventory,
                         refused,
-                        workloads_on_devices(
-                            current,
-                            plan.history,
-                            workloads,
-                            stored,
-                            names,
-                            rekeys(inventory, plan.history),
+                        batch_workloads_on_devices(
+                            current, plan.history, workloads, stored, names, inventory
                         ),
                         on_nodes,
                         ready_to_forward(

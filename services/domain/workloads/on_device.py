@@ -173,6 +173,8 @@ def workloads_on_devices(
     start for the Pods of ``current``, ``history`` and ``workloads``. ``names``: the governor's
     name of a device at the batch's start (absent: its resourceID); ``rekeys``: its changes in
     the batch (a rekey counts before the other effects of its position)."""
+    if not stored and not workloads:
+        return []  # every fact names a Pod's workload facts, and none is known or arrives
     holders: dict[DeviceKey, dict[str, Allocation]] = {
         key: {a.pod_uid: a for a in record.allocations} for key, record in current.items()
     }
@@ -181,7 +183,8 @@ def workloads_on_devices(
     steps: list[tuple[LogPosition, int, Step]] = [(r.position, 0, r) for r in rekeys]
     steps.extend((p, 1, (c, e)) for p, c, e in history)
     steps.extend((p, 2, w) for p, w in workloads)
-    steps.sort(key=lambda s: (s[0], s[1]))  # stable: a position's changes keep their order
+    # stable: a position's changes keep their order; plain tuples compare in C
+    steps.sort(key=lambda s: (s[0].topic, s[0].partition, s[0].offset, s[0].index, s[1]))
     out: list[tuple[LogPosition, WorkloadOnDevice]] = []
 
     def named(key: DeviceKey) -> str:
@@ -214,6 +217,8 @@ def workloads_on_devices(
             before = holders.get(change.key, {})
             after = {a.pod_uid: a for a in change.record.allocations}
             holders[change.key] = after
+            if len(after) == 1 and len(before) == 1 and after.keys() == before.keys():
+                continue  # the same Pod holds the device: nothing appears or goes
             for pod_uid in sorted(after.keys() - before.keys()):
                 facts = known.get(pod_uid)
                 if facts is not None:
@@ -238,3 +243,21 @@ def workloads_on_devices(
                 )
                 out.append((position, fact))
     return out
+
+
+def batch_workloads_on_devices(
+    current: Mapping[DeviceKey, DeviceRecord],
+    history: Sequence[HistoryEntry],
+    workloads: Sequence[tuple[LogPosition, PodWorkloadObserved]],
+    stored: Mapping[str, WorkloadFacts],
+    names: Mapping[DeviceKey, str] | None,
+    inventory: InventoryPlan | None,
+) -> list[tuple[LogPosition, WorkloadOnDevice]]:
+    """:func:`workloads_on_devices` with the :func:`rekeys` of ``inventory``, made only when a
+    fact can come of them (a Pod's workload facts are stored or in the batch): a batch of
+    Pods without workload records costs nothing here."""
+    if not stored and not workloads:
+        return []
+    return workloads_on_devices(
+        current, history, workloads, stored, names, rekeys(inventory, history)
+    )
