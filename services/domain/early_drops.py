@@ -55,7 +55,15 @@ def unjustified_drops(
     drops (or a kept copy at the same position), is at least its own (the rule of
     :func:`streams.dedup_table.select_new`). Pure.
     """
-    events = [(r, True) for r in dropped] + [(r, False) for r in kept]
+    # Only observations of the dropped devices can explain a drop (ranks are per device): the
+    # kept observations of other devices are left out before sorting.
+    devices = {r.event.device_key for r in dropped if isinstance(r.event, DeviceHealthObserved)}
+    events = [(r, True) for r in dropped]
+    events.extend(
+        (r, False)
+        for r in kept
+        if isinstance(r.event, DeviceHealthObserved) and r.event.device_key in devices
+    )
     # A batch can hold one record twice (a range fetched again after a rebalance): the copy kept
     # explains the copy dropped, so at one position the kept one comes first.
     events.sort(key=lambda item: (_order(item[0].position), item[1]))
