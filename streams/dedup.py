@@ -220,7 +220,12 @@ class DeviceDedup:
                 batch.dead.append(self._dead_letter(event.message, None, refusal, POISON_STAGE))
         record_event_time(self.metrics, batch)
 
-        known = known_ranks(self.table, stream, batch.records, batch.sources) if use_table else {}
+        entries: dict[str, dict[str, str]] = {}  # the table's entries read, for remember
+        known = (
+            known_ranks(self.table, stream, batch.records, batch.sources, entries)
+            if use_table
+            else {}
+        )
         selection = select_new(batch.records, known)
         hook = None
         times = batch.times
@@ -289,7 +294,7 @@ class DeviceDedup:
             self._withhold_acks(events)
             raise asyncio.CancelledError
         self.gaps.written(consumed)
-        remember(self.table, stream, selection, batch.sources, refused)
+        remember(self.table, stream, selection, batch.sources, refused, entries)
         self._record(result, events, highwaters, started)
         if cancelled:
             raise asyncio.CancelledError

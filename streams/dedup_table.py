@@ -115,11 +115,16 @@ def select_new(items: Sequence[LoggedEvent], known: Mapping[str, int]) -> Select
 
 
 def known_ranks(
-    table: Any, stream: Any, records: Sequence[LoggedEvent], sources: Sequence[Any]
+    table: Any,
+    stream: Any,
+    records: Sequence[LoggedEvent],
+    sources: Sequence[Any],
+    entries: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, int]:
     """The committed rank of each device of the nodes the observations in ``records`` concern,
     keyed by :func:`table_key` (devices the table does not know are left out). ``sources``: the
-    faust event of each record. Reads each node's entry once."""
+    faust event of each record. Reads each node's entry once; ``entries``, when given, gets
+    each entry read (decoded, by node), for :func:`remember` after the batch's commit."""
     known: dict[str, int] = {}
     looked_up: set[str] = set()
     for record, source in zip(records, sources, strict=True):
@@ -130,7 +135,10 @@ def known_ranks(
         looked_up.add(node)
         with current_event(stream, source):
             value = table.get(node)
-        for resource_id, rank in decode_node_ranks(value).items():
+        entry = decode_node_ranks(value)
+        if entries is not None:
+            entries[node] = entry
+        for resource_id, rank in entry.items():
             known[table_key(node, resource_id)] = int(rank)
     return known
 
@@ -141,11 +149,18 @@ def remember(
     selection: Selection,
     sources: Sequence[Any],
     refused: Collection[DeviceKey] = (),
+    entries: Mapping[str, dict[str, str]] | None = None,
 ) -> None:
     """After the commit: set the batch's ranks in their nodes' entries (one write per node; the
     changelog goes to the source's partition), except those of ``refused`` devices (over the
     device ceiling: not in the projection). The batch's rank replaces the entry's (after a
-    batch written without the table, the entry may have been ahead of the projection)."""
+    batch written without the table, the entry may have been ahead of the projection).
+
+    ``entries``: the entries :func:`known_ranks` read for this batch (by node), used instead of
+    reading them again: only this function writes the table, after the batch they were read
+    for (the agent's batches follow each other), so they are what the table holds; an entry
+    read earlier can only be behind the projection, never ahead (ranks only rise), which
+    costs early drops at most."""
     skipped = {table_key(node, resource_id) for node, resource_id in refused}
     by_node: dict[str, tuple[dict[str, str], int]] = {}
     for key, (rank, index) in selection.ranks.items():
@@ -156,7 +171,8 @@ def remember(
         ranks[resource_id] = str(rank)
     for node, (ranks, index) in by_node.items():
         with current_event(stream, sources[index]):
-            entry = decode_node_ranks(table.get(node))
+            read = None if entries is None else entries.get(node)
+            entry = decode_node_ranks(table.get(node)) if read is None else dict(read)
             entry.update(ranks)
             encoded = encode_node_ranks(entry)
             if len(encoded) > NODE_ENTRY_MAX_BYTES:

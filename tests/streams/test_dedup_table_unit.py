@@ -83,6 +83,28 @@ def test_a_pod_change_of_eight_gpus_is_one_read_and_one_write(observation: Any) 
     assert selection.records == [] and selection.duplicates == 16
 
 
+def test_the_entries_read_for_a_batch_are_not_read_again_to_merge(observation: Any) -> None:
+    """``known_ranks`` hands the entries it read to ``remember``: one read per node and batch,
+    and the same entries written as when ``remember`` reads them itself."""
+    stream = FakeStream()
+    table = CountingTable(stream)
+    table["gpu-node-a"] = encode_node_ranks({"GPU-0": "3", "GPU-9": "4"})
+    events = _pod_change(observation, "gpu-node-a", 5, 8) + _pod_change(
+        observation, "gpu-node-b", 6, 8
+    )
+    records = as_log(events)
+    sources = [f"source-{i}" for i in range(len(records))]
+    entries: dict[str, dict[str, str]] = {}
+    selection = select_new(records, known_ranks(table, stream, records, sources, entries))
+    remember(table, stream, selection, sources, entries=entries)
+    assert table.reads == 2
+    assert decode_node_ranks(table["gpu-node-a"]) == {
+        **{f"GPU-{g}": "5" for g in range(8)},
+        "GPU-9": "4",
+    }
+    assert set(entries) == {"gpu-node-a", "gpu-node-b"}
+
+
 def test_a_write_merges_into_the_node_entry_and_replaces_the_batch_devices(
     observation: Any,
 ) -> None:
