@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
+from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +33,7 @@ from services.domain.workloads.migration import MigrationClass, MigrationSource
 from services.domain.workloads.on_device import (
     Rekey,
     WorkloadFacts,
+    batch_workloads_on_devices,
     facts_of,
     workloads_on_devices,
 )
@@ -235,3 +238,30 @@ def test_no_batch_split_changes_the_facts(log: list[Record], cuts: list[int]) ->
     whole = run(log)
     assert run(log, [c for c in cuts if c <= len(log)]) == whole
     assert run(log, range(len(log))) == whole  # batch size 1
+
+
+class NoRekeys:
+    """An inventory plan whose rekeys must not be read."""
+
+    @property
+    def resolved(self) -> dict[LogPosition, object]:
+        raise AssertionError("rekeys made for a batch without workload facts")
+
+    identified: list[object] = []
+
+
+def test_a_batch_without_workload_facts_makes_no_rekeys_and_no_facts() -> None:
+    """Every fact names a Pod's workload facts: with none stored and no workload record in the
+    batch, nothing is forwarded, and the rekeys are not made (issue 12: CPU per observation)."""
+    records = [
+        LoggedEvent(LogPosition("health", 0, i), observe("a", f"gpu-{i}", 10, 1)) for i in range(8)
+    ]
+    plan = plan_batch({}, records)
+    inventory: Any = NoRekeys()
+    assert batch_workloads_on_devices({}, plan.history, [], {}, {}, inventory) == []
+    stored = {"uid-a": facts_of(workload("a", 9, 0))}
+    with pytest.raises(AssertionError, match="rekeys made"):
+        batch_workloads_on_devices({}, plan.history, [], stored, {}, inventory)
+    facts = batch_workloads_on_devices({}, plan.history, [], stored, {}, None)
+    assert facts == workloads_on_devices({}, plan.history, [], stored, {}, [])
+    assert [f.resource_id for _, f in facts] == [f"gpu-{i}" for i in range(8)]
