@@ -155,7 +155,10 @@ def cli(
     ] = None,
     profile_api: Annotated[
         Path | None,
-        typer.Option(help="Run the API under pyinstrument; text profile here. Slows it down."),
+        typer.Option(
+            help="Run the API under pyinstrument; text profile here (the load during the "
+            "ingest, --api-during-ingest, in NAME-during.SUFFIX). Slows it down."
+        ),
     ] = None,
 ) -> None:
     """Benchmark the devicestate pipeline end to end on the local stack (Kafka 127.0.0.1:9092, PostgreSQL 127.0.0.1:55432; start it with `devicestate-dev stack up`).
