@@ -187,6 +187,21 @@ async def storm_burst(
         "consumed": round(
             metric_sum(after, "devicestate_worker_events_consumed_total") - consumed_before
         ),
+        # Where the window went: seconds inside the health agent's and the governor's batches.
+        "batches": {
+            name: {
+                "count": round(
+                    metric_sum(after, f"{metric}_count") - metric_sum(before, f"{metric}_count")
+                ),
+                "seconds": round(
+                    metric_sum(after, f"{metric}_sum") - metric_sum(before, f"{metric}_sum"), 3
+                ),
+            }
+            for name, metric in (
+                ("health", "devicestate_worker_batch_seconds"),
+                ("governor", "devicestate_governor_batch_seconds"),
+            )
+        },
         "decisions": decided,
         "evicting_decisions": sum(decided.get(kind, 0) for kind in EVICTING_KINDS),
         "unknown_tolerance_started": decided.get("UnknownToleranceStarted", 0),
@@ -206,6 +221,6 @@ def print_storm_summary(s: dict[str, Any]) -> None:
         f"CPU s {s['cpu_seconds']}"
     )
     console.print(
-        f"  storm decisions {s['decisions']}; evicting {s['evicting_decisions']}; "
+        f"  storm batches {s['batches']}; decisions {s['decisions']}; evicting {s['evicting_decisions']}; "
         f"projection {s['projection']}"
     )
