@@ -221,11 +221,8 @@ class DeviceDedup:
         record_event_time(self.metrics, batch)
 
         entries: dict[str, dict[str, str]] = {}  # the table's entries read, for remember
-        known = (
-            known_ranks(self.table, stream, batch.records, batch.sources, entries)
-            if use_table
-            else {}
-        )
+        records, sources = batch.records, batch.sources
+        known = known_ranks(self.table, stream, records, sources, entries) if use_table else {}
         selection = select_new(batch.records, known)
         hook = None
         times = batch.times
