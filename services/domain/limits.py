@@ -25,6 +25,7 @@ from services.domain.events import (
     MESSAGE_MAX_LENGTH,
     DeviceHealthObserved,
     Event,
+    PodDevicesReleased,
     PodsListed,
 )
 
@@ -118,10 +119,59 @@ def _name_problem(field: str, value: str, max_bytes: int) -> str | None:
     return invisible_problem(field, value)
 
 
+def _plain(value: str, max_bytes: int) -> bool:
+    """Whether ``value`` passes :func:`_name_problem` at a glance: non-empty printable ASCII
+    (no control character; every invisible one is outside ASCII) of at most ``max_bytes``
+    characters (= bytes). False says nothing: :func:`_name_problem` decides then."""
+    return 0 < len(value) <= max_bytes and value.isascii() and value.isprintable()
+
+
+def _plainly_storable(event: DeviceHealthObserved) -> bool:
+    """Whether :func:`field_violations` finds nothing in ``event``, decided by :func:`_plain`
+    checks of its fields (the usual observation; uncached, so unique resourceIDs do not churn
+    :func:`_name_problem`'s cache). False: look at it field by field."""
+    claim = event.claim
+    message, raw_health = event.message, event.raw_health
+    return (
+        _plain(event.namespace, 63)
+        and _plain(event.pod_name, 253)
+        and _plain(event.pod_uid, 128)
+        and _plain(event.resource_id, IDENTIFIER_MAX_BYTES)
+        and _plain(event.resource_name, IDENTIFIER_MAX_BYTES)
+        and all(_plain(c.name, 253) for c in event.containers)
+        and (
+            claim is None
+            or (
+                _plain(claim.pod_claim_name, 253)
+                and (claim.request is None or _plain(claim.request, 253))
+                and (claim.resource_claim_name is None or _plain(claim.resource_claim_name, 253))
+            )
+        )
+        and node_name_problem(event.node) is None
+        and (
+            event.status_version is None
+            or len(str(event.status_version)) <= STATUS_VERSION_MAX_DIGITS
+        )
+        and (message is None or ("\x00" not in message and len(message) <= MESSAGE_MAX_LENGTH))
+        and (
+            raw_health is None
+            or ("\x00" not in raw_health and len(raw_health) <= RAW_HEALTH_MAX_LENGTH)
+        )
+        and all(_plain(f, 64) for f in event.flags)
+    )
+
+
 def field_violations(event: Event) -> list[str]:
     """Why ``event`` cannot be stored, one readable reason per field (empty: it can be)."""
     if isinstance(event, PodsListed):
         return _snapshot_violations(event)
+    if isinstance(event, DeviceHealthObserved) and _plainly_storable(event):
+        return []
+    return _field_by_field(event)
+
+
+def _field_by_field(event: DeviceHealthObserved | PodDevicesReleased) -> list[str]:
+    """:func:`field_violations` of a device event, each field checked (and named) in turn."""
     checks: list[tuple[str, str | None, int]] = [
         ("namespace", event.namespace, 63),
         ("podName", event.pod_name, 253),
