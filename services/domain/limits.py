@@ -126,46 +126,67 @@ def _plain(value: str, max_bytes: int) -> bool:
     return 0 < len(value) <= max_bytes and value.isascii() and value.isprintable()
 
 
-def _plainly_storable(event: DeviceHealthObserved) -> bool:
-    """Whether :func:`field_violations` finds nothing in ``event``, decided by :func:`_plain`
-    checks of its fields (the usual observation; uncached, so unique resourceIDs do not churn
-    :func:`_name_problem`'s cache). False: look at it field by field."""
-    claim = event.claim
-    message, raw_health = event.message, event.raw_health
+def pod_fields_plain(
+    node: str, namespace: str, pod_name: str, pod_uid: str, status_version: int | None
+) -> bool:
+    """Whether the Pod's fields of an observation (what all observations of a schema-2 record
+    share: :func:`services.domain.observations.pod_change`) pass :func:`field_violations` at a
+    glance (:func:`_plain`; the node by its cached DNS-1123 check). False says nothing."""
     return (
-        _plain(event.namespace, 63)
-        and _plain(event.pod_name, 253)
-        and _plain(event.pod_uid, 128)
-        and _plain(event.resource_id, IDENTIFIER_MAX_BYTES)
-        and _plain(event.resource_name, IDENTIFIER_MAX_BYTES)
-        and all(_plain(c.name, 253) for c in event.containers)
-        and (
-            claim is None
-            or (
-                _plain(claim.pod_claim_name, 253)
-                and (claim.request is None or _plain(claim.request, 253))
-                and (claim.resource_claim_name is None or _plain(claim.resource_claim_name, 253))
-            )
-        )
-        and node_name_problem(event.node) is None
-        and (
-            event.status_version is None
-            or len(str(event.status_version)) <= STATUS_VERSION_MAX_DIGITS
-        )
-        and (message is None or ("\x00" not in message and len(message) <= MESSAGE_MAX_LENGTH))
-        and (
-            raw_health is None
-            or ("\x00" not in raw_health and len(raw_health) <= RAW_HEALTH_MAX_LENGTH)
-        )
-        and all(_plain(f, 64) for f in event.flags)
+        _plain(namespace, 63)
+        and _plain(pod_name, 253)
+        and _plain(pod_uid, 128)
+        and node_name_problem(node) is None
+        and (status_version is None or len(str(status_version)) <= STATUS_VERSION_MAX_DIGITS)
     )
 
 
-def field_violations(event: Event) -> list[str]:
-    """Why ``event`` cannot be stored, one readable reason per field (empty: it can be)."""
+def _device_fields_plain(event: DeviceHealthObserved) -> bool:
+    """Whether the observation's own fields (all but the Pod's) pass :func:`field_violations`
+    at a glance (uncached: unique resourceIDs would only churn :func:`_name_problem`'s cache)."""
+    if not (
+        _plain(event.resource_id, IDENTIFIER_MAX_BYTES)
+        and _plain(event.resource_name, IDENTIFIER_MAX_BYTES)
+    ):
+        return False
+    for container in event.containers:
+        if not _plain(container.name, 253):
+            return False
+    claim = event.claim
+    if claim is not None and not (
+        _plain(claim.pod_claim_name, 253)
+        and (claim.request is None or _plain(claim.request, 253))
+        and (claim.resource_claim_name is None or _plain(claim.resource_claim_name, 253))
+    ):
+        return False
+    message = event.message
+    if message is not None and ("\x00" in message or len(message) > MESSAGE_MAX_LENGTH):
+        return False
+    raw_health = event.raw_health
+    if raw_health is not None and ("\x00" in raw_health or len(raw_health) > RAW_HEALTH_MAX_LENGTH):
+        return False
+    flags = event.flags
+    return not flags or all(_plain(flag, 64) for flag in flags)  # usually none: no generator
+
+
+def field_violations(event: Event, *, pod_plain: bool = False) -> list[str]:
+    """Why ``event`` cannot be stored, one readable reason per field (empty: it can be).
+
+    ``pod_plain``: the caller found the observation's Pod fields plain already
+    (:func:`pod_fields_plain` of these very values: a schema-2 record's observations share them),
+    so only its own fields are looked at before the verdict "nothing"."""
     if isinstance(event, PodsListed):
         return _snapshot_violations(event)
-    if isinstance(event, DeviceHealthObserved) and _plainly_storable(event):
+    if (
+        isinstance(event, DeviceHealthObserved)
+        and (
+            pod_plain
+            or pod_fields_plain(
+                event.node, event.namespace, event.pod_name, event.pod_uid, event.status_version
+            )
+        )
+        and _device_fields_plain(event)
+    ):
         return []
     return _field_by_field(event)
 

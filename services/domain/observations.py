@@ -40,7 +40,7 @@ import orjson
 from services.domain.codec import EventDecodeError, json_fault
 from services.domain.event_codec import device_dict, device_fields, event_head, pod_head
 from services.domain.events import DeviceHealthObserved, Event, format_time
-from services.domain.limits import field_violations
+from services.domain.limits import field_violations, pod_fields_plain
 from services.domain.log import LogPosition
 
 OBSERVATIONS_SCHEMA: Final = 2
@@ -190,6 +190,8 @@ def decode_observations(payload: bytes) -> DeviceHealthObservations:
         raise EventDecodeError("field 'observations' must be a list")
     if not items:
         raise EventDecodeError("field 'observations' is empty")
+    # Checked once for all the record's observations: they share the Pod's fields.
+    pod_plain = pod_fields_plain(node, namespace, pod_name, pod_uid, status_version)
     kept: list[DeviceHealthObserved] = []
     indexes: list[int] = []
     rejected: list[RejectedObservation] = []
@@ -209,7 +211,7 @@ def decode_observations(payload: bytes) -> DeviceHealthObservations:
                 observed_at,
                 pod_terminated,
             )
-            violations = field_violations(observation)
+            violations = field_violations(observation, pod_plain=pod_plain)
             if violations:
                 raise EventDecodeError("cannot be stored: " + "; ".join(violations))
             earlier = seen.get(observation.resource_id)

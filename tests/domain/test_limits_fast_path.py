@@ -18,7 +18,7 @@ from services.domain.events import (
     DeviceSource,
     Health,
 )
-from services.domain.limits import _field_by_field, field_violations
+from services.domain.limits import _field_by_field, field_violations, pod_fields_plain
 
 # Characters each rule is about: control, invisible and bidi, non-ASCII visible, NUL, space.
 _CHARS = st.sampled_from(
@@ -80,6 +80,19 @@ def _observations(draw: st.DrawFn) -> DeviceHealthObserved:
 @given(_observations())
 def test_the_fast_path_says_what_the_field_checks_say(event: DeviceHealthObserved) -> None:
     assert field_violations(event) == _field_by_field(event)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_observations())
+def test_pod_fields_checked_once_say_what_the_field_checks_say(
+    event: DeviceHealthObserved,
+) -> None:
+    """As a schema-2 record's decode asks: its Pod fields checked once, each observation's own
+    fields then."""
+    plain = pod_fields_plain(
+        event.node, event.namespace, event.pod_name, event.pod_uid, event.status_version
+    )
+    assert field_violations(event, pod_plain=plain) == _field_by_field(event)
 
 
 def test_a_plain_observation_has_no_violations_and_an_odd_one_its_reasons() -> None:
