@@ -59,7 +59,23 @@ FIGURES: tuple[Figure, ...] = (
             _get(r, "worker", "cpu_seconds", "worker"), _get(r, "worker", "events"), 1e6
         ),
     ),
-    Figure("replay", "events/s", True, lambda r: _get(r, "replay", "events_per_second")),
+    # The replay's figures from the workload's observations and the replay's seconds, not from
+    # its ``events_per_second``: revisions before 2026-12-04 counted records there.
+    Figure(
+        "replay",
+        "observations/s",
+        True,
+        lambda r: _per(_get(r, "generate", "events"), _get(r, "replay", "seconds"), 1),
+    ),
+    Figure("replay seconds", "s", False, lambda r: _get(r, "replay", "seconds")),
+    Figure(
+        "replay CPU per observation (this process)",
+        "us",
+        False,
+        lambda r: _per(
+            _get(r, "replay", "cpu_seconds", "bench"), _get(r, "generate", "events"), 1e6
+        ),
+    ),
     Figure("GET p50", "ms", False, lambda r: _get(r, "api", "latency_ms", "p50")),
     Figure("GET p99", "ms", False, lambda r: _get(r, "api", "latency_ms", "p99")),
     Figure("GET achieved rate", "req/s", True, lambda r: _get(r, "api", "achieved_rate")),

@@ -183,7 +183,7 @@ def cli(
 ) -> None:
     """Benchmark the devicestate pipeline end to end on the local stack (Kafka 127.0.0.1:9092, PostgreSQL 127.0.0.1:55432; start it with `devicestate-dev stack up`).
 
-    Stages: publish -> (a) raw consume baseline -> (b) worker ingest -> (c) replay -> (d) API point GETs; then a table with ratios to (a) and the targets (ingest >= 30k events/s and >= 0.15x (a); replay of 1M <= 20 s; GET p99 <= 10 ms at 1k req/s). Exit code 1 when a stage failed (a MISS alone does not fail the run).
+    Stages: publish -> (a) raw consume baseline -> (b) worker ingest -> (c) replay -> (d) API point GETs; then a table with ratios to (a) and the targets (ingest >= 30k events/s and >= 0.15x (a); replay of 1M observations <= 20 s; GET p99 <= 10 ms at 1k req/s). Exit code 1 when a stage failed (a MISS alone does not fail the run).
     """
     if not api_client or set(api_client.split(",")) - {"httpx", "raw"}:
         raise typer.BadParameter("--api-client must be httpx, raw, or both (httpx,raw)")

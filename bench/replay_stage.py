@@ -4,6 +4,11 @@ into a fresh schema; then its rows are compared with the worker's.
 The replay is the product's own ``services.processes.replay.run.replay`` (what ``devicestate
 replay`` runs), timed by its summary; CPU over the stage from :class:`bench.cpu.CpuSampler`
 (``bench``: this process).
+
+Its figures are per observation, as the worker stage's: ``events`` are the observations the
+records carry (a schema-2 record, the training and inference shapes, carries one Pod change's),
+``records`` the Kafka records; ``seconds_per_million`` is per 1M observations, the issue's
+target (``seconds_per_million_records`` per 1M records).
 """
 
 from __future__ import annotations
@@ -81,11 +86,19 @@ async def compare_schemas(engine: Any, live: str, other: str) -> dict[str, Any]:
 
 
 async def run_replay_stage(
-    run: Run, settings: Settings, total: int, *, batch_size: int, profile: Path | None
+    run: Run,
+    settings: Settings,
+    total: int,
+    *,
+    batch_size: int,
+    profile: Path | None,
+    observations: int | None = None,
 ) -> dict[str, Any]:
-    """Replay ``settings.topic`` into ``run.replay_schema`` (batches of ``batch_size``) and
-    return its figures (``events_per_second``, ``seconds_per_million``, counts, ``cpu_seconds``)
-    and, when the worker stage ran, ``compare`` (:func:`compare_schemas`)."""
+    """Replay ``settings.topic`` into ``run.replay_schema`` (batches of ``batch_size`` records)
+    and return its figures (``events_per_second`` and ``seconds_per_million`` of observations,
+    ``records_per_second``, counts, ``cpu_seconds``, ``cpu_us_per_observation``) and, when the
+    worker stage ran, ``compare`` (:func:`compare_schemas`). ``observations``: those the records
+    carry, as the worker stage counts them (``None``: one per record read)."""
     from services.processes.replay.run import make_engine, replay
 
     engine = make_engine(settings.database_url)
@@ -117,12 +130,20 @@ async def run_replay_stage(
                 session.save(str(session_path(profile)))
                 render_profile(profile)
             cpu_used = cpu.stop()
+        events = observations or summary.read
+        elapsed = summary.elapsed
         result: dict[str, Any] = {
-            "events": summary.read,
-            "seconds": round(summary.elapsed, 3),
+            "events": events,
+            "records": summary.read,
+            "seconds": round(elapsed, 3),
             "wall_seconds_with_migration": round(wall, 3),
-            "events_per_second": round(summary.events_per_second, 1),
-            "seconds_per_million": round(summary.elapsed * 1_000_000 / max(summary.read, 1), 2),
+            "events_per_second": round(events / elapsed, 1) if elapsed > 0 else 0.0,
+            "records_per_second": round(summary.events_per_second, 1),
+            "seconds_per_million": round(elapsed * 1_000_000 / max(events, 1), 2),
+            "seconds_per_million_records": round(elapsed * 1_000_000 / max(summary.read, 1), 2),
+            "cpu_us_per_observation": round(cpu_used["bench"] * 1e6 / max(events, 1), 1)
+            if "bench" in cpu_used
+            else None,
             "batch_size": batch_size,
             "batches": summary.batches,
             "applied": summary.applied,
@@ -155,8 +176,9 @@ async def run_replay_stage(
 def print_replay_summary(r: dict[str, Any]) -> None:
     """The stage's headline line."""
     console.print(
-        f"  replayed {r['events']:,} events in {r['seconds']:.2f} s = "
+        f"  replayed {r['events']:,} events ({r['records']:,} records) in {r['seconds']:.2f} s = "
         f"[bold]{fmt_rate(r['events_per_second'])} events/s[/bold] "
-        f"({r['seconds_per_million']} s per 1M); applied {r['applied']:,}, "
-        f"duplicates {r['duplicates']:,}, stale {r['stale']:,}"
+        f"({fmt_rate(r['records_per_second'])} records/s; {r['seconds_per_million']} s per 1M "
+        f"events); CPU {r['cpu_us_per_observation']} us per event (this process); applied "
+        f"{r['applied']:,}, duplicates {r['duplicates']:,}, stale {r['stale']:,}"
     )

@@ -186,6 +186,7 @@ async def main_async(opts: Options) -> int:
                     total,
                     batch_size=opts.replay_batch_size,
                     profile=opts.profile_replay,
+                    observations=observations,
                 )
                 run.done.add("replay")
                 print_replay_summary(r)

@@ -36,6 +36,15 @@ RETARGETED = {
     "(b) worker ingest": (">= 25,000/s and >= 0.25x (a)", ">= 30,000/s and >= 0.15x (a)", "MISS"),
     "(c) replay seconds per 1M (scaled to 1M)": ("<= 60 s", "<= 20 s", "MISS"),
 }
+# The replay's rows are labelled per observation since schema 2 (one record, one observation
+# then): (old figure, old unit) -> (figure, unit) of now.
+RELABELLED = {
+    ("(c) replay", "events/s"): ("(c) replay", "observations/s"),
+    ("(c) replay seconds per 1M (scaled to 1M)", "s"): (
+        "(c) replay seconds per 1M observations (scaled to 1M)",
+        "s",
+    ),
+}
 
 
 def test_verdicts_of_a_recorded_run_are_the_table_it_wrote(recorded: dict[str, Any]) -> None:
@@ -45,7 +54,8 @@ def test_verdicts_of_a_recorded_run_are_the_table_it_wrote(recorded: dict[str, A
             before, now, verdict = RETARGETED[row["figure"]]
             assert row["target"] == before
             row = {**row, "target": now, "verdict": verdict}
-        expected.append(row)
+        figure, unit = RELABELLED.get((row["figure"], row["unit"]), (row["figure"], row["unit"]))
+        expected.append({**row, "figure": figure, "unit": unit})
     assert verdicts(recorded["results"], recorded["options"]["events"]) == expected
 
 
@@ -65,7 +75,11 @@ def test_figures_of_a_recorded_run(recorded: dict[str, Any]) -> None:
     figures = read_figures(recorded)
     assert figures["ingest"] == 2839.1
     assert figures["worker CPU per event"] == 322.85  # 64.57 s of worker CPU / 200,000 events
-    assert figures["replay"] == recorded["results"]["replay"]["events_per_second"]
+    # Observations over the replay's seconds, rounded (a record was one observation then).
+    assert figures["replay"] == pytest.approx(
+        recorded["results"]["replay"]["events_per_second"], rel=1e-4
+    )
+    assert figures["replay seconds"] == recorded["results"]["replay"]["seconds"]
     assert figures["GET p99"] == recorded["results"]["api"]["latency_ms"]["p99"]
     assert figures["GET achieved rate"] == recorded["results"]["api"]["achieved_rate"]
     assert figures["replay == worker"] == 1.0
@@ -80,6 +94,47 @@ def test_figures_of_the_load_while_the_worker_ingests() -> None:
     assert figures["GET service p99 while ingesting"] == during["service_ms"]["p99"]
     assert figures["GET rate while ingesting"] == during["achieved_rate"]
     assert figures["API CPU per GET while ingesting"] == 0.72  # 7.25 s / 10,000 requests
+
+
+def _schema2_replay_report() -> dict[str, Any]:
+    """A report of a training-shape run: 25,000 records carrying 200,000 observations, replayed
+    in 10 s (the replay stage's fields since the replay counts observations)."""
+    return {
+        "results": {
+            "generate": {"events": 200_000, "records": 25_000},
+            "baseline": {"events_per_second": 50_000.0, "observations_per_second": 400_000.0},
+            "replay": {
+                "events": 200_000,
+                "records": 25_000,
+                "seconds": 10.0,
+                "events_per_second": 20_000.0,
+                "records_per_second": 2_500.0,
+                "seconds_per_million": 50.0,
+                "seconds_per_million_records": 400.0,
+                "cpu_seconds": {"bench": 6.0},
+            },
+        }
+    }
+
+
+def test_the_replay_of_schema2_records_is_judged_per_observation() -> None:
+    report = _schema2_replay_report()
+    rows = {row["figure"]: row for row in verdicts(report["results"], 200_000)}
+    rate = rows["(c) replay"]
+    assert (rate["value"], rate["unit"], rate["ratio"]) == (20_000.0, "observations/s", 0.05)
+    per_million = rows["(c) replay seconds per 1M observations (scaled to 1M)"]
+    assert (per_million["value"], per_million["verdict"]) == (50.0, "MISS")  # not 400 s
+
+
+def test_ab_figures_of_the_replay_count_observations_in_either_revision() -> None:
+    new = _schema2_replay_report()
+    old = _schema2_replay_report()  # a revision that counted records as the replay's events
+    old["results"]["replay"].update(events=25_000, events_per_second=2_500.0)
+    for report in (new, old):
+        figures = read_figures(report)
+        assert figures["replay"] == 20_000.0
+        assert figures["replay seconds"] == 10.0
+        assert figures["replay CPU per observation (this process)"] == 30.0
 
 
 def test_governor_benchmark_checks_pass_on_a_small_log(tmp_path: Path) -> None:
