@@ -41,6 +41,7 @@ class Options:
     extender_rate: float = 200.0
     shape: str = "synthetic"
     record_schema: int = 2
+    memory_probe_worker: Path | None = None
 
 
 def make_workload(opts: Options) -> Workload:

@@ -101,13 +101,17 @@ async def run_worker_stage(
     batch_size: int | None,
     profile: Path | None,
     observations: int | None = None,
+    memory_probe: Path | None = None,
 ) -> dict[str, Any]:
     """Run the worker until it has committed all ``total`` records of ``settings.topic`` and the
     governor the whole governance topic; stop it (by PID) and return the stage's figures
     (``events_per_second``, ``cpu_seconds`` of the ingest window, RSS, worker and governor
     metrics). ``events`` are the ``observations`` the records carry (``None``: one per record,
     ``total``; schema-2 records carry several), ``records`` the Kafka records. Raises ``TimeoutError`` after 300 s + 1 ms per event (x5 under the profiler),
-    ``RuntimeError`` when the worker exits early (with its last log lines)."""
+    ``RuntimeError`` when the worker exits early (with its last log lines).
+
+    ``memory_probe``: run the worker under :mod:`bench.memory_probe` and, once caught up (after
+    the RSS figures are sampled), have it write its ``tracemalloc`` report to this path."""
     import httpx
 
     port = free_port()
@@ -116,6 +120,9 @@ async def run_worker_stage(
     if profile is not None:
         argv = pyinstrument_argv(profile, module_argv)
         how += f" under pyinstrument -> {profile}"
+    elif memory_probe is not None:
+        argv = [sys.executable, "-m", "bench.memory_probe", str(memory_probe), "8", *module_argv]
+        how += f" under tracemalloc -> {memory_probe}"
     console.print(f"  starting {how}; metrics on 127.0.0.1:{port}, log {run.log_dir}/worker.log")
     spawned = time.monotonic()
     child = start_child("worker", argv, env, run.log_dir)
@@ -210,6 +217,8 @@ async def run_worker_stage(
     assert first_consumed is not None and caught_up is not None
     assert governor_caught_up is not None
     status = child.sample()
+    if memory_probe is not None:
+        await probe_memory(child, memory_probe)
     child_stop_started = time.monotonic()
     code = child.stop()
     if profile is not None:
@@ -277,6 +286,21 @@ async def run_worker_stage(
         },
     }
     return result
+
+
+async def probe_memory(child: Any, out: Path) -> None:
+    """Have the worker under :mod:`bench.memory_probe` write its report to ``out``; wait for it."""
+    done = out.with_name(out.name + ".done")
+    done.unlink(missing_ok=True)
+    out.with_name(out.name + ".trigger").write_text("now\n")
+    deadline = time.monotonic() + 300.0
+    while not done.exists():
+        child.check()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the worker's memory report {out} did not come")
+        await asyncio.sleep(0.5)
+    out.with_name(out.name + ".trigger").unlink(missing_ok=True)
+    console.print(f"  worker memory report: {out}")
 
 
 def print_worker_summary(w: dict[str, Any], workload: Workload) -> None:
