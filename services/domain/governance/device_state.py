@@ -239,10 +239,18 @@ class DeviceGov:
     merged_ids: tuple[str, ...] = ()
     driver_taint: DriverTaint | None = None
     """The ResourceSlice taint that counts as a fault on this device (issue 15), if any."""
+    _key: DeviceKey | None = field(default=None, init=False, repr=False, compare=False)
+    """The last :attr:`key` built: the state's dict, node index and dirty set share one tuple
+    per device instead of one each (issue 12, the worker's memory per device)."""
 
     @property
     def key(self) -> DeviceKey:
-        return (self.node, self.resource_id)
+        """``(node, resource_id)``; the same tuple object until either changes (a merge
+        renames a device: :mod:`.identities`)."""
+        key = self._key
+        if key is None or key[1] is not self.resource_id or key[0] is not self.node:
+            key = self._key = (self.node, self.resource_id)
+        return key
 
     def to_json(self) -> dict[str, Any]:
         obj = self._json()
