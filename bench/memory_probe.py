@@ -6,9 +6,9 @@ then runs ``module`` as ``__main__`` (as ``python -m`` would). When the trigger 
 pipeline benchmark creates it once the worker has caught up: ``--memory-probe-worker``) the
 thread writes ``OUT``:
 
-- RSS (``/proc/self/status``), the bytes ``tracemalloc`` traces (Python objects and buffers
-  allocated through Python's allocators; RocksDB's and librdkafka-style C allocations are not),
-  and RSS again after ``malloc_trim(0)`` (what glibc's arenas held free but not returned);
+- RSS (``/proc/self/status``), RSS again after ``malloc_trim(0)`` (what glibc's arenas held
+  free but not returned), the bytes ``tracemalloc`` traces (Python objects and buffers allocated
+  through Python's allocators; RocksDB's own C allocations are not);
 - the top allocation sites grouped by line and by traceback (``FRAMES`` frames);
 - the live objects per type (``gc.get_objects()``, counts only: containers the GC tracks).
 
@@ -50,20 +50,20 @@ def report(top: int = 40) -> str:
     """The memory report described in the module's docstring."""
     lines: list[str] = []
     rss_before = rss_kb()
+    trimmed = trim()  # before the snapshot, whose own allocations would blur it
+    rss_after = rss_kb()
+    lines.append(f"rss_kb {rss_before}")
+    lines.append(
+        f"malloc_trim {trimmed}: rss_kb after {rss_after} ({rss_before - rss_after} freed)"
+    )
     snapshot = tracemalloc.take_snapshot()
     snapshot = snapshot.filter_traces(
         [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<unknown>")]
     )
     traced = sum(stat.size for stat in snapshot.statistics("filename"))
     counts = collections.Counter(type(obj).__qualname__ for obj in gc.get_objects())
-    trimmed = trim()
-    rss_after = rss_kb()
-    lines.append(f"rss_kb {rss_before}")
     lines.append(f"tracemalloc_traced_bytes {traced} ({traced / 1e6:.1f} MB)")
     lines.append(f"tracemalloc_overhead_bytes {tracemalloc.get_tracemalloc_memory()}")
-    lines.append(
-        f"malloc_trim {trimmed}: rss_kb after {rss_after} ({rss_before - rss_after} freed)"
-    )
     lines.append("")
     lines.append(f"== top {top} by file ==")
     for stat in snapshot.statistics("filename")[:top]:

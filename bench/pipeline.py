@@ -153,7 +153,8 @@ def cli(
         Path | None,
         typer.Option(
             help="Run the worker with tracemalloc (bench/memory_probe.py) and, once caught up, "
-            "write where its memory is (top allocation sites, malloc_trim's effect) here. "
+            "write where its memory is (top allocation sites, malloc_trim's effect) here "
+            "(frames per site: $BENCH_TRACEMALLOC_FRAMES, 1). "
             "Slows the worker down; its RSS figures include tracemalloc's own."
         ),
     ] = None,

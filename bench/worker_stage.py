@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import sys
 import time
@@ -121,7 +122,8 @@ async def run_worker_stage(
         argv = pyinstrument_argv(profile, module_argv)
         how += f" under pyinstrument -> {profile}"
     elif memory_probe is not None:
-        argv = [sys.executable, "-m", "bench.memory_probe", str(memory_probe), "8", *module_argv]
+        frames = os.environ.get("BENCH_TRACEMALLOC_FRAMES", "1")
+        argv = [sys.executable, "-m", "bench.memory_probe", str(memory_probe), frames, *module_argv]
         how += f" under tracemalloc -> {memory_probe}"
     console.print(f"  starting {how}; metrics on 127.0.0.1:{port}, log {run.log_dir}/worker.log")
     spawned = time.monotonic()
