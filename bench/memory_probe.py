@@ -12,6 +12,10 @@ thread writes ``OUT``:
 - the top allocation sites grouped by line and by traceback (``FRAMES`` frames);
 - the live objects per type (``gc.get_objects()``, counts only: containers the GC tracks).
 
+``FRAMES`` 0: no ``tracemalloc`` (the worker at its own speed and size); the report is RSS,
+``malloc_trim``'s effect and pymalloc's arenas against the bytes in their allocated blocks
+(the difference: free blocks held in partly used arenas).
+
 then ``OUT.done``. Bench-only: tracemalloc slows the process down and its own bookkeeping adds
 to RSS, so a probed run's RSS is not the figure; run it once without the probe for that.
 """
@@ -21,8 +25,10 @@ from __future__ import annotations
 import collections
 import ctypes
 import gc
+import os
 import runpy
 import sys
+import tempfile
 import threading
 import time
 import tracemalloc
@@ -46,6 +52,27 @@ def trim() -> int:
     return int(libc.malloc_trim(0))
 
 
+def pymalloc_use() -> tuple[int, int]:
+    """``(bytes in allocated blocks, arenas of 1 MiB)`` of Python's small-object allocator, from
+    ``sys._debugmallocstats`` (which says nothing while ``tracemalloc`` traces: ``(0, 0)``)."""
+    blocks = arenas = 0
+    with tempfile.TemporaryFile() as out:
+        saved = os.dup(2)
+        try:
+            os.dup2(out.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        for line in out.read().decode(errors="replace").splitlines():
+            if line.startswith("# bytes in allocated blocks"):
+                blocks = int(line.split("=")[1].replace(",", ""))
+            elif line.startswith("# arenas allocated current"):
+                arenas = int(line.split("=")[1].replace(",", ""))
+    return blocks, arenas
+
+
 def report(top: int = 40) -> str:
     """The memory report described in the module's docstring."""
     lines: list[str] = []
@@ -56,6 +83,12 @@ def report(top: int = 40) -> str:
     lines.append(
         f"malloc_trim {trimmed}: rss_kb after {rss_after} ({rss_before - rss_after} freed)"
     )
+    if not tracemalloc.is_tracing():  # FRAMES 0: the allocators' figures only
+        blocks, arenas = pymalloc_use()
+        lines.append(
+            f"pymalloc {arenas} arenas (MiB), {blocks / 2**20:.1f} MiB in allocated blocks"
+        )
+        return "\n".join(lines) + "\n"
     snapshot = tracemalloc.take_snapshot()
     snapshot = snapshot.filter_traces(
         [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<unknown>")]
@@ -98,7 +131,8 @@ def main() -> None:
     out, frames, flag, module, *rest = sys.argv[1:]
     if flag != "-m":
         raise SystemExit("usage: python -m bench.memory_probe OUT FRAMES -m module [args...]")
-    tracemalloc.start(int(frames))
+    if int(frames) > 0:
+        tracemalloc.start(int(frames))
     threading.Thread(target=watch, args=(Path(out),), daemon=True, name="memory-probe").start()
     sys.argv = [module, *rest]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
