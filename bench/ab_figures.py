@@ -80,6 +80,33 @@ FIGURES: tuple[Figure, ...] = (
     Figure("GET p99", "ms", False, lambda r: _get(r, "api", "latency_ms", "p99")),
     Figure("GET achieved rate", "req/s", True, lambda r: _get(r, "api", "achieved_rate")),
     Figure(
+        "GET p99 while ingesting",
+        "ms",
+        False,
+        lambda r: _get(r, "api_ingest", "latency_ms", "p99"),
+    ),
+    Figure(
+        "GET service p99 while ingesting",
+        "ms",
+        False,
+        lambda r: _get(r, "api_ingest", "service_ms", "p99"),
+    ),
+    Figure(
+        "GET rate while ingesting",
+        "req/s",
+        True,
+        lambda r: _get(r, "api_ingest", "achieved_rate"),
+    ),
+    Figure(
+        "API CPU per GET while ingesting",
+        "ms",
+        False,
+        lambda r: _per(
+            _get(r, "api_ingest", "cpu_seconds", "api"), _get(r, "api_ingest", "requests"), 1e3
+        ),
+        headline=False,
+    ),
+    Figure(
         "API CPU per GET",
         "ms",
         False,

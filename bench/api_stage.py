@@ -228,6 +228,14 @@ async def _extender_load(
     return outcome
 
 
+def during_profile(profile: Path | None) -> Path | None:
+    """Where the API under load during the ingest writes its profile: ``profile`` (the
+    ``--profile-api`` path) with ``-during`` before its suffix, or ``None``."""
+    if profile is None:
+        return None
+    return profile.with_name(f"{profile.stem}-during{profile.suffix}")
+
+
 async def api_during_ingest(
     run: Run, settings: Settings, devices: Any, opts: Options, delay: float
 ) -> dict[str, Any]:
@@ -245,7 +253,7 @@ async def api_during_ingest(
         seed=opts.seed,
         schema=run.worker_schema,
         client_kinds=opts.api_client.split(",")[:1],
-        profile=None,
+        profile=during_profile(opts.profile_api),
     )
     result["worker_still_ingesting"] = "worker" not in run.done
     return result

@@ -11,7 +11,10 @@ Stages (each prints progress and its figures):
 3. ``worker``   -- (b) ``devicestate worker`` as a subprocess on the fresh topic, a fresh consumer
    group, a fresh schema and data dir; events/s from its first consumed record until the group's
    committed offsets reach the end offsets; peak RSS from ``/proc/<pid>/status``
-   (:mod:`bench.worker_stage`).
+   (:mod:`bench.worker_stage`). ``--workers N``: N worker processes in the one consumer group
+   (figures summed, each one's share in ``per_worker``). ``--shape storm``: once caught up on
+   the steady state, the burst of Unknown nodes is published and the backlog timed
+   (:mod:`bench.storm_stage`, :mod:`bench.load_storm`).
 4. ``replay``   -- (c) ``services.processes.replay.run.replay`` (in this process) of the topic into
    another fresh schema; then its rows are compared with the worker's (:mod:`bench.replay_stage`).
 5. ``api``      -- (d) ``devicestate api`` as a subprocess on the worker's schema; open-loop
@@ -38,8 +41,7 @@ from typing import Annotated
 import typer
 
 from bench.console import console
-from bench.load_pods import SHAPES
-from bench.options import STAGES, Options
+from bench.options import STAGES, Options, check_shape
 from bench.run import main_async
 
 
@@ -120,10 +122,28 @@ def cli(
         str,
         typer.Option(
             help="Workload: synthetic (single observations of random devices), training "
-            "(one 8-GPU Pod per node: a status change is 8 observations of one node) or "
-            "inference (eight 1-GPU Pods per node); bench/load_pods.py."
+            "(one 8-GPU Pod per node: a status change is 8 observations of one node), "
+            "inference (eight 1-GPU Pods per node; bench/load_pods.py) or storm (one Pod per "
+            "node of --devices/--nodes GPUs reported Healthy and ingested, then "
+            "--storm-unknown-share of the nodes Unknown at once; bench/load_storm.py; the "
+            "issue's size: --nodes 25000 --devices 200000; --events does not apply)."
         ),
     ] = "synthetic",
+    storm_unknown_share: Annotated[
+        float,
+        typer.Option(
+            min=0.0, max=1.0, help="--shape storm: share of the nodes whose GPUs turn Unknown."
+        ),
+    ] = 0.10,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=6,
+            help="Worker processes in the one consumer group (issue 12, scale out); the "
+            "governance topic's one partition goes to one of them.",
+        ),
+    ] = 1,
     topic: Annotated[
         str | None,
         typer.Option(
@@ -164,7 +184,10 @@ def cli(
     ] = None,
     profile_api: Annotated[
         Path | None,
-        typer.Option(help="Run the API under pyinstrument; text profile here. Slows it down."),
+        typer.Option(
+            help="Run the API under pyinstrument; text profile here (the load during the "
+            "ingest, --api-during-ingest, in NAME-during.SUFFIX). Slows it down."
+        ),
     ] = None,
 ) -> None:
     """Benchmark the devicestate pipeline end to end on the local stack (Kafka 127.0.0.1:9092, PostgreSQL 127.0.0.1:55432; start it with `devicestate-dev stack up`).
@@ -173,12 +196,13 @@ def cli(
     """
     if not api_client or set(api_client.split(",")) - {"httpx", "raw"}:
         raise typer.BadParameter("--api-client must be httpx, raw, or both (httpx,raw)")
-    if shape not in SHAPES:
-        raise typer.BadParameter(f"--shape must be one of {', '.join(SHAPES)}")
-    if SHAPES[shape] and devices % SHAPES[shape]:
-        raise typer.BadParameter(
-            f"--shape {shape}: --devices must be a multiple of {SHAPES[shape]}"
-        )
+    problem = check_shape(shape, devices, nodes)
+    if problem is not None:
+        raise typer.BadParameter(problem)
+    if shape == "storm" and "publish" in (skip or ()):
+        raise typer.BadParameter("--shape storm publishes its burst: it cannot --skip publish")
+    if workers > 1 and profile_worker is not None:
+        raise typer.BadParameter("--profile-worker profiles one worker: use --workers 1")
     bad = set(skip or ()) - set(STAGES)
     if bad:
         raise typer.BadParameter(f"unknown stage(s) {', '.join(sorted(bad))}; use {STAGES}")
@@ -210,6 +234,8 @@ def cli(
         extender_rate=extender_rate,
         shape=shape,
         record_schema=record_schema,
+        workers=workers,
+        storm_unknown_share=storm_unknown_share,
     )
     code = _run_with_signals(opts)
     raise typer.Exit(code)

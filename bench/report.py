@@ -13,6 +13,7 @@ from typing import Any
 from rich.table import Table
 
 from bench.console import console
+from bench.scale_rows import scale_rows
 
 # Targets (see docs/benchmarks.md).
 TARGET_INGEST_EPS = 30_000.0
@@ -101,6 +102,7 @@ def verdicts(results: dict[str, Any], events: int) -> list[dict[str, Any]]:
                     "verdict": "PASS" if per_device <= TARGET_RSS_PER_DEVICE_BYTES else "MISS",
                 }
             )
+    rows.extend(scale_rows(results))  # --workers N, --shape storm
     replay = results.get("replay")
     if replay and "events_per_second" in replay:
         rows.append(

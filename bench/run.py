@@ -19,7 +19,7 @@ from bench.kafka_admin import create_topic, end_offsets
 from bench.kafka_io import print_baseline_summary, print_publish_summary, publish, raw_consume
 from bench.load import Workload
 from bench.machine import code_version, command_line, machine_info
-from bench.options import Options, make_workload
+from bench.options import Options, make_storm, make_workload
 from bench.processes import StageUnavailable
 from bench.replay_stage import print_replay_summary, run_replay_stage
 from bench.report import print_table, verdicts
@@ -31,6 +31,7 @@ from bench.stack import (
     run_settings,
     stack_settings,
 )
+from bench.storm_stage import print_storm_summary, publish_ticks, storm_burst
 from bench.worker_stage import print_worker_summary, run_worker_stage
 
 
@@ -59,8 +60,9 @@ async def main_async(opts: Options) -> int:
         "results": results,
     }
     console.rule(f"devicestate pipeline benchmark {run.run_id}")
+    size = "storm" if opts.shape == "storm" else f"events {opts.events:,}"
     console.print(
-        f"events {opts.events:,}, devices {opts.devices:,}, nodes {opts.nodes:,}, dup-ratio "
+        f"{size}, workers {opts.workers}, devices {opts.devices:,}, nodes {opts.nodes:,}, dup-ratio "
         f"{opts.dup_ratio}, partitions {opts.partitions}, seed {opts.seed}; topic {run.topic}; "
         f"skip {', '.join(sorted(skip)) or 'nothing'}"
     )
@@ -69,7 +71,8 @@ async def main_async(opts: Options) -> int:
     try:
         # ---- 1. publish -------------------------------------------------------------------
         console.rule("1/5 publish")
-        workload = make_workload(opts)
+        storm = make_storm(opts) if opts.shape == "storm" else None
+        workload = make_workload(opts) if storm is None else storm.steady
         observations = workload.observations or len(workload.values)
         results["generate"] = {
             "events": observations,
@@ -100,6 +103,8 @@ async def main_async(opts: Options) -> int:
                 settings, workload, linger_ms=opts.linger_ms, batch_bytes=opts.batch_bytes
             )
             print_publish_summary(results["publish"])
+            if storm is not None:  # the watcher's tick after the steady state, every partition
+                await publish_ticks(settings, storm.steady_ticks)
         run.done.add("publish")
         total = sum((await end_offsets(settings.kafka_bootstrap_servers, run.topic)).values())
         api_devices = workload.devices
@@ -141,8 +146,24 @@ async def main_async(opts: Options) -> int:
                     profile=opts.profile_worker,
                     observations=observations,
                     memory_probe=opts.memory_probe_worker,
+                    workers=opts.workers,
+                    then=None
+                    if storm is None
+                    else lambda running: storm_burst(
+                        running,
+                        run,
+                        settings,
+                        storm,
+                        linger_ms=opts.linger_ms,
+                        batch_bytes=opts.batch_bytes,
+                    ),
                 )
                 w["devices"] = opts.devices
+                if storm is not None:
+                    results["storm"] = w.pop("then")
+                    print_storm_summary(results["storm"])
+                    storm.burst.keys.clear()
+                    storm.burst.values.clear()
                 if during is not None:
                     results["api_ingest"] = await during
                 run.done.add("worker")
@@ -154,6 +175,8 @@ async def main_async(opts: Options) -> int:
 
         # ---- 4. replay --------------------------------------------------------------------
         console.rule("4/5 (c) replay")
+        if storm is not None:  # the burst is on the topic now too
+            total = sum((await end_offsets(settings.kafka_bootstrap_servers, run.topic)).values())
         if "replay" in skip:
             results["replay"] = {"status": "skipped"}
         else:
@@ -213,7 +236,8 @@ async def main_async(opts: Options) -> int:
         console.rule("clean-up")
         await cleanup(run, settings, opts.keep)
 
-    rows = verdicts(results, opts.events)
+    # The storm's log is its fleet's, not --events: its replay row says "scaled to 1M".
+    rows = verdicts(results, opts.events if opts.shape != "storm" else 0)
     report["table"] = rows
     console.rule("results")
     print_table(rows)

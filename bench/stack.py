@@ -152,7 +152,7 @@ async def cleanup(run: Run, settings: Settings, keep: bool) -> None:
             deleted = await delete_topics(admin, doomed)
             if deleted:
                 console.print(f"  deleted topics: {', '.join(deleted)}")
-            if "worker" in run.done or any(c.name == "worker" for c in run.children):
+            if "worker" in run.done or any(c.name.startswith("worker") for c in run.children):
                 with contextlib.suppress(Exception):
                     await delete_consumer_group(admin, run.group)
                     console.print(f"  deleted consumer group {run.group}")

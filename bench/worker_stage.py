@@ -12,17 +12,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from bench.console import Reporter, console, fmt_rate
-from bench.cpu import CpuSampler
+from bench.cpu import CpuSampler, proc_cpu_seconds
 from bench.kafka_admin import admin_client, committed_offsets, end_offsets
 from bench.load import Workload
 from bench.processes import (
+    Child,
     devicestate_argv,
     devicestate_commands,
     free_port,
@@ -31,27 +32,14 @@ from bench.processes import (
     start_child,
 )
 from bench.stack import Run
+from bench.worker_group import (
+    RunningWorkers,
+    decisions_by_kind,
+    merged_metrics,
+    metric_sum,
+    per_worker,
+)
 from services.runtime.config import Settings
-
-_METRIC_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text -> ``{name{labels}: value}`` (labels kept verbatim)."""
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _METRIC_LINE.match(line)
-        if match:
-            with contextlib.suppress(ValueError):
-                values[match.group(1) + (match.group(2) or "")] = float(match.group(3))
-    return values
-
-
-def metric_sum(values: dict[str, float], name: str) -> float:
-    """Sum of metric ``name`` over all its label sets."""
-    return sum(v for k, v in values.items() if k == name or k.startswith(name + "{"))
 
 
 def worker_env(run: Run, settings: Settings, port: int, batch_size: int | None) -> dict[str, str]:
@@ -102,6 +90,8 @@ async def run_worker_stage(
     batch_size: int | None,
     profile: Path | None,
     observations: int | None = None,
+    workers: int = 1,
+    then: Callable[[RunningWorkers], Awaitable[dict[str, Any]]] | None = None,
     memory_probe: Path | None = None,
 ) -> dict[str, Any]:
     """Run the worker until it has committed all ``total`` records of ``settings.topic`` and the
@@ -111,12 +101,16 @@ async def run_worker_stage(
     ``total``; schema-2 records carry several), ``records`` the Kafka records. Raises ``TimeoutError`` after 300 s + 1 ms per event (x5 under the profiler),
     ``RuntimeError`` when the worker exits early (with its last log lines).
 
-    ``memory_probe``: run the worker under :mod:`bench.memory_probe` and, once caught up (after
-    the RSS figures are sampled), have it write its ``tracemalloc`` report to this path."""
+    ``workers``: worker processes in the one consumer group (each its own data dir and metrics
+    port; the figures are their sums, ``per_worker`` each one's; the single-partition
+    governance topic goes to one of them). ``then``: run once all caught up, before the workers
+    are stopped; its result is ``result["then"]``.
+
+    ``memory_probe``: run the (first) worker under :mod:`bench.memory_probe` and, once caught up
+    (after the RSS figures are sampled), have it write its memory report to this path."""
     import httpx
 
-    port = free_port()
-    env = worker_env(run, settings, port, batch_size)
+    ports = [free_port() for _ in range(workers)]
     argv, how, module_argv = worker_command()
     if profile is not None:
         argv = pyinstrument_argv(profile, module_argv)
@@ -125,12 +119,25 @@ async def run_worker_stage(
         frames = os.environ.get("BENCH_TRACEMALLOC_FRAMES", "1")
         argv = [sys.executable, "-m", "bench.memory_probe", str(memory_probe), frames, *module_argv]
         how += f" under tracemalloc -> {memory_probe}"
-    console.print(f"  starting {how}; metrics on 127.0.0.1:{port}, log {run.log_dir}/worker.log")
+    names = ["worker"] if workers == 1 else [f"worker-{i + 1}" for i in range(workers)]
+    console.print(
+        f"  starting {workers} x {how}; metrics on 127.0.0.1:{', '.join(map(str, ports))}, "
+        f"logs {run.log_dir}/{names[0]}.log"
+    )
     spawned = time.monotonic()
-    child = start_child("worker", argv, env, run.log_dir)
-    run.children.append(child)
+    children: list[Child] = []
+    for i, (name, port) in enumerate(zip(names, ports, strict=True)):
+        env = worker_env(run, settings, port, batch_size)
+        if workers > 1:  # a data dir (table store) per process, under the run's
+            data_dir = run.worker_data_dir / f"worker-{i + 1}"
+            data_dir.mkdir(parents=True, exist_ok=True)
+            env["DEVICESTATE_WORKER_DATA_DIR"] = str(data_dir)
+        children.append(start_child(name, argv, env, run.log_dir))
+    run.children.extend(children)
+    child = children[0]
     cpu = CpuSampler()
-    cpu.add("worker", child.pid)
+    cpu.groups["worker"] = [c.pid for c in children]
+    own_cpu: dict[int, float] = {}
 
     closing = contextlib.AsyncExitStack()
     admin = await closing.enter_async_context(admin_client(settings.kafka_bootstrap_servers))
@@ -146,28 +153,34 @@ async def run_worker_stage(
     idle_rss_kb: int | None = None
     last_commit_poll = 0.0
     committed: dict[int, int] = {}
+    then_result: dict[str, Any] | None = None
     try:
         async with httpx.AsyncClient(timeout=2.0) as http:
+            running = RunningWorkers(children, ports, http, admin)
             with Reporter("worker", total) as progress:
                 while True:
-                    child.check()
+                    for each in children:
+                        each.check()
                     now = time.monotonic()
                     if now > deadline:
                         raise TimeoutError(
                             f"worker did not catch up within {deadline - spawned:.0f} s "
                             f"(consumed {consumed:,.0f} of {total:,})"
                         )
-                    with contextlib.suppress(httpx.HTTPError):
-                        response = await http.get(f"http://127.0.0.1:{port}/metrics")
-                        last_metrics = parse_metrics(response.text)
+                    scrapes = await running.scrape()
+                    if all(scrapes):
+                        last_metrics = merged_metrics(scrapes)
                         consumed = metric_sum(
                             last_metrics, "devicestate_worker_events_consumed_total"
                         )
                     now = time.monotonic()
                     status = child.sample()
+                    for other in children[1:]:
+                        other.sample()
                     if consumed > 0 and first_consumed is None:
                         first_consumed = now
                         cpu.start()
+                        own_cpu = {c.pid: proc_cpu_seconds(c.pid) or 0.0 for c in children}
                     elif first_consumed is None and "VmRSS" in status:
                         idle_rss_kb = status["VmRSS"]  # started, nothing consumed yet
                     if consumed >= total and consumed_all is None:
@@ -188,6 +201,10 @@ async def run_worker_stage(
                     progress.update(int(consumed), extra=f"commit lag {lag:,}")
                     await asyncio.sleep(0.1)
             cpu_used = cpu.stop()  # the ingest window, as before the governor existed
+            own_cpu = {
+                c.pid: round((proc_cpu_seconds(c.pid) or 0.0) - own_cpu.get(c.pid, 0.0), 2)
+                for c in children
+            }
             # The health agent forwards before it commits, so the governance topic is complete
             # now; the governor agent (same process) may still be folding it.
             gov_ends = await end_offsets(
@@ -197,7 +214,7 @@ async def run_worker_stage(
             governor_caught_up: float | None = None
             with Reporter("governor", gov_total, unit="records") as progress:
                 while True:
-                    child.check()
+                    running.check()
                     if time.monotonic() > deadline:
                         raise TimeoutError("the governor did not catch up with its topic")
                     gov_committed: dict[int, int] = {}
@@ -211,9 +228,12 @@ async def run_worker_stage(
                         governor_caught_up = time.monotonic()
                         break
                     await asyncio.sleep(0.25)
-            with contextlib.suppress(httpx.HTTPError):
-                response = await http.get(f"http://127.0.0.1:{port}/metrics")
-                last_metrics = parse_metrics(response.text)
+            scrapes = await running.scrape()
+            if all(scrapes):
+                last_metrics = merged_metrics(scrapes)
+            if then is not None:
+                then_result = await then(running)
+                scrapes = await running.scrape()
     finally:
         await closing.aclose()
     assert first_consumed is not None and caught_up is not None
@@ -222,7 +242,8 @@ async def run_worker_stage(
     if memory_probe is not None:
         await probe_memory(child, memory_probe)
     child_stop_started = time.monotonic()
-    code = child.stop()
+    codes = [c.stop() for c in children]
+    code = codes[0] if workers == 1 else max((c or 0 for c in codes), default=0)
     if profile is not None:
         render_profile(profile)
     stop_seconds = time.monotonic() - child_stop_started
@@ -230,6 +251,7 @@ async def run_worker_stage(
     result: dict[str, Any] = {
         "command": how,
         "pid": child.pid,
+        "workers": workers,
         "events": observations or total,
         "records": total,
         "startup_seconds": round(first_consumed - spawned, 2),
@@ -239,13 +261,18 @@ async def run_worker_stage(
         "consumed_all_seconds": None
         if consumed_all is None
         else round(consumed_all - first_consumed, 3),
-        "peak_rss_mb": round(max(child.peak_rss_kb, status.get("VmHWM", 0)) / 1024, 1),
+        "peak_rss_mb": round(
+            max(c.peak_rss_kb for c in children) / 1024
+            if workers > 1
+            else max(child.peak_rss_kb, status.get("VmHWM", 0)) / 1024,
+            1,
+        ),
         "median_rss_mb": round(sorted(rss_samples)[len(rss_samples) // 2] / 1024, 1)
         if rss_samples
         else None,
         # The issue's memory figure: what the worker holds once caught up above what it held
         # started and idle (before its first record), in kB as /proc gives them.
-        "idle_rss_kb": idle_rss_kb,
+        "idle_rss_kb": idle_rss_kb if workers == 1 else None,  # per process: not a sum
         "caught_up_rss_kb": status.get("VmRSS"),
         "cpu_seconds": cpu_used,
         "exit_code": code,
@@ -279,6 +306,7 @@ async def run_worker_stage(
                 last_metrics, "devicestate_governor_records_consumed_total"
             ),
             "decisions": metric_sum(last_metrics, "devicestate_governor_decisions_total"),
+            "decisions_by_kind": decisions_by_kind(last_metrics),
             "governor_batches": metric_sum(
                 last_metrics, "devicestate_governor_batch_seconds_count"
             ),
@@ -287,6 +315,13 @@ async def run_worker_stage(
             ),
         },
     }
+    if workers > 1:
+        result["per_worker"] = [
+            per_worker(c, values, own_cpu.get(c.pid))
+            for c, values in zip(children, scrapes, strict=True)
+        ]
+    if then_result is not None:
+        result["then"] = then_result
     return result
 
 

@@ -20,7 +20,7 @@ from services.adapters.projection.tables import in_schema
 from services.domain.batch import LoggedBatch
 from services.domain.events import DeviceSource, Health
 from services.domain.inventory.identity import Identity, IdentityStatus
-from services.processes.api.warm_devices import WarmDevices
+from services.processes.api.warm_devices import REFRESH_SLICE, WarmDevices
 from tests.api.conftest import ApiFactory, Governor, InventoryWriter
 from tests.conftest import T0, LogFactory, ObservationFactory
 
@@ -209,6 +209,37 @@ async def test_a_body_read_before_a_refresh_is_not_kept(
     warm.put(("gpu-node-a", "GPU-0"), b"{}", before)
     assert warm.get(("gpu-node-a", "GPU-0")) != b"{}"
     warm.put(("gpu-node-a", "GPU-X"), b"{}", warm.generation)
+    assert warm.get(("gpu-node-a", "GPU-X")) == b"{}"
+
+
+async def test_a_long_refresh_lets_requests_in_and_refuses_their_puts(
+    engine: AsyncEngine,
+    fresh_schema: str,
+    store: ProjectionStore,
+    observation: ObservationFactory,
+    logged: LogFactory,
+) -> None:
+    """A refresh of thousands of devices (the worker ingesting) yields to the event loop between
+    slices, so GETs are answered meanwhile; a body such a GET read from PostgreSQL may predate
+    what the refresh applies, so its put is refused until the refresh has ended."""
+    warm = WarmDevices(ChangeReads(engine, fresh_schema), poll_seconds=POLL, max_devices=10_000)
+    await warm.refresh()
+    count = 3 * REFRESH_SLICE
+    keys = [("gpu-node-a", f"GPU-{i}") for i in range(count)]
+    await store.apply_batch(
+        LoggedBatch(logged([observation(1, resource_id=rid) for _, rid in keys]))
+    )
+    refresh = asyncio.create_task(warm.refresh())
+    turns = 0
+    while not refresh.done():  # a GET missing the copy, read from PostgreSQL, then put
+        for key in keys:
+            warm.put(key, b"stale", warm.generation)
+        turns += 1
+        await asyncio.sleep(0)
+    assert await refresh == count
+    assert turns > count // REFRESH_SLICE
+    assert all(warm.get(key) not in (None, b"stale") for key in keys)
+    warm.put(("gpu-node-a", "GPU-X"), b"{}", warm.generation)  # once it has ended: kept
     assert warm.get(("gpu-node-a", "GPU-X")) == b"{}"
 
 

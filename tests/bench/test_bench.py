@@ -71,6 +71,17 @@ def test_figures_of_a_recorded_run(recorded: dict[str, Any]) -> None:
     assert figures["replay == worker"] == 1.0
 
 
+def test_figures_of_the_load_while_the_worker_ingests() -> None:
+    path = REPO_ROOT / "bench" / "results" / "2026-12-04-api-during-ingest-main.json"
+    report: dict[str, Any] = json.loads(path.read_text())
+    figures = read_figures(report)
+    during = report["results"]["api_ingest"]
+    assert figures["GET p99 while ingesting"] == during["latency_ms"]["p99"] == 1529.68
+    assert figures["GET service p99 while ingesting"] == during["service_ms"]["p99"]
+    assert figures["GET rate while ingesting"] == during["achieved_rate"]
+    assert figures["API CPU per GET while ingesting"] == 0.72  # 7.25 s / 10,000 requests
+
+
 def test_governor_benchmark_checks_pass_on_a_small_log(tmp_path: Path) -> None:
     out = tmp_path / "governor.json"
     opts = Options(

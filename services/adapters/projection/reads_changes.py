@@ -120,10 +120,14 @@ class ChangeReads:
             items = self._governed.governed(list(rows))
         return Snapshot(items, horizon)
 
-    async def changed_since(self, horizon: Horizon) -> tuple[set[DeviceKey], Snapshot]:
+    async def changed_since(
+        self, horizon: Horizon, *, chunk: int = KEY_CHUNK
+    ) -> tuple[set[DeviceKey], Snapshot]:
         """The directory keys whose device, identity or governance rows changed since
         ``horizon`` (see the module doc), the current state of those that are devices, and the
-        next horizon, all from one snapshot."""
+        next horizon, all from one snapshot; the devices are read ``chunk`` keys per statement
+        (each statement's rows are decoded before the next is sent, so a smaller ``chunk``
+        holds the event loop for less time at once)."""
         lo = horizon.xid % 4294967296
         async with self._engine.begin() as conn:
             await conn.execute(READ_ONLY)
@@ -133,10 +137,10 @@ class ChangeReads:
             items: list[GovernedDevice] = []
             ordered = sorted(keys)
             c = devices.c
-            for start in range(0, len(ordered), KEY_CHUNK):
-                chunk: Sequence[DeviceKey] = ordered[start : start + KEY_CHUNK]
+            for start in range(0, len(ordered), chunk):
+                part: Sequence[DeviceKey] = ordered[start : start + chunk]
                 stmt = self._governed.joined().where(
-                    tuple_(c.node, c.resource_id).in_([tuple(k) for k in chunk])
+                    tuple_(c.node, c.resource_id).in_([tuple(k) for k in part])
                 )
                 result = await conn.execute(stmt, execution_options=self._governed.options)
                 items.extend(self._governed.governed(list(result)))
