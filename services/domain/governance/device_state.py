@@ -225,8 +225,10 @@ class DeviceGov:
     effective_reason: str | None = None
     unknown_since: datetime | None = None
     deadline: datetime | None = None
-    unknown_episodes: list[datetime] = field(default_factory=list)
-    unhealthy_transitions: list[datetime] = field(default_factory=list)
+    unknown_episodes: tuple[datetime, ...] = ()
+    unhealthy_transitions: tuple[datetime, ...] = ()
+    """Event times of the device's recent Unknown episodes and Unhealthy transitions; tuples,
+    replaced whole (the empty one shared: most devices have none; issue 12)."""
     pending: PendingAction | None = None
     pending_reason: str | None = None
     quarantine: QuarantineRecord | None = None
@@ -313,8 +315,10 @@ class DeviceGov:
             effective_reason=obj.get("effectiveReason"),
             unknown_since=optional_time(obj.get("unknownSince")),
             deadline=optional_time(obj.get("deadline")),
-            unknown_episodes=[parse_time(t) for t in obj.get("unknownEpisodes") or ()],
-            unhealthy_transitions=[parse_time(t) for t in obj.get("unhealthyTransitions") or ()],
+            unknown_episodes=tuple(parse_time(t) for t in obj.get("unknownEpisodes") or ()),
+            unhealthy_transitions=tuple(
+                parse_time(t) for t in obj.get("unhealthyTransitions") or ()
+            ),
             pending=None if pending is None else PendingAction(pending),
             pending_reason=obj.get("pendingReason"),
             quarantine=None if quarantine is None else QuarantineRecord.from_json(quarantine),
