@@ -36,6 +36,16 @@ def _per(numerator: float | None, denominator: float | None, scale: float) -> fl
     return round(float(numerator) / float(denominator) * scale, 2)
 
 
+def _rss_per_device(report: Report) -> float | None:
+    """The worker's RSS caught up above its idle RSS, bytes per ``--devices`` (issue 12)."""
+    idle = _get(report, "worker", "idle_rss_kb")
+    held = _get(report, "worker", "caught_up_rss_kb")
+    devices = report.get("options", {}).get("devices")
+    if idle is None or held is None:
+        return None
+    return _per((held - idle) * 1024, devices, 1)
+
+
 @dataclass(frozen=True)
 class Figure:
     """One compared figure: ``read`` gets it from a report; ``higher_is_better`` says which way
@@ -58,6 +68,12 @@ FIGURES: tuple[Figure, ...] = (
         lambda r: _per(
             _get(r, "worker", "cpu_seconds", "worker"), _get(r, "worker", "events"), 1e6
         ),
+    ),
+    Figure(
+        "worker RSS above idle, per device",
+        "bytes",
+        False,
+        _rss_per_device,
     ),
     # The replay's figures from the workload's observations and the replay's seconds, not from
     # its ``events_per_second``: revisions before 2026-12-04 counted records there.

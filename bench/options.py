@@ -46,6 +46,7 @@ class Options:
     record_schema: int = 2
     workers: int = 1
     storm_unknown_share: float = STORM_UNKNOWN_SHARE
+    memory_probe_worker: Path | None = None
 
 
 def check_shape(shape: str, devices: int, nodes: int) -> str | None:

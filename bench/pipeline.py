@@ -169,6 +169,15 @@ def cli(
             "text profile here. Slows the worker down."
         ),
     ] = None,
+    memory_probe_worker: Annotated[
+        Path | None,
+        typer.Option(
+            help="Run the worker with tracemalloc (bench/memory_probe.py) and, once caught up, "
+            "write where its memory is (top allocation sites, malloc_trim's effect) here "
+            "(frames per site: $BENCH_TRACEMALLOC_FRAMES, 1). "
+            "Slows the worker down; its RSS figures include tracemalloc's own."
+        ),
+    ] = None,
     profile_replay: Annotated[
         Path | None,
         typer.Option(help="Profile the in-process replay with pyinstrument; text profile here."),
@@ -217,6 +226,7 @@ def cli(
         linger_ms=linger_ms,
         batch_bytes=batch_bytes,
         profile_worker=profile_worker,
+        memory_probe_worker=memory_probe_worker,
         profile_replay=profile_replay,
         profile_api=profile_api,
         api_during_ingest=api_during_ingest,

@@ -145,6 +145,7 @@ async def main_async(opts: Options) -> int:
                     batch_size=opts.worker_batch_size,
                     profile=opts.profile_worker,
                     observations=observations,
+                    memory_probe=opts.memory_probe_worker,
                     workers=opts.workers,
                     then=None
                     if storm is None

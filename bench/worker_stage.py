@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -91,6 +92,7 @@ async def run_worker_stage(
     observations: int | None = None,
     workers: int = 1,
     then: Callable[[RunningWorkers], Awaitable[dict[str, Any]]] | None = None,
+    memory_probe: Path | None = None,
 ) -> dict[str, Any]:
     """Run the worker until it has committed all ``total`` records of ``settings.topic`` and the
     governor the whole governance topic; stop it (by PID) and return the stage's figures
@@ -102,7 +104,10 @@ async def run_worker_stage(
     ``workers``: worker processes in the one consumer group (each its own data dir and metrics
     port; the figures are their sums, ``per_worker`` each one's; the single-partition
     governance topic goes to one of them). ``then``: run once all caught up, before the workers
-    are stopped; its result is ``result["then"]``."""
+    are stopped; its result is ``result["then"]``.
+
+    ``memory_probe``: run the (first) worker under :mod:`bench.memory_probe` and, once caught up
+    (after the RSS figures are sampled), have it write its memory report to this path."""
     import httpx
 
     ports = [free_port() for _ in range(workers)]
@@ -110,6 +115,10 @@ async def run_worker_stage(
     if profile is not None:
         argv = pyinstrument_argv(profile, module_argv)
         how += f" under pyinstrument -> {profile}"
+    elif memory_probe is not None:
+        frames = os.environ.get("BENCH_TRACEMALLOC_FRAMES", "1")
+        argv = [sys.executable, "-m", "bench.memory_probe", str(memory_probe), frames, *module_argv]
+        how += f" under tracemalloc -> {memory_probe}"
     names = ["worker"] if workers == 1 else [f"worker-{i + 1}" for i in range(workers)]
     console.print(
         f"  starting {workers} x {how}; metrics on 127.0.0.1:{', '.join(map(str, ports))}, "
@@ -230,6 +239,8 @@ async def run_worker_stage(
     assert first_consumed is not None and caught_up is not None
     assert governor_caught_up is not None
     status = child.sample()
+    if memory_probe is not None:
+        await probe_memory(child, memory_probe)
     child_stop_started = time.monotonic()
     codes = [c.stop() for c in children]
     code = codes[0] if workers == 1 else max((c or 0 for c in codes), default=0)
@@ -312,6 +323,21 @@ async def run_worker_stage(
     if then_result is not None:
         result["then"] = then_result
     return result
+
+
+async def probe_memory(child: Any, out: Path) -> None:
+    """Have the worker under :mod:`bench.memory_probe` write its report to ``out``; wait for it."""
+    done = out.with_name(out.name + ".done")
+    done.unlink(missing_ok=True)
+    out.with_name(out.name + ".trigger").write_text("now\n")
+    deadline = time.monotonic() + 300.0
+    while not done.exists():
+        child.check()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the worker's memory report {out} did not come")
+        await asyncio.sleep(0.5)
+    out.with_name(out.name + ".trigger").unlink(missing_ok=True)
+    console.print(f"  worker memory report: {out}")
 
 
 def print_worker_summary(w: dict[str, Any], workload: Workload) -> None:

@@ -41,6 +41,7 @@ class GovernorGauges:
     def __init__(self, metrics: WorkerMetrics) -> None:
         self.metrics = metrics
         self._views: dict[DeviceKey, tuple[GovState, bool, bool]] = {}
+        self._shared_views: dict[tuple[GovState, bool, bool], tuple[GovState, bool, bool]] = {}
         self._unknown_since: dict[DeviceKey, datetime] = {}
 
     def reset(self, state: GovernorState) -> None:
@@ -98,6 +99,8 @@ class GovernorGauges:
                 continue
             q = device.quarantine
             view = (device.state, active_quarantine(device), q is not None and q.needs_operator)
+            # One tuple per distinct view (a few dozen), not one per device.
+            view = self._shared_views.setdefault(view, view)
             self._views[key] = view
             counts[view[0]] = counts.get(view[0], 0) + 1
             active += view[1]

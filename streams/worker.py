@@ -24,6 +24,7 @@ from services.adapters.kafka.clients import is_connection_error
 from services.adapters.projection.errors import is_transient
 from services.runtime.config import WorkerProcessSettings
 from streams.app import WorkerApp, assignor_topic, build_worker_app
+from streams.heap import trim_after_batches
 from streams.metrics import WorkerMetrics
 from streams.shutdown import ShutdownBound
 from streams.watchdog import ConsumerWatchdog
@@ -160,6 +161,17 @@ async def run_worker(
         metrics_port=metrics_port,
     )
     progress = asyncio.ensure_future(_log_progress(built, stop_requested))
+    trimming = (
+        asyncio.ensure_future(
+            trim_after_batches(
+                lambda: built.dedup.batches + built.governor.batches,
+                settings.worker_heap_trim_seconds,
+                stop_requested,
+            )
+        )
+        if settings.worker_heap_trim_seconds > 0
+        else None
+    )
     try:
         await worker.start()
         log.info("worker started", seconds=round(time.monotonic() - started, 2))
@@ -174,6 +186,8 @@ async def run_worker(
         log.info("worker stopping")
         await worker.stop()
         progress.cancel()
+        if trimming is not None:
+            trimming.cancel()
         await engine.dispose()
         metrics.close()
         bound.cancel()

@@ -221,6 +221,13 @@ class WorkerSettings(SettingsGroup):
         ".stack/worker", description="Faust data directory (RocksDB files of the dedup table)."
     )
     worker_metrics_port: int = Field(9108, description="Prometheus port of the worker (0: off).")
+    worker_heap_trim_seconds: float = Field(
+        2.0,
+        ge=0,
+        description="How often the worker hands the C allocator's free memory back to the OS "
+        "(glibc malloc_trim) when a batch was written since the last time (seconds; 0: never). "
+        "A batch's freed buffers otherwise stay in the process's RSS (issue 12).",
+    )
     worker_shutdown_grace_seconds: float = Field(
         20.0,
         ge=1,

@@ -225,8 +225,10 @@ class DeviceGov:
     effective_reason: str | None = None
     unknown_since: datetime | None = None
     deadline: datetime | None = None
-    unknown_episodes: list[datetime] = field(default_factory=list)
-    unhealthy_transitions: list[datetime] = field(default_factory=list)
+    unknown_episodes: tuple[datetime, ...] = ()
+    unhealthy_transitions: tuple[datetime, ...] = ()
+    """Event times of the device's recent Unknown episodes and Unhealthy transitions; tuples,
+    replaced whole (the empty one shared: most devices have none; issue 12)."""
     pending: PendingAction | None = None
     pending_reason: str | None = None
     quarantine: QuarantineRecord | None = None
@@ -239,10 +241,18 @@ class DeviceGov:
     merged_ids: tuple[str, ...] = ()
     driver_taint: DriverTaint | None = None
     """The ResourceSlice taint that counts as a fault on this device (issue 15), if any."""
+    _key: DeviceKey | None = field(default=None, init=False, repr=False, compare=False)
+    """The last :attr:`key` built: the state's dict, node index and dirty set share one tuple
+    per device instead of one each (issue 12, the worker's memory per device)."""
 
     @property
     def key(self) -> DeviceKey:
-        return (self.node, self.resource_id)
+        """``(node, resource_id)``; the same tuple object until either changes (a merge
+        renames a device: :mod:`.identities`)."""
+        key = self._key
+        if key is None or key[1] is not self.resource_id or key[0] is not self.node:
+            key = self._key = (self.node, self.resource_id)
+        return key
 
     def to_json(self) -> dict[str, Any]:
         obj = self._json()
@@ -305,8 +315,10 @@ class DeviceGov:
             effective_reason=obj.get("effectiveReason"),
             unknown_since=optional_time(obj.get("unknownSince")),
             deadline=optional_time(obj.get("deadline")),
-            unknown_episodes=[parse_time(t) for t in obj.get("unknownEpisodes") or ()],
-            unhealthy_transitions=[parse_time(t) for t in obj.get("unhealthyTransitions") or ()],
+            unknown_episodes=tuple(parse_time(t) for t in obj.get("unknownEpisodes") or ()),
+            unhealthy_transitions=tuple(
+                parse_time(t) for t in obj.get("unhealthyTransitions") or ()
+            ),
             pending=None if pending is None else PendingAction(pending),
             pending_reason=obj.get("pendingReason"),
             quarantine=None if quarantine is None else QuarantineRecord.from_json(quarantine),

@@ -119,9 +119,9 @@ def _absorb(ctx: context.Ctx, survivor: DeviceGov, loser: DeviceGov, at: datetim
         survivor.pods = loser.pods
         survivor.reported_id = loser.reported_id
         survivor.resource_name = loser.resource_name
-    survivor.unknown_episodes = sorted({*survivor.unknown_episodes, *loser.unknown_episodes})
-    survivor.unhealthy_transitions = sorted(
-        {*survivor.unhealthy_transitions, *loser.unhealthy_transitions}
+    survivor.unknown_episodes = tuple(sorted({*survivor.unknown_episodes, *loser.unknown_episodes}))
+    survivor.unhealthy_transitions = tuple(
+        sorted({*survivor.unhealthy_transitions, *loser.unhealthy_transitions})
     )
     survivor.merged_ids = tuple(sorted({*survivor.merged_ids, *loser.merged_ids}))
     survivor.uuid = survivor.uuid or loser.uuid

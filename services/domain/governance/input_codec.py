@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from sys import intern
 from typing import Any, Final
 
 import orjson
@@ -266,6 +267,11 @@ def _check_storable(value: Any, where: str) -> None:
             _check_storable(item, where)
 
 
+def _interned(text: str | None) -> str | None:
+    """``text`` interned (``sys.intern``: one shared copy of equal strings), ``None`` kept."""
+    return None if text is None else intern(text)
+
+
 def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
     """Build a governance-topic record from its JSON object; raises ``EventDecodeError`` (also for
     a string PostgreSQL could not store: the record is dead-lettered, not written)."""
@@ -291,20 +297,22 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
         pods = obj.get("pods") or []
         if not isinstance(pods, list) or not all(isinstance(p, str) for p in pods):
             raise EventDecodeError("field 'pods' must be a list of strings")
+        # The governor keeps these strings for as long as it holds the device (``DeviceGov``);
+        # interned, the devices of one node, one Pod or one resource name share one copy each.
         return HealthTransition(
-            node=str_field(obj, "node"),
+            node=intern(str_field(obj, "node")),
             resource_id=str_field(obj, "resourceID"),
-            resource_name=str_field(obj, "resourceName"),
+            resource_name=intern(str_field(obj, "resourceName")),
             source=enum_field(DeviceSource, obj, "source"),
             health=enum_field(Health, obj, "health"),
             status_version=version,
             observed_at=event_time_field(obj, "observedAt"),
             partition=int_field(obj, "partition"),
             offset=int_field(obj, "offset"),
-            message=optional_str_field(obj, "message"),
-            raw_health=optional_str_field(obj, "rawHealth"),
-            resource_claim=optional_str_field(obj, "resourceClaim"),
-            pods=tuple(pods),
+            message=_interned(optional_str_field(obj, "message")),
+            raw_health=_interned(optional_str_field(obj, "rawHealth")),
+            resource_claim=_interned(optional_str_field(obj, "resourceClaim")),
+            pods=tuple(intern(pod) for pod in pods),
             device_id=optional_str_field(obj, "deviceID"),
             identity=optional_str_field(obj, "identity"),
             uuid=optional_str_field(obj, "uuid"),

@@ -211,9 +211,10 @@ def on_transition(ctx: context.Ctx, t: HealthTransition) -> None:
     device.uuid = t.uuid or device.uuid
     if t.health is Health.UNHEALTHY and previous is not Health.UNHEALTHY:
         horizon = t.observed_at - timedelta(seconds=ctx.policy.flap_window_seconds)
-        device.unhealthy_transitions = [x for x in device.unhealthy_transitions if x > horizon] + [
-            t.observed_at
-        ]
+        device.unhealthy_transitions = (
+            *(x for x in device.unhealthy_transitions if x > horizon),
+            t.observed_at,
+        )
     if not was_bad and rules.effective(state, device)[0] is not Health.HEALTHY:
         nodes.signal(ctx, t.observed_at, device.node, device.resource_id)
     ctx.touch(device)

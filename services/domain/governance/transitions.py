@@ -67,7 +67,7 @@ def set_state(
 def start_tolerance(ctx: context.Ctx, device: DeviceGov, at: datetime, reason: str) -> None:
     policy = ctx.policy
     horizon = at - timedelta(seconds=policy.unknown_backoff_reset_seconds)
-    device.unknown_episodes = [t for t in device.unknown_episodes if t > horizon] + [at]
+    device.unknown_episodes = (*(t for t in device.unknown_episodes if t > horizon), at)
     window = policy.tolerance_for(len(device.unknown_episodes))
     device.unknown_since = at
     device.deadline = at + timedelta(seconds=window)
