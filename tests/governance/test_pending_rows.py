@@ -36,6 +36,7 @@ def test_the_fleet_row_stays_small_however_many_records_are_pending() -> None:
     rows = batch_rows(state, [], topic=TOPIC, offset=0, expected_offset=None)
     assert len(orjson.loads(rows.pending or "[]")) == 2_000
     assert len(rows.fleet) < 2_000  # bytes: the merge's marks, not its records
+    assert orjson.loads(rows.fleet)[0]["snapshot"]["order"]["pendingCount"] == 2_000
     state.clear_dirty()
     quiet = batch_rows(state, [], topic=TOPIC, offset=1, expected_offset=0)
     assert quiet.pending is None and quiet.deleted_pending == []  # nothing rewritten

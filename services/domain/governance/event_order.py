@@ -149,14 +149,16 @@ class EventOrder:
     def to_json(self, encode: Any, *, pending: bool = True) -> dict[str, Any]:
         """JSON-ready form; ``encode(record, key) -> dict`` is the governance codec's
         :func:`~.input_codec.keyed_to_dict` (pending records are kept in their wire form).
-        ``pending=False``: without the pending records (the fleet row's form: they are rows of
-        their own, :meth:`pending_rows`)."""
+        ``pending=False``: without the pending records but their count, ``pendingCount`` (the
+        fleet row's form: they are rows of their own, :meth:`pending_rows`)."""
         obj: dict[str, Any] = {
             "partitions": self.partitions,
             "watermarks": {str(p): format_time(t) for p, t in sorted(self.watermarks.items())},
         }
         if pending:
             obj["pending"] = [encode(record, key) for _, key, record in sorted(self.pending)]
+        else:  # how many, for readers of the row (``GET /v1/governance``)
+            obj["pendingCount"] = len(self.pending)
         obj.update(
             released={str(p): list(v) for p, v in sorted(self.released.items())},
             nextSeq=self.next_seq,
