@@ -153,6 +153,10 @@ class FleetGov:
     """Open node incidents of simultaneous device faults, by node (:mod:`.node_faults`)."""
     recent_faults: dict[str, list[tuple[datetime, str]]] = field(default_factory=dict)
     """Per node, its device faults within the node-incident window: ``(time, resourceID)``."""
+    faults_floor: datetime | None = field(default=None, compare=False, repr=False)
+    """The oldest newest-fault time in :attr:`recent_faults` when last scanned (``None``: not
+    known, e.g. since a node's faults were set): a lower bound while entries are only removed,
+    so :func:`.node_faults.settle` need not scan them before event time passes it (derived)."""
     migrations: MigrationBook = field(default_factory=MigrationBook)
     """Workload migrations off quarantined devices (issue 13, :mod:`.migrations`)."""
 
