@@ -367,6 +367,7 @@ class Governor:
             self.policy.heartbeat_grace_seconds,
             snapshot.workloads,
             snapshot.labels,
+            snapshot.pending,
         )
         self.applied_through = snapshot.offset
         start_sequence(self.state, snapshot.offset)

@@ -743,6 +743,18 @@ async def test_governance_status_names_a_silent_partition_and_a_clamped_clock(
         assert silent["pending"] == 4 and silent["watermarks"] == order["watermarks"]
 
 
+async def test_governance_status_counts_the_pending_records_the_governor_row_counts(
+    make_api: ApiFactory, governor: Governor
+) -> None:
+    """Issue 12: the governor's fleet row counts the records the merge holds (``pendingCount``);
+    the records themselves are rows of their own (``governor_pending``)."""
+    async with make_api(clock=lambda: NOW, tick_interval_seconds=15) as api:
+        order = {"partitions": 2, "watermarks": {"0": "2026-11-29T12:29:30Z"}, "pendingCount": 7}
+        await governor.fleet(None, snapshot={"order": order})
+        counted = (await api.get("/v1/governance")).json()
+        assert counted["pending"] == 7 and "the governor holds 7 record(s)" in counted["message"]
+
+
 async def test_governance_status_says_when_event_time_was_clamped(
     make_api: ApiFactory, governor: Governor
 ) -> None:

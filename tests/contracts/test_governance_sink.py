@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import orjson
@@ -27,8 +29,12 @@ from services.adapters.projection.governance_store import (
     batch_rows,
 )
 from services.domain.events import Health
+from services.domain.governance.inputs import HealthTransition, MergeKey, PartitionWatermark
+from services.domain.governance.intake import take
+from services.domain.governance.machine import step
 from services.domain.governance.state import GovernorState
 from streams.governor import GovernanceSink
+from tests.conftest import T0
 from tests.fakes.governance_sink import FakeGovernanceSink
 from tests.projection.test_governance_store import POLICY, fold, records, transition
 
@@ -71,6 +77,26 @@ def first_batch() -> tuple[GovernorState, BatchRows]:
     return state, batch_rows(
         state, decisions, topic=TOPIC, offset=len(items) - 1, expected_offset=None
     )
+
+
+def merging_state() -> tuple[GovernorState, Callable[[list[Any]], None]]:
+    """A state whose event-time merge has two partitions at ``T0``, and a way to take records
+    (``(record, key)`` pairs, or progress marks) into it."""
+    state = GovernorState()
+
+    def take_all(items: list[Any]) -> None:
+        for item in items:
+            record, key = item if isinstance(item, tuple) else (item, None)
+            take(state, record, key, POLICY, step)
+
+    take_all([PartitionWatermark(0, 2, T0), PartitionWatermark(1, 2, T0)])
+    return state, take_all
+
+
+def held(partition: int, seconds: float, offset: int) -> tuple[HealthTransition, MergeKey]:
+    """A transition of ``partition`` at ``T0 + seconds`` with its merge key."""
+    record = transition(f"GPU-{offset}", Health.HEALTHY, offset, seconds)
+    return record, MergeKey(T0 + timedelta(seconds=seconds), partition, offset, 0)
 
 
 class GovernanceSinkContract:
@@ -220,6 +246,47 @@ class GovernanceSinkContract:
         assert snapshot_json(restored) == snapshot_json(state)
         # The facts are rows of their own, not in the fleet snapshot written with every batch.
         assert "workloads" not in (loaded.fleet or {}).get("migrations", {})
+
+    async def test_pending_merge_records_are_rows_written_once_and_deleted_when_released(
+        self, harness: Harness
+    ) -> None:
+        state, take_all = merging_state()
+        take_all([held(0, 10.0, 1), held(0, 20.0, 2)])  # partition 1 is behind: both wait
+        first = batch_rows(state, [], topic=TOPIC, offset=0, expected_offset=None)
+        assert [
+            (r["source_offset"], r["source_index"]) for r in orjson.loads(first.pending or "[]")
+        ] == [
+            (1, 0),
+            (2, 0),
+        ]
+        fleet_row = orjson.loads(first.fleet)[0]["snapshot"]
+        assert "pending" not in fleet_row["order"]  # not rewritten with every batch
+        await harness.sink.write(first)
+        state.clear_dirty()
+        assert await self._restored(harness) == snapshot_json(state)
+
+        take_all([PartitionWatermark(1, 2, T0 + timedelta(seconds=15))])  # releases the first
+        second = batch_rows(state, [], topic=TOPIC, offset=1, expected_offset=0)
+        assert second.pending is None  # the one still pending is written already
+        assert second.deleted_pending == [(0, 1, 0)]
+        await harness.sink.write(second)
+        state.clear_dirty()
+        loaded = await harness.sink.load(TOPIC)
+        assert [p["order"]["offset"] for p in loaded.pending] == [2]
+        assert await self._restored(harness) == snapshot_json(state)
+
+    async def _restored(self, harness: Harness) -> bytes:
+        loaded = await harness.sink.load(TOPIC)
+        restored = GovernorState.restore(
+            loaded.devices,
+            loaded.nodes,
+            loaded.fleet,
+            POLICY.heartbeat_grace_seconds,
+            loaded.workloads,
+            loaded.labels,
+            loaded.pending,
+        )
+        return snapshot_json(restored)
 
     async def test_the_recorded_offset_never_moves_back(self, harness: Harness) -> None:
         _, rows = first_batch()

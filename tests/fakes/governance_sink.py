@@ -16,7 +16,8 @@ from services.adapters.projection.governance_store import (
 
 class FakeGovernanceSink:
     """Keeps what the tables do: device and node snapshots (deleted ones removed), the fleet,
-    the migration policy's workload facts and the nodes' labels (deleted ones removed),
+    the migration policy's workload facts, the nodes' labels and the merge's pending records
+    (deleted ones removed),
         the recorded offset per topic (never moving back), quarantines upserted by id, decisions and
         commands kept once per key; fails the first ``fail`` writes; awaits ``before_commit`` once the
     rows are checked, before anything is kept (an exception from it keeps nothing). Held to
@@ -32,6 +33,7 @@ class FakeGovernanceSink:
         self.commands: dict[str, dict[str, Any]] = {}
         self.workloads: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.labels: dict[str, dict[str, Any]] = {}
+        self.pending: dict[tuple[int, int, int], dict[str, Any]] = {}
         self._last_topic: str | None = None
         self.writes: list[BatchRows] = []
         self.loads = 0
@@ -59,6 +61,7 @@ class FakeGovernanceSink:
                 for k in sorted(self.workloads)
             ],
             labels=[self.labels[k] for k in sorted(self.labels)],
+            pending=[self.pending[k] for k in sorted(self.pending)],
         )
 
     async def write(
@@ -79,6 +82,11 @@ class FakeGovernanceSink:
             self.nodes.pop(name, None)
         for wkey in rows.deleted_workloads:
             self.workloads.pop(wkey, None)
+        for source in rows.deleted_pending:
+            self.pending.pop(source, None)
+        for row in orjson.loads(rows.pending or "[]"):
+            key = (row["source_partition"], row["source_offset"], row["source_index"])
+            self.pending.setdefault(key, row["snapshot"])
         for name in rows.deleted_labels:
             self.labels.pop(name, None)
         for row in orjson.loads(rows.labels or "[]"):

@@ -102,3 +102,26 @@ def test_a_batch_whose_envelope_does_not_decode_is_refused_whole(
 ) -> None:
     with pytest.raises(EventDecodeError, match=reason):
         unpack(payload, header)
+
+
+def test_a_nul_in_an_entry_sets_that_entry_apart_with_its_merge_key() -> None:
+    """The batch is checked for unstorable strings once (only a ``\\u0000`` escape can make one);
+    an entry holding a NUL is still refused alone, its dead letter the entry as it came."""
+    good = [encode_input(r, k) for r, k in entries()]
+    raw = orjson.loads(good[1])
+    raw["message"] = "bad \x00 byte"
+    payload = encode_batch([good[0], orjson.dumps(raw, option=orjson.OPT_SORT_KEYS), good[2]])
+    unpacked = unpack(payload, RECORD_TYPE)
+    assert unpacked.entries == [entries()[0], entries()[2]]
+    [bad] = unpacked.bad
+    assert "NUL" in bad.reason and bad.index == 1
+    assert orjson.loads(bad.value) == raw  # with its "order"
+
+
+def test_a_backslash_before_u0000_is_text_not_a_nul() -> None:
+    raw = orjson.loads(encode_input(*entries()[0]))
+    raw["message"] = "path C:\\u0000"  # a backslash, then the letters: no NUL
+    payload = encode_batch([orjson.dumps(raw, option=orjson.OPT_SORT_KEYS)])
+    assert b"\\\\u0000" in payload
+    [(record, _)] = decode_records(payload, RECORD_TYPE)
+    assert getattr(record, "message", None) == "path C:\\u0000"

@@ -36,6 +36,7 @@ GOVERNANCE_TABLES = (
     "governor_workloads",  # 0011_migration_workloads (issue 13)
     "migration_evidence",  # 0014_migration_evidence (issue 13 item 3)
     "governor_node_labels",  # 0016_governor_node_labels (issue 16 / 12)
+    "governor_pending",  # 0017_governor_pending (issue 12)
 )
 
 INVENTORY_TABLES = (
@@ -125,11 +126,16 @@ async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
         *INVENTORY_TABLES,
     }
     current = await asyncio.to_thread(alembic_cli, database_url, schema_name, "current")
-    assert "0016_governor_node_labels (head)" in current.stdout
+    assert "0017_governor_pending (head)" in current.stdout
     assert {"last_observed_at", "partition"} <= await columns_of(
         engine, schema_name, "device_identities"
     )
     assert "frozen" in await columns_of(engine, schema_name, "device_history")
+
+    back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
+    assert back.returncode == 0, back.stderr
+    assert "governor_pending" not in await tables_in(engine, schema_name)  # 0017
+    assert "governor_node_labels" in await tables_in(engine, schema_name)
 
     back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
     assert back.returncode == 0, back.stderr
@@ -198,7 +204,13 @@ async def test_cli_upgrade_on_an_empty_schema_then_downgrade_to_base(
         *(
             t
             for t in GOVERNANCE_TABLES
-            if t not in ("governor_workloads", "migration_evidence", "governor_node_labels")
+            if t
+            not in (
+                "governor_workloads",
+                "migration_evidence",
+                "governor_node_labels",
+                "governor_pending",
+            )
         ),
     }
 
@@ -228,7 +240,7 @@ async def test_migrate_is_idempotent_and_safe_to_run_concurrently(
         version = await conn.execute(
             text(f'SELECT version_num FROM "{schema_name}".alembic_version')
         )
-        assert [r[0] for r in version] == ["0016_governor_node_labels"]
+        assert [r[0] for r in version] == ["0017_governor_pending"]
 
 
 async def test_revisions_match_the_table_metadata(engine: AsyncEngine, fresh_schema: str) -> None:

@@ -52,6 +52,10 @@ class BatchRows:
     """``governor_node_labels`` rows of the nodes whose labels changed in the batch."""
     deleted_labels: list[str] = field(default_factory=list)
     """Nodes whose labels the gate no longer holds."""
+    pending: str | None = None
+    """``governor_pending`` rows of the merge's records left pending since the last write."""
+    deleted_pending: list[tuple[int, int, int]] = field(default_factory=list)
+    """Sources ``(partition, offset, index)`` of the written pending records since released."""
 
 
 def _json(rows: Sequence[Any]) -> str | None:
@@ -132,8 +136,9 @@ def batch_rows(
     highwater: int | None = None,
 ) -> BatchRows:
     """Encode what one batch changed: the state's dirty devices and nodes, touched quarantines, the
-    fleet, the nodes whose labels changed, and ``decisions``. Call before ``state.clear_dirty()``.
-    The fleet row holds no node's labels: its size does not grow with them."""
+    fleet, the nodes whose labels changed, the event-time merge's records left pending or released
+    since the last write, and ``decisions``. Call before ``state.clear_dirty()``. The fleet row
+    holds no node's labels nor pending records: its size does not grow with them."""
     devices, deleted_devices = [], []
     for key in sorted(state.dirty_devices):
         device = state.devices.get(key)
@@ -182,6 +187,11 @@ def batch_rows(
             deleted_labels.append(name)
         else:
             labels.append({"node": name, "snapshot": label_row})
+    added, deleted_pending = fleet.pending_rows()
+    pending = [
+        {"source_partition": p, "source_offset": o, "source_index": i, "snapshot": wire}
+        for (p, o, i), wire in added
+    ]
     return BatchRows(
         topic=topic,
         offset=offset,
@@ -197,7 +207,7 @@ def batch_rows(
                     "watermark": fleet.watermark,
                     "breaker_open": fleet.breaker_open,
                     "automation_paused": fleet.automation_paused,
-                    "snapshot": fleet.to_json(),
+                    "snapshot": fleet.to_json(pending=False),
                 }
             ]
         ).decode(),
@@ -211,6 +221,8 @@ def batch_rows(
         evidence=_json(book.pending_evidence),
         labels=_json(labels),
         deleted_labels=deleted_labels,
+        pending=_json(pending),
+        deleted_pending=deleted_pending,
     )
 
 

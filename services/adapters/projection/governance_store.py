@@ -5,7 +5,8 @@ governor (``streams/governor.py``) and the governance replay read and write.
 snapshots of every device and node, the fleet row, and the governance topic's recorded offset.
 :meth:`GovernanceStore.write` writes one batch's rows (:func:`batch_rows`, encoded by
 :mod:`services.adapters.projection.governance_rows`) in ONE transaction:
-the touched device, node and quarantine rows, the fleet row, the decisions, the operator commands,
+the touched device, node and quarantine rows, the fleet row, the event-time merge's pending
+records added and released, the decisions, the operator commands,
 the accepted migration evidence and the topic's ``partition_progress`` row. Every value comes
 from the governance topic (event
 times, never the wall clock; ``partition_progress.updated_at`` aside), so a replay of the topic
@@ -59,6 +60,8 @@ class GovernorSnapshot:
     """The migration policy's workload facts (``governor_workloads.snapshot``)."""
     labels: list[dict[str, Any]] = field(default_factory=list)
     """The nodes' labels (``governor_node_labels.snapshot``, by node)."""
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    """The event-time merge's pending records (``governor_pending.snapshot``, by source)."""
 
 
 # --- SQL ------------------------------------------------------------------------------------
@@ -103,6 +106,10 @@ _DECISION_TYPES: Final = (
 )
 _LABEL_COLUMNS: Final = "node, snapshot"
 _LABEL_TYPES: Final = "node text, snapshot jsonb"
+_PENDING_COLUMNS: Final = "source_partition, source_offset, source_index, snapshot"
+_PENDING_TYPES: Final = (
+    "source_partition integer, source_offset bigint, source_index integer, snapshot jsonb"
+)
 _WORKLOAD_COLUMNS: Final = "node, resource_id, pod_uid, snapshot"
 _WORKLOAD_TYPES: Final = "node text, resource_id text, pod_uid text, snapshot jsonb"
 _EVIDENCE_COLUMNS: Final = (
@@ -184,6 +191,24 @@ class _Statements:
         self.load_labels = text(
             f"SELECT snapshot::text FROM {s}.governor_node_labels ORDER BY node"
         )
+        # A redelivered batch writes the same record again: its row is the same.
+        self.pending = _upsert(
+            s,
+            "governor_pending",
+            _PENDING_COLUMNS,
+            _PENDING_TYPES,
+            "source_partition, source_offset, source_index",
+            False,
+        )
+        self.delete_pending = text(
+            f"DELETE FROM {s}.governor_pending AS g USING unnest(CAST(:parts AS integer[]), "
+            "CAST(:offsets AS bigint[]), CAST(:indexes AS integer[])) AS k(p, o, i) "
+            "WHERE g.source_partition = k.p AND g.source_offset = k.o AND g.source_index = k.i"
+        )
+        self.load_pending = text(
+            f"SELECT snapshot::text FROM {s}.governor_pending "
+            "ORDER BY source_partition, source_offset, source_index"
+        )
         self.delete_nodes = text(
             f"DELETE FROM {s}.governor_nodes WHERE node = ANY(CAST(:nodes AS text[]))"
         )
@@ -254,6 +279,7 @@ class GovernanceStore:
                 for r in await conn.execute(self._sql.load_workloads)
             ]
             labels = [orjson.loads(r[0]) for r in await conn.execute(self._sql.load_labels)]
+            pending = [orjson.loads(r[0]) for r in await conn.execute(self._sql.load_pending)]
             offset = (
                 await conn.execute(
                     self._sql.load_offset, {"topic": topic, "partition": GOVERNANCE_PARTITION}
@@ -266,6 +292,7 @@ class GovernanceStore:
             offset=None if offset is None else int(offset),
             workloads=workloads,
             labels=labels,
+            pending=pending,
         )
 
     async def write(
@@ -292,6 +319,15 @@ class GovernanceStore:
                 await conn.execute(sql.delete_nodes, {"nodes": rows.deleted_nodes})
             if rows.deleted_labels:
                 await conn.execute(sql.delete_labels, {"nodes": rows.deleted_labels})
+            if rows.deleted_pending:
+                await conn.execute(
+                    sql.delete_pending,
+                    {
+                        "parts": [k[0] for k in rows.deleted_pending],
+                        "offsets": [k[1] for k in rows.deleted_pending],
+                        "indexes": [k[2] for k in rows.deleted_pending],
+                    },
+                )
             if rows.deleted_workloads:
                 await conn.execute(
                     sql.delete_workloads,
@@ -311,6 +347,7 @@ class GovernanceStore:
                 (sql.workloads, rows.workloads),
                 (sql.evidence, rows.evidence),
                 (sql.labels, rows.labels),
+                (sql.pending, rows.pending),
             ):
                 if payload is not None:
                     await conn.execute(statement, {"rows": payload})

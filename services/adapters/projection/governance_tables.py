@@ -11,6 +11,8 @@ transaction per batch together with the topic's ``partition_progress`` row:
 - ``governor_node_labels``: each node's labels as the adoption gate holds them (issue 16), one
   row per node, written only when that node's labels change (``0016_governor_node_labels``);
 - ``governor_fleet``: one row (``id = 1``): watermarks, token buckets, breaker, automation switch;
+- ``governor_pending``: the event-time merge's pending records (issue 12), one row per record,
+  written once while it is pending and deleted when it is released (``0017_governor_pending``);
 - ``quarantines``: quarantine records (system or manual), with lease holder and fencing token;
 - ``governance_decisions``: every decision, keyed by ``(seq, idx)`` (the device timeline);
 - ``governance_commands``: operator commands and whether they were accepted.
@@ -72,6 +74,18 @@ governor_fleet = Table(
     Column("watermark", DateTime(timezone=True)),
     Column("breaker_open", Boolean, nullable=False),
     Column("automation_paused", Boolean, nullable=False),
+    Column("snapshot", JSONB, nullable=False),
+)
+
+governor_pending = Table(
+    "governor_pending",
+    metadata,
+    # A forwarded record the event-time merge holds (EventOrder.pending_rows: the record's wire
+    # form with its "order"), keyed by its source (MergeKey.source); not in governor_fleet's
+    # snapshot, which is rewritten every batch (issue 12).
+    Column("source_partition", Integer, primary_key=True),
+    Column("source_offset", BigInteger, primary_key=True),
+    Column("source_index", Integer, primary_key=True),
     Column("snapshot", JSONB, nullable=False),
 )
 

@@ -18,13 +18,17 @@ So the released sequence is a function of the per-partition contents of the devi
 alone. The governor (:func:`.intake.take`) advances its clock to each released record's key time
 before it folds the record, and timers fire exactly at their due time between the records on
 either side. The pending records are part of the governor's state (snapshotted with the fleet),
-so a restart neither loses nor doubles them.
+so a restart neither loses nor doubles them. Each pending record is a row of its own
+(:meth:`EventOrder.pending_rows`, ``governor_pending``), written once, with the batch that leaves
+it pending, and deleted with the batch that releases it: a partition that lags keeps thousands
+pending, and the fleet's row, rewritten every batch, would carry them all (issue 12: 1.7 MB a batch
+on the training benchmark). A record offered and released within one batch is never written.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -35,6 +39,8 @@ from services.domain.governance.inputs import GovernanceInput, MergeKey, Partiti
 
 Order = tuple[datetime, int, int, int]
 """``(event_time, partition, offset, index)``: a :class:`MergeKey` without its flag."""
+Source = tuple[int, int, int]
+"""``(partition, offset, index)``: :attr:`MergeKey.source`, a forwarded record's identity."""
 
 
 def order_of(key: MergeKey) -> Order:
@@ -61,12 +67,12 @@ class EventOrder:
     """Records whose ``observedAt`` was ahead of the broker clock bound (their key was clamped)."""
     last_clamped_at: datetime | None = None
     """Key time of the last clamped record."""
-    _pending_sources: set[tuple[int, int, int]] = field(default_factory=set)
-    _encoded: dict[tuple[int, int, int], dict[str, Any]] = field(
-        default_factory=dict, compare=False, repr=False
-    )
-    """Wire form of each pending record by source, made once: a partition that lags keeps many
-    records pending, and the snapshot of every batch writes them all."""
+    _sources: dict[Source, tuple[MergeKey, GovernanceInput]] = field(default_factory=dict)
+    """The pending records by source."""
+    unstored: set[Source] = field(default_factory=set, compare=False, repr=False)
+    """Pending records without their row yet (offered since the last write)."""
+    unpended: set[Source] = field(default_factory=set, compare=False, repr=False)
+    """Released records whose row is to be deleted (they were pending at a write)."""
 
     # -- input ----------------------------------------------------------------------------------
 
@@ -74,12 +80,10 @@ class EventOrder:
         """Add a forwarded record; ``False`` (and nothing changes) for a redelivery."""
         source = key.source
         done = self.released.get(key.partition)
-        if source in self._pending_sources or (
-            done is not None and (key.offset, key.index) <= done
-        ):
+        if source in self._sources or (done is not None and (key.offset, key.index) <= done):
             return False
-        self._pending_sources.add(source)
-        heapq.heappush(self.pending, (order_of(key), key, record))
+        self._hold(key, record)
+        self.unstored.add(source)
         # The partition count comes from progress marks only: a record says nothing of how many
         # partitions there are, and guessing low would release it before the others reported.
         self._raise(key.partition, key.event_time)
@@ -88,6 +92,10 @@ class EventOrder:
             if self.last_clamped_at is None or key.event_time > self.last_clamped_at:
                 self.last_clamped_at = key.event_time
         return True
+
+    def _hold(self, key: MergeKey, record: GovernanceInput) -> None:
+        self._sources[key.source] = (key, record)
+        heapq.heappush(self.pending, (order_of(key), key, record))
 
     def progress(self, mark: PartitionWatermark) -> None:
         """A partition's progress mark: raises its watermark (never lowers it)."""
@@ -127,38 +135,74 @@ class EventOrder:
             if bound is not None and bound <= (t, p):
                 return
             heapq.heappop(self.pending)
-            self._pending_sources.discard(key.source)
-            self._encoded.pop(key.source, None)
+            source = key.source
+            del self._sources[source]
+            if source in self.unstored:  # never written
+                self.unstored.discard(source)
+            else:
+                self.unpended.add(source)
             self.released[p] = (offset, index)
             yield key, record
 
     # -- snapshot -------------------------------------------------------------------------------
 
-    def to_json(self, encode: Any) -> dict[str, Any]:
+    def to_json(self, encode: Any, *, pending: bool = True) -> dict[str, Any]:
         """JSON-ready form; ``encode(record, key) -> dict`` is the governance codec's
-        :func:`~.input_codec.keyed_to_dict` (pending records are kept in their wire form)."""
-        return {
+        :func:`~.input_codec.keyed_to_dict` (pending records are kept in their wire form).
+        ``pending=False``: without the pending records but their count, ``pendingCount`` (the
+        fleet row's form: they are rows of their own, :meth:`pending_rows`)."""
+        obj: dict[str, Any] = {
             "partitions": self.partitions,
             "watermarks": {str(p): format_time(t) for p, t in sorted(self.watermarks.items())},
-            "pending": [self._wire(encode, key, record) for _, key, record in sorted(self.pending)],
-            "released": {str(p): list(v) for p, v in sorted(self.released.items())},
-            "nextSeq": self.next_seq,
-            "clamped": self.clamped,
-            "lastClampedAt": None
+        }
+        if pending:
+            obj["pending"] = [encode(record, key) for _, key, record in sorted(self.pending)]
+        else:  # how many, for readers of the row (``GET /v1/governance``)
+            obj["pendingCount"] = len(self.pending)
+        obj.update(
+            released={str(p): list(v) for p, v in sorted(self.released.items())},
+            nextSeq=self.next_seq,
+            clamped=self.clamped,
+            lastClampedAt=None
             if self.last_clamped_at is None
             else format_time(self.last_clamped_at),
-        }
+        )
+        return obj
 
-    def _wire(self, encode: Any, key: MergeKey, record: GovernanceInput) -> dict[str, Any]:
-        wire = self._encoded.get(key.source)
-        if wire is None:
-            wire = self._encoded[key.source] = encode(record, key)
-        return wire
+    def pending_rows(self, encode: Any) -> tuple[list[tuple[Source, dict[str, Any]]], list[Source]]:
+        """What changed since the last write, in source order: the pending records to write,
+        ``(source, wire form)`` (``encode`` as for :meth:`to_json`), and the sources of the rows
+        to delete (released since). Call before :meth:`clear_written`."""
+        added = [
+            (source, encode(record, key))
+            for source in sorted(self.unstored)
+            for key, record in (self._sources[source],)
+        ]
+        return added, sorted(self.unpended)
+
+    def clear_written(self) -> None:
+        """The rows of :meth:`pending_rows` are written."""
+        self.unstored.clear()
+        self.unpended.clear()
+
+    def load_pending(self, rows: Iterable[dict[str, Any]], decode: Any) -> None:
+        """Hold the pending records of ``rows`` (their wire forms, :meth:`pending_rows`) after a
+        restore; they are written already. One that is pending already (from an older snapshot's
+        ``pending``, which :meth:`from_json` read as unwritten) is not held twice."""
+        for item in rows:
+            record, key = decode(item)
+            assert key is not None, "a pending record without its merge key"
+            if key.source in self._sources:
+                self.unstored.discard(key.source)
+            else:
+                self._hold(key, record)
 
     @classmethod
     def from_json(cls, obj: dict[str, Any] | None, decode: Any) -> EventOrder:
         """Inverse of :meth:`to_json`; ``decode(dict) -> (record, key)`` is
-        :func:`~.input_codec.keyed_from_dict`. ``None`` (a snapshot from before issue 10): empty."""
+        :func:`~.input_codec.keyed_from_dict`. ``None`` (a snapshot from before issue 10): empty.
+        Pending records in ``obj`` (a whole snapshot, or a fleet row written before they had rows
+        of their own) are held as not yet written, so the next write gives them their rows."""
         if not obj:
             return cls()
         order = cls(
@@ -176,6 +220,6 @@ class EventOrder:
         for item in obj.get("pending") or ():
             record, key = decode(item)
             assert key is not None, "a pending record without its merge key"
-            order._pending_sources.add(key.source)
-            heapq.heappush(order.pending, (order_of(key), key, record))
+            order._hold(key, record)
+            order.unstored.add(key.source)
         return order

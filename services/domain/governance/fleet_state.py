@@ -15,7 +15,7 @@ from services.domain.codec import parse_time
 from services.domain.events import format_time
 from services.domain.governance.adoption_state import AdoptionGov
 from services.domain.governance.device_state import DeviceKey, optional_time, optional_time_text
-from services.domain.governance.event_order import EventOrder
+from services.domain.governance.event_order import EventOrder, Source
 from services.domain.governance.input_codec import keyed_from_dict, keyed_to_dict
 from services.domain.migration.book import MigrationBook
 
@@ -153,6 +153,10 @@ class FleetGov:
     """Open node incidents of simultaneous device faults, by node (:mod:`.node_faults`)."""
     recent_faults: dict[str, list[tuple[datetime, str]]] = field(default_factory=dict)
     """Per node, its device faults within the node-incident window: ``(time, resourceID)``."""
+    faults_floor: datetime | None = field(default=None, compare=False, repr=False)
+    """The oldest newest-fault time in :attr:`recent_faults` when last scanned (``None``: not
+    known, e.g. since a node's faults were set): a lower bound while entries are only removed,
+    so :func:`.node_faults.settle` need not scan them before event time passes it (derived)."""
     migrations: MigrationBook = field(default_factory=MigrationBook)
     """Workload migrations off quarantined devices (issue 13, :mod:`.migrations`)."""
 
@@ -161,8 +165,10 @@ class FleetGov:
         self.signal_devices = Counter((n, r) for _, n, r in self.signals if r)
         self.signal_nodes = Counter(n for _, n, _ in self.signals)
 
-    def to_json(self) -> dict[str, Any]:
-        obj = self._to_json()
+    def to_json(self, *, pending: bool = True) -> dict[str, Any]:
+        """The fleet's snapshot; ``pending=False``: without the merge's pending records (the
+        ``governor_fleet`` row: they are rows of their own, :meth:`pending_rows`)."""
+        obj = self._to_json(pending)
         # Absent otherwise: older snapshots stay identical.
         if not self.adoption.empty():
             obj["adoption"] = self.adoption.to_json()
@@ -170,7 +176,16 @@ class FleetGov:
             obj["migrations"] = self.migrations.to_json()
         return obj
 
-    def _to_json(self) -> dict[str, Any]:
+    def pending_rows(self) -> tuple[list[tuple[Source, dict[str, Any]]], list[Source]]:
+        """The merge's pending records to write and the rows to delete since the last write
+        (:meth:`.EventOrder.pending_rows`, in the governance codec's wire form)."""
+        return self.order.pending_rows(keyed_to_dict)
+
+    def load_pending(self, rows: list[dict[str, Any]]) -> None:
+        """Hold the merge's pending records of ``rows`` (``governor_pending.snapshot``)."""
+        self.order.load_pending(rows, keyed_from_dict)
+
+    def _to_json(self, pending: bool) -> dict[str, Any]:
         return {
             "partitions": self.partitions,
             "watermarks": {str(p): format_time(t) for p, t in sorted(self.watermarks.items())},
@@ -187,7 +202,7 @@ class FleetGov:
             "deferred": [list(k) for k in self.deferred],
             "commandsSeen": list(self.commands_seen),
             "clockAhead": list(self.clock_ahead),
-            "order": self.order.to_json(keyed_to_dict),
+            "order": self.order.to_json(keyed_to_dict, pending=pending),
             **self._issue15_json(),
         }
 

@@ -39,6 +39,7 @@ from services.domain.events import SCHEMA_VERSION
 from services.domain.governance.input_codec import (
     decode_keyed,
     input_from_dict,
+    may_hold_nul,
     merge_key_from_dict,
 )
 from services.domain.governance.inputs import GovernanceInput, MergeKey
@@ -119,25 +120,31 @@ def unpack(payload: bytes, record_type: str | None = None) -> Unpacked:
     if not isinstance(raw, list) or not raw:
         raise EventDecodeError("field 'entries' must be a non-empty list")
     out = Unpacked([], [], batch=True)
+    storable = not may_hold_nul(payload)  # once for the whole batch, not per entry
     for index, item in enumerate(raw):
         try:
-            out.entries.append(_entry(item))
+            out.entries.append(_entry(item, storable))
         except EventDecodeError as exc:
             value = orjson.dumps(item, option=orjson.OPT_SORT_KEYS)
             out.bad.append(BadEntry(index, value, f"entry {index} of {RECORD_TYPE}: {exc}"))
     return out
 
 
-def _entry(item: Any) -> Entry:
+def _entry(item: Any, storable: bool) -> Entry:
     if not isinstance(item, dict):
         raise EventDecodeError("not a JSON object")
-    order = item.get("order")
-    record = input_from_dict({k: v for k, v in item.items() if k != "order"})
-    if order is None:
-        if record.type != "PartitionWatermark":
-            raise EventDecodeError(f"a {record.type} without its merge key ('order')")
-        return record, None
-    return record, merge_key_from_dict(order)
+    order = item.pop("order", None)  # the item is ours (parsed for this call): put back on error
+    try:
+        record = input_from_dict(item, storable=storable)
+        if order is None:
+            if record.type != "PartitionWatermark":
+                raise EventDecodeError(f"a {record.type} without its merge key ('order')")
+            return record, None
+        return record, merge_key_from_dict(order)
+    except EventDecodeError:
+        if order is not None:
+            item["order"] = order  # the dead letter holds the entry as it came
+        raise
 
 
 def decode_records(payload: bytes, record_type: str | None = None) -> list[Entry]:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from enum import StrEnum
 from sys import intern
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import orjson
 
@@ -87,6 +88,8 @@ from services.domain.node_events import (
     node_event_from_dict,
     node_event_to_dict,
 )
+
+E = TypeVar("E", bound=StrEnum)
 
 
 def _t(value: datetime | None) -> str | None:
@@ -272,10 +275,34 @@ def _interned(text: str | None) -> str | None:
     return None if text is None else intern(text)
 
 
-def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
+_SOURCES: Final = {m.value: m for m in DeviceSource}
+_HEALTHS: Final = {m.value: m for m in Health}
+
+
+def _member(members: dict[str, E], enum: type[E], obj: dict[str, Any], name: str) -> E:
+    """:func:`~services.domain.codec.enum_field` without the enum's call for a known value (the
+    common case: one lookup), the same member or error otherwise."""
+    raw = obj.get(name)
+    member = members.get(raw) if type(raw) is str else None
+    return member if member is not None else enum_field(enum, obj, name)
+
+
+def may_hold_nul(payload: bytes) -> bool:
+    """Whether a JSON text ``orjson.loads`` accepted may hold a string PostgreSQL cannot store.
+    orjson refuses raw control characters and lone surrogates (escaped or not), so the only such
+    string it returns holds a NUL, which JSON can only spell ``\\u0000``; ``False`` means none
+    of the text's strings needs :func:`input_from_dict`'s check (a ``\\u0000`` after an escaped
+    backslash is a false alarm: checked)."""
+    return b"\\u0000" in payload
+
+
+def input_from_dict(obj: dict[str, Any], *, storable: bool = False) -> GovernanceInput:
     """Build a governance-topic record from its JSON object; raises ``EventDecodeError`` (also for
-    a string PostgreSQL could not store: the record is dead-lettered, not written)."""
-    _check_storable(obj, "")
+    a string PostgreSQL could not store: the record is dead-lettered, not written).
+    ``storable``: the caller knows every string of ``obj`` is storable (:func:`may_hold_nul` of
+    the text it was parsed from), so it is not checked again."""
+    if not storable:
+        _check_storable(obj, "")
     if obj.get("schema") != SCHEMA_VERSION:
         raise EventDecodeError(f"unsupported schema {obj.get('schema')!r}")
     kind = obj.get("type")
@@ -303,8 +330,8 @@ def input_from_dict(obj: dict[str, Any]) -> GovernanceInput:
             node=intern(str_field(obj, "node")),
             resource_id=str_field(obj, "resourceID"),
             resource_name=intern(str_field(obj, "resourceName")),
-            source=enum_field(DeviceSource, obj, "source"),
-            health=enum_field(Health, obj, "health"),
+            source=_member(_SOURCES, DeviceSource, obj, "source"),
+            health=_member(_HEALTHS, Health, obj, "health"),
             status_version=version,
             observed_at=event_time_field(obj, "observedAt"),
             partition=int_field(obj, "partition"),
@@ -408,5 +435,5 @@ def decode_keyed(
     if record_type is not None and obj.get("type") != record_type:
         raise type_mismatch(record_type, obj.get("type"))
     order = obj.pop("order", None)
-    record = input_from_dict(obj)
+    record = input_from_dict(obj, storable=not may_hold_nul(payload))
     return record, None if order is None else merge_key_from_dict(order)

@@ -59,6 +59,7 @@ def on_fault(ctx: context.Ctx, device: DeviceGov, at: datetime) -> None:
         policy.node_incident_share * devices
     ):
         fleet.recent_faults[name] = faults
+        fleet.faults_floor = None  # its newest fault may be the oldest: scan again
         return
     fleet.recent_faults.pop(name, None)
     opened = NodeFault(
@@ -78,8 +79,11 @@ def settle(ctx: context.Ctx) -> None:
     now = ctx.now
     if fleet.recent_faults and now is not None:
         horizon = now - timedelta(seconds=ctx.policy.node_incident_window_seconds)
-        for name in [n for n, f in fleet.recent_faults.items() if f[-1][0] < horizon]:
-            del fleet.recent_faults[name]
+        floor = fleet.faults_floor
+        if floor is None or floor < horizon:  # else none is older than the window: no scan
+            for name in [n for n, f in fleet.recent_faults.items() if f[-1][0] < horizon]:
+                del fleet.recent_faults[name]
+            fleet.faults_floor = min((f[-1][0] for f in fleet.recent_faults.values()), default=None)
     if not fleet.node_faults:
         return
     touched = {d.node for d in ctx.decisions if d.node is not None}

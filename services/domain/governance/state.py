@@ -122,6 +122,7 @@ class GovernorState:
         self.fleet.migrations.dirty_workloads.clear()
         self.fleet.migrations.pending_evidence.clear()
         self.fleet.adoption.dirty_labels.clear()
+        self.fleet.order.clear_written()
 
     def rebuild_timers(self, grace_seconds: float) -> None:
         """Recreate the timer heap from device and node state (after a restore).
@@ -157,18 +158,22 @@ class GovernorState:
         grace_seconds: float,
         workloads: list[dict[str, Any]] | None = None,
         labels: list[dict[str, Any]] | None = None,
+        pending: list[dict[str, Any]] | None = None,
     ) -> GovernorState:
         """Rebuild from snapshot JSON objects (``device_governance.snapshot`` etc.;
         ``workloads``: the migration policy's facts, ``governor_workloads.snapshot``; ``labels``:
         the nodes' labels, ``governor_node_labels.snapshot``, :meth:`.AdoptionGov.label_row`).
         Labels an older fleet snapshot holds (``nodeLabels``) are kept and marked dirty, so the
-        first batch writes them to their nodes' rows."""
+        first batch writes them to their nodes' rows. ``pending``: the event-time merge's pending
+        records, ``governor_pending.snapshot`` (:meth:`.EventOrder.pending_rows`); those an older
+        fleet snapshot holds (``order.pending``) likewise move to their rows with the first batch."""
         state = cls(
             nodes={n.node: n for n in map(NodeGov.from_json, nodes)},
             fleet=FleetGov() if fleet is None else FleetGov.from_json(fleet),
         )
         state.fleet.migrations.load_workloads(workloads or [])
         state.fleet.adoption.load_labels(labels or [])
+        state.fleet.load_pending(pending or [])
         for device in map(DeviceGov.from_json, devices):
             state.add_device(device)
         state.node_names.update(state.nodes)

@@ -43,6 +43,13 @@ def silent_partitions(snap: dict[str, Any]) -> list[int]:
     return [p for p in range(int(order.get("partitions") or 0)) if str(p) not in known]
 
 
+def pending_records(order: dict[str, Any]) -> int:
+    """How many records the event-time merge holds: the fleet row's ``pendingCount`` (the records
+    are rows of their own, ``governor_pending``), or its ``pending`` list (a row written before)."""
+    count = order.get("pendingCount")
+    return int(count) if isinstance(count, int) else len(order.get("pending") or ())
+
+
 def governance_status(fleet: FleetStatus, now: datetime, settings: TickSettings) -> GovernanceOut:
     """The status document of ``GET /v1/governance`` at wall-clock time ``now``."""
     threshold = staleness_threshold(settings)
@@ -56,7 +63,7 @@ def governance_status(fleet: FleetStatus, now: datetime, settings: TickSettings)
         message = (
             f"no watermark yet from device-health partition(s) "
             f"{', '.join(map(str, silent_partitions(snap)))}: the governor holds "
-            f"{len(order.get('pending') or ())} record(s) until every partition has reported "
+            f"{pending_records(order)} record(s) until every partition has reported "
             "(the watcher ticks every partition; is it running, and on this topic?)"
         )
     elif fleet.watermark is None:
@@ -97,7 +104,7 @@ def governance_status(fleet: FleetStatus, now: datetime, settings: TickSettings)
         governor_seen=fleet.seen,
         watermark=fleet.watermark,
         watermarks={str(p): t for p, t in ((p, opt_time(v)) for p, v in watermarks.items()) if t},
-        pending=len(order.get("pending") or ()),
+        pending=pending_records(order),
         clamped=clamped,
         last_clamped_at=opt_time(order.get("lastClampedAt")),
         watermark_age_seconds=age,
