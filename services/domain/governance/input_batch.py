@@ -36,10 +36,10 @@ import orjson
 
 from services.domain.codec import EventDecodeError, json_fault, type_mismatch
 from services.domain.events import SCHEMA_VERSION
+from services.domain.governance.input_checks import may_hold_nul
 from services.domain.governance.input_codec import (
     decode_keyed,
     input_from_dict,
-    may_hold_nul,
     merge_key_from_dict,
 )
 from services.domain.governance.inputs import GovernanceInput, MergeKey

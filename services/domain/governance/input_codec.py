@@ -8,11 +8,9 @@ not store (NUL, lone surrogates).
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
-from enum import StrEnum
 from sys import intern
-from typing import Any, Final, TypeVar
+from typing import Any
 
 import orjson
 
@@ -37,6 +35,14 @@ from services.domain.governance.adoption import (
     declaration_to_dict,
     retirement_from_dict,
     retirement_to_dict,
+)
+from services.domain.governance.input_checks import (
+    HEALTHS,
+    SOURCES,
+    check_storable,
+    interned,
+    may_hold_nul,
+    member_of,
 )
 from services.domain.governance.inputs import (
     CommandAction,
@@ -88,8 +94,6 @@ from services.domain.node_events import (
     node_event_from_dict,
     node_event_to_dict,
 )
-
-E = TypeVar("E", bound=StrEnum)
 
 
 def _t(value: datetime | None) -> str | None:
@@ -244,65 +248,13 @@ def merge_key_from_dict(obj: Any) -> MergeKey:
 # --- decoding -------------------------------------------------------------------------------
 
 
-_UNSTORABLE: Final = re.compile("[\x00\ud800-\udfff]")
-"""NUL and lone surrogates: PostgreSQL text and JSONB cannot hold them."""
-
-
-def _check_storable(value: Any, where: str) -> None:
-    if isinstance(value, str):
-        # The cheap tests first: almost every value is ASCII without NUL.
-        if "\x00" in value or (not value.isascii() and _UNSTORABLE.search(value)):
-            raise EventDecodeError(f"field {where!r} holds a NUL or a lone surrogate")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if (
-                type(item) is str
-                and item.isascii()
-                and "\x00" not in item
-                and key.isascii()
-                and "\x00" not in key
-            ):
-                continue  # the common case, without building a path
-            _check_storable(key, where)
-            _check_storable(item, f"{where}.{key}" if where else str(key))
-    elif isinstance(value, list):
-        for item in value:
-            _check_storable(item, where)
-
-
-def _interned(text: str | None) -> str | None:
-    """``text`` interned (``sys.intern``: one shared copy of equal strings), ``None`` kept."""
-    return None if text is None else intern(text)
-
-
-_SOURCES: Final = {m.value: m for m in DeviceSource}
-_HEALTHS: Final = {m.value: m for m in Health}
-
-
-def _member(members: dict[str, E], enum: type[E], obj: dict[str, Any], name: str) -> E:
-    """:func:`~services.domain.codec.enum_field` without the enum's call for a known value (the
-    common case: one lookup), the same member or error otherwise."""
-    raw = obj.get(name)
-    member = members.get(raw) if type(raw) is str else None
-    return member if member is not None else enum_field(enum, obj, name)
-
-
-def may_hold_nul(payload: bytes) -> bool:
-    """Whether a JSON text ``orjson.loads`` accepted may hold a string PostgreSQL cannot store.
-    orjson refuses raw control characters and lone surrogates (escaped or not), so the only such
-    string it returns holds a NUL, which JSON can only spell ``\\u0000``; ``False`` means none
-    of the text's strings needs :func:`input_from_dict`'s check (a ``\\u0000`` after an escaped
-    backslash is a false alarm: checked)."""
-    return b"\\u0000" in payload
-
-
 def input_from_dict(obj: dict[str, Any], *, storable: bool = False) -> GovernanceInput:
     """Build a governance-topic record from its JSON object; raises ``EventDecodeError`` (also for
     a string PostgreSQL could not store: the record is dead-lettered, not written).
     ``storable``: the caller knows every string of ``obj`` is storable (:func:`may_hold_nul` of
     the text it was parsed from), so it is not checked again."""
     if not storable:
-        _check_storable(obj, "")
+        check_storable(obj, "")
     if obj.get("schema") != SCHEMA_VERSION:
         raise EventDecodeError(f"unsupported schema {obj.get('schema')!r}")
     kind = obj.get("type")
@@ -330,15 +282,15 @@ def input_from_dict(obj: dict[str, Any], *, storable: bool = False) -> Governanc
             node=intern(str_field(obj, "node")),
             resource_id=str_field(obj, "resourceID"),
             resource_name=intern(str_field(obj, "resourceName")),
-            source=_member(_SOURCES, DeviceSource, obj, "source"),
-            health=_member(_HEALTHS, Health, obj, "health"),
+            source=member_of(SOURCES, DeviceSource, obj, "source"),
+            health=member_of(HEALTHS, Health, obj, "health"),
             status_version=version,
             observed_at=event_time_field(obj, "observedAt"),
             partition=int_field(obj, "partition"),
             offset=int_field(obj, "offset"),
-            message=_interned(optional_str_field(obj, "message")),
-            raw_health=_interned(optional_str_field(obj, "rawHealth")),
-            resource_claim=_interned(optional_str_field(obj, "resourceClaim")),
+            message=interned(optional_str_field(obj, "message")),
+            raw_health=interned(optional_str_field(obj, "rawHealth")),
+            resource_claim=interned(optional_str_field(obj, "resourceClaim")),
             pods=tuple(intern(pod) for pod in pods),
             device_id=optional_str_field(obj, "deviceID"),
             identity=optional_str_field(obj, "identity"),
