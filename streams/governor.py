@@ -306,8 +306,8 @@ class Governor:
             self.state = None  # folded past what is committed: reload before the next attempt
             raise
         self.gauges.update(state)
-        state.clear_dirty()
-        if result.last_offset is not None:
+        if result.last_offset is not None:  # written: what was dirty is in the tables now
+            state.clear_dirty()  # (not before: a restore's unwritten rows wait for a write)
             self.applied_through = result.last_offset
         return result
 
