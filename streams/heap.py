@@ -55,4 +55,6 @@ async def trim_after_batches(
         now = batches()
         if now != last:
             last = now
-            release_free_memory()
+            # Off the event loop: a trim of a large heap takes milliseconds (glibc locks each
+            # arena in turn; ctypes releases the GIL meanwhile), heartbeats keep going.
+            await asyncio.to_thread(release_free_memory)
