@@ -50,4 +50,23 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # The previous version reads the pending records from the fleet row only: put them back
+    # there (the same objects, in source order), or a rollback would drop them unseen.
+    schema = _schema().replace('"', '""')
+    op.execute(
+        f"""
+        UPDATE "{schema}".governor_fleet
+        SET snapshot = jsonb_set(
+            snapshot #- '{{order,pendingCount}}',
+            '{{order,pending}}',
+            COALESCE(
+                (SELECT jsonb_agg(p.snapshot
+                                  ORDER BY p.source_partition, p.source_offset, p.source_index)
+                 FROM "{schema}".governor_pending AS p),
+                '[]'::jsonb
+            )
+        )
+        WHERE snapshot ? 'order'
+        """
+    )
     op.drop_table("governor_pending", schema=_schema())

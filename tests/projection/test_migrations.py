@@ -267,3 +267,39 @@ async def test_revisions_match_the_table_metadata(engine: AsyncEngine, fresh_sch
 def test_schema_names_must_be_plain_identifiers(bad: str) -> None:
     with pytest.raises(ValueError, match="plain identifier"):
         check_schema_name(bad)
+
+
+async def test_a_downgrade_of_0017_puts_the_pending_records_back_into_the_fleet_row(
+    engine: AsyncEngine, database_url: str, schema_name: str
+) -> None:
+    """The previous version reads the merge's pending records from ``governor_fleet`` only."""
+    upgraded = await asyncio.to_thread(alembic_cli, database_url, schema_name, "upgrade", "head")
+    assert upgraded.returncode == 0, upgraded.stderr
+    fleet = '{"order": {"marks": [], "pendingCount": 2}, "other": 1}'
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                f'INSERT INTO "{schema_name}".governor_fleet '
+                "(id, breaker_open, automation_paused, snapshot) "
+                "VALUES (1, false, false, CAST(:fleet AS jsonb))"
+            ),
+            {"fleet": fleet},
+        )
+        for offset in (9, 4):
+            await conn.execute(
+                text(
+                    f'INSERT INTO "{schema_name}".governor_pending VALUES '
+                    "(0, :offset, 0, CAST(:snapshot AS jsonb))"
+                ),
+                {"offset": offset, "snapshot": f'{{"offset": {offset}}}'},
+            )
+    back = await asyncio.to_thread(alembic_cli, database_url, schema_name, "downgrade", "-1")
+    assert back.returncode == 0, back.stderr
+    async with engine.connect() as conn:
+        snapshot = (
+            await conn.execute(text(f'SELECT snapshot FROM "{schema_name}".governor_fleet'))
+        ).scalar_one()
+    assert snapshot == {
+        "order": {"marks": [], "pending": [{"offset": 4}, {"offset": 9}]},
+        "other": 1,
+    }
